@@ -1,0 +1,35 @@
+# Two commands for a fresh machine: `make demo` and `make test`. Both install what they need
+# (virtualenv, Python packages; Maven jars are fetched and cached on first use).
+SHELL := /bin/bash
+VENV := .venv
+STAMP := $(VENV)/.keyshift-installed
+KS := $(VENV)/bin/keyshift
+PYTEST_ARGS ?=
+
+.PHONY: venv demo test test-fast bench airflow clean-runtime
+
+$(STAMP): pyproject.toml constraints.txt scripts/bootstrap
+	@scripts/bootstrap
+
+venv: $(STAMP)
+
+## Run the demo: local Kafka broker, local Spark, Delta warehouse, MLflow, generator.
+demo: $(STAMP)
+	$(KS) demo $(DEMO_ARGS)
+
+## Run the whole test suite, integration tests included (this is what CI runs).
+test: $(STAMP)
+	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+## Only the pure-core tests (milliseconds to seconds).
+test-fast: $(STAMP)
+	$(VENV)/bin/python -m pytest -m "not integration and not slow" $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(VENV)/bin/python -m bench
+
+airflow: $(STAMP)
+	$(KS) airflow standalone
+
+clean-runtime:
+	rm -rf .keyshift

@@ -1,0 +1,1 @@
+"""keyshift jobs layer (see DESIGN.md)."""

@@ -1,0 +1,240 @@
+"""The one configuration loader: embedded TOML defaults, an optional user TOML file, then
+environment overrides ``KEYSHIFT_<SECTION>__<KEY>``, validated by pydantic.
+
+A wrong value stops the program at start with a message naming the key and the allowed
+range (``ConfigError``), never later with a stack trace from deep inside Spark.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from functools import cached_property
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+ENV_PREFIX = "KEYSHIFT_"
+CONFIG_ENV = "KEYSHIFT_CONFIG"
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing, of the wrong type or out of range."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class GroupsConfig(_Section):
+    count: int = Field(4096, ge=1, le=1 << 22, description="p, key groups")
+
+
+class KafkaConfig(_Section):
+    version: str = "4.1.1"
+    host: str = "127.0.0.1"
+    port: int = Field(9092, ge=1, le=65535)
+    controller_port: int = Field(9093, ge=1, le=65535)
+    topic: str = Field("keyshift-events", min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
+    partitions: int = Field(4, ge=1, le=1024)
+    startup_timeout_s: float = Field(60, gt=0, le=600)
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @model_validator(mode="after")
+    def _ports_differ(self) -> KafkaConfig:
+        if self.port == self.controller_port:
+            raise ValueError("port and controller_port must differ")
+        return self
+
+
+class SparkConfig(_Section):
+    master: str = "local[2]"
+    app_name: str = "keyshift"
+    shuffle_partitions: int = Field(4, ge=1, le=10000)
+    driver_memory: str = Field("2g", pattern=r"^\d+[kmgt]?$")
+    trigger_s: float = Field(2.0, gt=0, le=3600)
+    max_offsets_per_trigger: int = Field(20000, ge=1)
+
+
+class WarehouseConfig(_Section):
+    root: str = ""
+
+
+class MlflowConfig(_Section):
+    tracking_uri: str = ""
+    artifact_root: str = ""
+    input_rate_model: str = "keyshift-input-rate"
+    latency_model: str = "keyshift-latency"
+    alias: str = "champion"
+
+
+class EnginesConfig(_Section):
+    initial: int = Field(4, ge=1, le=4096)
+    min: int = Field(1, ge=1, le=4096)
+    max: int = Field(16, ge=1, le=4096)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> EnginesConfig:
+        if not self.min <= self.initial <= self.max:
+            raise ValueError(
+                f"need min <= initial <= max, got {self.min}, {self.initial}, {self.max}"
+            )
+        return self
+
+
+class ControllerConfig(_Section):
+    app: Literal["fsd", "traffic", "clicks", "wordcount"] = "fsd"
+    policy: Literal["kg", "dlb-h", "dlb-l", "elb", "lptf", "clb", "uhlb"] = "dlb-h"
+    window_s: float = Field(10.0, gt=0, le=86400)
+    theta: float = Field(15.0, gt=0, le=1000)
+    band_low: float = Field(0.0, ge=0)
+    band_high: float = Field(0.0, ge=0)
+    clb_period: int = Field(24, ge=1)
+    clb_theta: float = Field(0.0, ge=0)
+    clb_subsets: int = Field(0, ge=0)
+
+    @model_validator(mode="after")
+    def _band(self) -> ControllerConfig:
+        if self.band_high and self.band_low > self.band_high:
+            raise ValueError("band_low must not exceed band_high")
+        return self
+
+
+class PlannerConfig(_Section):
+    enabled: bool = False
+    horizon: int = Field(10, ge=1, le=10000)
+    mc: float = Field(1.0, ge=0)
+    ec: float = Field(1.0, ge=0)
+    rc: float = Field(10.0, ge=0)
+    theta1: float = Field(0.0, ge=0)
+    theta2: float = Field(0.0, ge=0)
+    min_engines: int = Field(0, ge=0)
+    max_engines: int = Field(0, ge=0)
+    cooldown_windows: int = Field(0, ge=0)
+    max_step: int = Field(0, ge=0)
+    dry_run: bool = False
+
+
+class AirflowConfig(_Section):
+    port: int = Field(8080, ge=1, le=65535)
+
+
+class Config(_Section):
+    """The whole configuration. Paths derived from ``home`` are absolute."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, ignored_types=(cached_property,))
+
+    home: str = ".keyshift"
+    groups: GroupsConfig = GroupsConfig()
+    kafka: KafkaConfig = KafkaConfig()
+    spark: SparkConfig = SparkConfig()
+    warehouse: WarehouseConfig = WarehouseConfig()
+    mlflow: MlflowConfig = MlflowConfig()
+    engines: EnginesConfig = EnginesConfig()
+    controller: ControllerConfig = ControllerConfig()
+    planner: PlannerConfig = PlannerConfig()
+    airflow: AirflowConfig = AirflowConfig()
+
+    @property
+    def home_path(self) -> Path:
+        return Path(self.home).expanduser().resolve()
+
+    @property
+    def warehouse_path(self) -> Path:
+        root = self.warehouse.root or str(self.home_path / "warehouse")
+        return Path(root).expanduser().resolve()
+
+    @property
+    def cache_path(self) -> Path:
+        """Downloaded jars and broker distributions; shared across runs."""
+        return Path(os.environ.get("KEYSHIFT_CACHE", self.home_path / "cache")).resolve()
+
+    @property
+    def mlflow_tracking_uri(self) -> str:
+        return self.mlflow.tracking_uri or f"sqlite:///{self.home_path / 'mlflow.db'}"
+
+    @property
+    def mlflow_artifact_root(self) -> Path:
+        return Path(self.mlflow.artifact_root or self.home_path / "mlartifacts").resolve()
+
+    def table_path(self, table: str) -> str:
+        return str(self.warehouse_path / table)
+
+
+def _defaults() -> dict[str, Any]:
+    text = resources.files("keyshift").joinpath("defaults.toml").read_text()
+    return tomllib.loads(text)
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _env_overrides(env: dict[str, str]) -> dict[str, Any]:
+    """KEYSHIFT_KAFKA__PORT=1 → {"kafka": {"port": "1"}}; pydantic converts the strings."""
+    out: dict[str, Any] = {}
+    for name, value in env.items():
+        if not name.startswith(ENV_PREFIX) or name in (CONFIG_ENV, "KEYSHIFT_CACHE"):
+            continue
+        path = name[len(ENV_PREFIX):].lower().split("__")
+        node = out
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = value
+    return out
+
+
+def _format(exc: ValidationError, source: str) -> str:
+    lines = []
+    for err in exc.errors():
+        key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        got = err.get("input")
+        got_s = "" if isinstance(got, dict) else f" (got {got!r})"
+        lines.append(f"config key {key}: {msg}{got_s}")
+    return f"invalid configuration from {source}:\n  " + "\n  ".join(lines)
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    env: dict[str, str] | None = None,
+    **overrides: Any,
+) -> Config:
+    """Defaults ← file (``path`` or $KEYSHIFT_CONFIG) ← environment ← ``overrides``."""
+    env = dict(os.environ if env is None else env)
+    data = _defaults()
+    sources = ["defaults"]
+    path = path or env.get(CONFIG_ENV)
+    if path:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {p} does not exist")
+        try:
+            data = _merge(data, tomllib.loads(p.read_text()))
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {p} is not valid TOML: {exc}") from None
+        sources.append(str(p))
+    env_over = _env_overrides(env)
+    if env_over:
+        data = _merge(data, env_over)
+        sources.append("environment")
+    if overrides:
+        data = _merge(data, overrides)
+        sources.append("arguments")
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format(exc, " + ".join(sources))) from None

@@ -1,0 +1,89 @@
+"""Plans: which engine owns each key group.
+
+A plan is an integer array ``group → engine`` over engine *slots* ``0..engines-1`` plus a
+``live`` mask. Slots keep their identity when ELB removes an engine (the slot is marked
+not live) so that a scale-in never renumbers the survivors: renumbering would look like,
+and in Spark would be, a state move of every group on a renumbered engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Assignment of p key groups to engine slots, with a version for the plans table."""
+
+    assignment: np.ndarray
+    engines: int
+    version: int = 0
+    live: np.ndarray = field(default=None)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        a = np.asarray(self.assignment, dtype=np.int64)
+        if a.ndim != 1:
+            raise ValueError("plan assignment must be one-dimensional")
+        if self.engines < 1:
+            raise ValueError(f"engines must be >= 1, got {self.engines}")
+        live = (
+            np.ones(self.engines, dtype=bool)
+            if self.live is None
+            else np.asarray(self.live, dtype=bool)
+        )
+        if live.shape != (self.engines,):
+            raise ValueError(f"live mask has {live.shape[0]} entries for {self.engines} engines")
+        if not live.any():
+            raise ValueError("a plan needs at least one live engine")
+        if a.size and (a.min() < 0 or a.max() >= self.engines):
+            raise ValueError(f"plan assigns a group to an engine outside 0..{self.engines - 1}")
+        if a.size and not live[a].all():
+            raise ValueError("plan assigns a group to an engine that is not live")
+        a.setflags(write=False)
+        live.setflags(write=False)
+        object.__setattr__(self, "assignment", a)
+        object.__setattr__(self, "live", live)
+
+    @property
+    def groups(self) -> int:
+        return int(self.assignment.size)
+
+    @property
+    def live_engines(self) -> np.ndarray:
+        """Slot ids of the live engines, ascending."""
+        return np.flatnonzero(self.live)
+
+    @property
+    def parallelism(self) -> int:
+        """π: the number of live engines."""
+        return int(self.live.sum())
+
+    @classmethod
+    def hashed(cls, groups: int, engines: int, version: int = 0) -> Plan:
+        """Key grouping (KG): group g on engine ``g mod engines``. Never moves anything."""
+        return cls(np.arange(groups, dtype=np.int64) % engines, engines, version)
+
+    def engine_loads(self, loads: np.ndarray) -> np.ndarray:
+        """L = Aᵀ Y: load per engine slot (dead slots get 0)."""
+        return np.bincount(self.assignment, weights=loads, minlength=self.engines)
+
+    def with_assignment(
+        self, assignment: np.ndarray, engines: int | None = None, live: np.ndarray | None = None
+    ) -> Plan:
+        """The next version of this plan."""
+        return Plan(
+            assignment,
+            self.engines if engines is None else engines,
+            self.version + 1,
+            self.live if live is None and engines is None else live,
+        )
+
+    def to_dict(self) -> dict:
+        return {
+            "version": self.version,
+            "engines": self.engines,
+            "live": self.live.tolist(),
+            "assignment": self.assignment.tolist(),
+        }

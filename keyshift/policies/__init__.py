@@ -1,0 +1,55 @@
+"""Balancing policies behind one interface (see :mod:`keyshift.policies.base`).
+
+``make_policy(name, **params)`` is the one way to build a policy from a name and parameters
+(the CLI, the simulator, the streaming controller and the batch jobs all use it).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from keyshift.policies.base import Decision, Moves, Policy, PolicyInputError, Window
+
+# name → "module:Class"; modules are imported on first use so that a policy with heavy
+# imports (the MILP) costs nothing to the others.
+REGISTRY: dict[str, str] = {
+    "kg": "keyshift.policies.kg:KeyGrouping",
+}
+
+
+def policy_names() -> list[str]:
+    return sorted(REGISTRY)
+
+
+def policy_class(name: str) -> type[Policy]:
+    try:
+        target = REGISTRY[name]
+    except KeyError:
+        raise PolicyInputError(
+            "policy", f"unknown policy {name!r}; choose one of {', '.join(policy_names())}"
+        ) from None
+    module, cls = target.split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def make_policy(name: str, **params: Any) -> Policy:
+    """Build a policy; unknown or invalid parameters raise PolicyInputError naming them."""
+    cls = policy_class(name)
+    try:
+        return cls(**params)
+    except TypeError as exc:
+        raise PolicyInputError("params", f"{name}: {exc}") from None
+
+
+__all__ = [
+    "Decision",
+    "Moves",
+    "Policy",
+    "PolicyInputError",
+    "REGISTRY",
+    "Window",
+    "make_policy",
+    "policy_class",
+    "policy_names",
+]

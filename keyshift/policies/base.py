@@ -1,0 +1,195 @@
+"""The one policy interface: (plan, window) → decision.
+
+Policies follow scikit-learn's manners: parameters go to the constructor (validated, no work
+done there), :meth:`Policy.decide` takes arrays and returns a :class:`Decision`, and nothing
+is kept between calls except what a policy declares (none of the shipped ones keep hidden
+state: CLB's load history arrives in the window). Deterministic for a given ``seed``.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from keyshift.metrics import Balance, live_loads
+from keyshift.plan import Plan
+
+
+class PolicyInputError(ValueError):
+    """Bad input to a policy; ``field`` names the offending input for the CLI's message."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+@dataclass(frozen=True)
+class Window:
+    """One statistic window: histogram Y_t (tuples per group) and state size d_i per group.
+
+    ``history`` holds the previous windows' histograms, oldest first, shape (m, p); CLB
+    needs it, the others ignore it. ``state`` defaults to the loads (time-based windows,
+    where a group's state grows with its recent load).
+    """
+
+    loads: np.ndarray
+    state: np.ndarray | None = None
+    history: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        loads = np.asarray(self.loads, dtype=np.float64)
+        if loads.ndim != 1:
+            raise PolicyInputError("loads", "must be a flat list of numbers, one per group")
+        if not np.isfinite(loads).all() or (loads < 0).any():
+            raise PolicyInputError("loads", "must be finite and non-negative")
+        state = loads if self.state is None else np.asarray(self.state, dtype=np.float64)
+        if state.shape != loads.shape:
+            raise PolicyInputError(
+                "state", f"has {state.size} entries, loads has {loads.size}"
+            )
+        if not np.isfinite(state).all() or (state < 0).any():
+            raise PolicyInputError("state", "must be finite and non-negative")
+        history = None
+        if self.history is not None:
+            history = np.asarray(self.history, dtype=np.float64)
+            if history.ndim != 2 or history.shape[1] != loads.size:
+                raise PolicyInputError(
+                    "history", f"must be a list of windows with {loads.size} loads each"
+                )
+            if not np.isfinite(history).all() or (history < 0).any():
+                raise PolicyInputError("history", "must be finite and non-negative")
+        object.__setattr__(self, "loads", loads)
+        object.__setattr__(self, "state", state)
+        object.__setattr__(self, "history", history)
+
+    @property
+    def groups(self) -> int:
+        return int(self.loads.size)
+
+
+@dataclass(frozen=True)
+class Moves:
+    """Groups that change engine, as parallel arrays (no per-move Python objects)."""
+
+    groups: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    state: np.ndarray
+
+    @classmethod
+    def between(cls, old: Plan, new: Plan, state: np.ndarray) -> Moves:
+        g = np.flatnonzero(old.assignment != new.assignment)
+        return cls(g, old.assignment[g], new.assignment[g], np.asarray(state, dtype=float)[g])
+
+    def __len__(self) -> int:
+        return int(self.groups.size)
+
+    @property
+    def total_state(self) -> float:
+        return float(self.state.sum())
+
+    def to_list(self) -> list[dict[str, Any]]:
+        return [
+            {"group": int(g), "from": int(a), "to": int(b), "state": float(d)}
+            for g, a, b, d in zip(self.groups, self.src, self.dst, self.state, strict=True)
+        ]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a policy decided for one window, with the metrics before and after.
+
+    ``engine_loads_after`` overrides the loads implied by ``plan`` for policies that split a
+    group over engines (PKG); ``info`` carries policy-specific facts (PKG's split keys,
+    ELB's removed engines, the reason for doing nothing, ...).
+    """
+
+    plan: Plan
+    moves: Moves
+    before: Balance
+    after: Balance
+    elapsed_ms: float = 0.0
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def changed(self) -> bool:
+        return len(self.moves) > 0 or self.info.get("engines_changed", False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON shape of ``keyshift rebalance`` (see the CLI contract)."""
+        return {
+            "plan": self.plan.assignment.tolist(),
+            "engines": self.plan.parallelism,
+            "slots": self.plan.engines,
+            "live": self.plan.live.tolist(),
+            "moves": self.moves.to_list(),
+            "before": {"rstd": self.before.rstd, "var": self.before.var},
+            "after": {"rstd": self.after.rstd, "var": self.after.var},
+            "moved_groups": len(self.moves),
+            "moved_state": self.moves.total_state,
+            "elapsed_ms": self.elapsed_ms,
+            "info": _jsonable(self.info),
+        }
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+class Policy(ABC):
+    """Base of every balancing policy. Subclasses implement :meth:`_decide`."""
+
+    name: ClassVar[str]
+
+    def decide(self, plan: Plan, window: Window) -> Decision:
+        """Validate, time and run the policy; metrics before/after are filled in here."""
+        if plan.groups != window.groups:
+            raise PolicyInputError(
+                "plan", f"has {plan.groups} groups, loads has {window.groups}"
+            )
+        t0 = time.perf_counter()
+        new_plan, info, loads_after = self._decide(plan, window)
+        elapsed = (time.perf_counter() - t0) * 1e3
+        before = Balance.of(live_loads(plan.assignment, window.loads, plan.live))
+        after_loads = (
+            live_loads(new_plan.assignment, window.loads, new_plan.live)
+            if loads_after is None
+            else loads_after
+        )
+        if new_plan is not plan and np.array_equal(new_plan.assignment, plan.assignment) and (
+            new_plan.engines == plan.engines and np.array_equal(new_plan.live, plan.live)
+        ):
+            new_plan = plan  # nothing changed: keep the version
+        return Decision(
+            plan=new_plan,
+            moves=Moves.between(plan, new_plan, window.state),
+            before=before,
+            after=Balance.of(after_loads),
+            elapsed_ms=elapsed,
+            info=info,
+        )
+
+    @abstractmethod
+    def _decide(
+        self, plan: Plan, window: Window
+    ) -> tuple[Plan, dict[str, Any], np.ndarray | None]:
+        """Return (new plan, info, live engines' loads after or None to derive from plan)."""
+
+    def get_params(self) -> dict[str, Any]:
+        return {k: v for k, v in vars(self).items() if not k.startswith("_")}
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
+        return f"{type(self).__name__}({params})"

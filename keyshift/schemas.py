@@ -1,0 +1,252 @@
+"""Every data contract of keyshift in one versioned module: Kafka event schemas of the four
+applications and the Delta tables under the warehouse root.
+
+Types are Spark SQL DDL type names, so that this module stays free of Spark (the pure core)
+while the streaming and batch layers build ``StructType``s from :meth:`TableSchema.ddl`.
+Bump ``SCHEMA_VERSION`` (and the table's ``version``) on any incompatible change; the
+writers stamp it into every row so a reader can tell old rows from new ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str  # Spark SQL DDL type: STRING, BIGINT, INT, DOUBLE, BOOLEAN, TIMESTAMP, BINARY, ARRAY<..>
+    nullable: bool = True
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class TableSchema:
+    name: str
+    version: int
+    columns: tuple[Column, ...]
+    doc: str = ""
+    partition_by: tuple[str, ...] = ()
+
+    @property
+    def names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    def ddl(self) -> str:
+        """``name TYPE [NOT NULL], ...``: what ``StructType.fromDDL``/``spark.read.schema`` take."""
+        return ", ".join(
+            f"`{c.name}` {c.type}{'' if c.nullable else ' NOT NULL'}" for c in self.columns
+        )
+
+    def column(self, name: str) -> Column:
+        for c in self.columns:
+            if c.name == name:
+                return c
+        raise KeyError(f"{self.name} has no column {name!r}")
+
+    @property
+    def required(self) -> list[str]:
+        return [c.name for c in self.columns if not c.nullable]
+
+
+def _c(name: str, type_: str, nullable: bool = True, doc: str = "") -> Column:
+    return Column(name, type_, nullable, doc)
+
+
+# --- Kafka events -------------------------------------------------------------------
+# Every event is one JSON object with a unique id, a key and an event time in epoch
+# milliseconds; the rest is the application's payload. Oversized records are rejected.
+MAX_EVENT_BYTES = 64 * 1024
+
+_ENVELOPE = (
+    _c("id", "STRING", False, "producer-assigned unique event id"),
+    _c("key", "STRING", False, "partition attribute; hashed to a key group"),
+    _c("ts", "BIGINT", False, "event time, epoch milliseconds"),
+)
+
+EVENTS: dict[str, TableSchema] = {
+    "fsd": TableSchema(
+        "event_fsd", 1, _ENVELOPE + (_c("text", "STRING", False, "short text (tweet)"),),
+        "first story detection; key = LSH bucket of the text (dlb Listing 1.1)",
+    ),
+    "traffic": TableSchema(
+        "event_traffic", 1,
+        _ENVELOPE + (
+            _c("line_id", "STRING"), _c("vehicle_id", "STRING"),
+            _c("lon", "DOUBLE", False), _c("lat", "DOUBLE", False),
+            _c("delay_s", "DOUBLE", False, "delay against the timetable, seconds"),
+            _c("congestion", "INT"),
+        ),
+        "bus positions and delays; key = city area (elastic-cep §IV)",
+    ),
+    "clicks": TableSchema(
+        "event_clicks", 1,
+        _ENVELOPE + (_c("user", "STRING"), _c("url", "STRING", False), _c("status", "INT")),
+        "click stream; key = session id (streammine3g §6)",
+    ),
+    "wordcount": TableSchema(
+        "event_wordcount", 1, _ENVELOPE + (_c("word", "STRING", False),),
+        "words; key = the word (elb-clb §5.2)",
+    ),
+}
+
+# --- Delta tables -------------------------------------------------------------------
+_RUN = (
+    _c("schema_version", "INT", False),
+    _c("run_id", "STRING", False, "one streaming query / job run"),
+)
+
+TABLES: dict[str, TableSchema] = {
+    "metrics": TableSchema(
+        "metrics", 1,
+        _RUN + (
+            _c("batch_id", "BIGINT", False),
+            _c("window_start", "TIMESTAMP", False),
+            _c("window_end", "TIMESTAMP", False),
+            _c("events_in", "BIGINT", False, "valid events routed in this window (In)"),
+            _c("dead_letter", "BIGINT", False),
+            _c("processed", "BIGINT", False),
+            _c("out_events", "BIGINT", False, "complex events emitted (Out)"),
+            _c("missed", "BIGINT", False, "tuples not processed within the window (Miss)"),
+            _c("selectivity", "DOUBLE", False, "Out / In (sel)"),
+            _c("engines", "INT", False, "live engines (π)"),
+            _c("engine_loads", "ARRAY<BIGINT>", False, "events per engine slot"),
+            _c("rstd", "DOUBLE", False, "imbScore, dlb Eq. 2"),
+            _c("var_load", "DOUBLE", False, "var(L), elb-clb Eq. 1"),
+            _c("input_rate", "DOUBLE", False, "events per second"),
+            _c("latency_s", "DOUBLE", False, "mean processing latency per event (Lat)"),
+            _c("batch_duration_s", "DOUBLE", False),
+            _c("plan_version", "BIGINT", False),
+            _c("policy", "STRING", False),
+        ),
+        "one row per statistic window: the batch layer's history for the GPs",
+    ),
+    "key_loads": TableSchema(
+        "key_loads", 1,
+        _RUN + (
+            _c("batch_id", "BIGINT", False),
+            _c("window_start", "TIMESTAMP", False),
+            _c("group", "INT", False),
+            _c("engine", "INT", False),
+            _c("load", "BIGINT", False, "tuples of the group in the window (y_it)"),
+            _c("state_bytes", "BIGINT", True, "state size of the group (d_i) when known"),
+            _c("plan_version", "BIGINT", False),
+        ),
+        "histogram Y_t per window, one row per non-empty group",
+    ),
+    "plans": TableSchema(
+        "plans", 1,
+        (
+            _c("schema_version", "INT", False),
+            _c("version", "BIGINT", False, "monotonic per plan scope"),
+            _c("scope", "STRING", False, "who reads it: a run id, or 'baseline' for batch plans"),
+            _c("created_at", "TIMESTAMP", False),
+            _c("policy", "STRING", False),
+            _c("groups", "INT", False),
+            _c("engines", "INT", False, "engine slots"),
+            _c("live", "ARRAY<BOOLEAN>", False),
+            _c("assignment", "ARRAY<INT>", False, "engine slot per key group"),
+            _c("source_from", "TIMESTAMP", True, "history window the plan was computed on"),
+            _c("source_to", "TIMESTAMP", True),
+            _c("expected_rstd", "DOUBLE", True),
+            _c("expected_var", "DOUBLE", True),
+            _c("reason", "STRING", True),
+        ),
+        "versioned group → engine plans; the newest version of a scope is in force",
+    ),
+    "dead_letter": TableSchema(
+        "dead_letter", 1,
+        _RUN + (
+            _c("batch_id", "BIGINT", False),
+            _c("topic", "STRING", False),
+            _c("partition", "INT", False),
+            _c("offset", "BIGINT", False),
+            _c("kafka_ts", "TIMESTAMP", True),
+            _c("raw", "STRING", True, "the record as received (truncated when oversized)"),
+            _c("reason", "STRING", False),
+        ),
+        "records that failed validation, with the reason; the job keeps running",
+    ),
+    "events_out": TableSchema(
+        "events_out", 1,
+        _RUN + (
+            _c("batch_id", "BIGINT", False),
+            _c("app", "STRING", False),
+            _c("engine", "INT", False),
+            _c("group", "INT", False),
+            _c("key", "STRING", False),
+            _c("ts", "BIGINT", False, "event time of the triggering event, epoch ms"),
+            _c("kind", "STRING", False, "complex event type"),
+            _c("detail", "STRING", True, "JSON payload"),
+            _c("event_id", "STRING", False, "id of the triggering event"),
+        ),
+        "complex events produced by the operators",
+    ),
+    "state_snapshots": TableSchema(
+        "state_snapshots", 1,
+        _RUN + (
+            _c("migration_id", "STRING", False),
+            _c("plan_version", "BIGINT", False),
+            _c("group", "INT", False),
+            _c("from_engine", "INT", False),
+            _c("to_engine", "INT", False),
+            _c("state", "BINARY", True),
+            _c("bytes", "BIGINT", False),
+            _c("batch_id", "BIGINT", False),
+            _c("created_at", "TIMESTAMP", False),
+        ),
+        "state of moving groups between the old engine's snapshot and the new one's restore",
+    ),
+    "migrations": TableSchema(
+        "migrations", 1,
+        _RUN + (
+            _c("migration_id", "STRING", False),
+            _c("plan_version", "BIGINT", False),
+            _c("groups", "ARRAY<INT>", False),
+            _c("from_engines", "ARRAY<INT>", False),
+            _c("to_engines", "ARRAY<INT>", False),
+            _c("bytes", "BIGINT", False),
+            _c("status", "STRING", False, "started | completed"),
+            _c("started_at", "TIMESTAMP", False),
+            _c("ended_at", "TIMESTAMP", True),
+            _c("batch_start", "BIGINT", False),
+            _c("batch_end", "BIGINT", True),
+        ),
+        "one row per migration step, so a pending migration is recoverable from Delta",
+    ),
+    "decisions": TableSchema(
+        "decisions", 1,
+        _RUN + (
+            _c("batch_id", "BIGINT", False),
+            _c("decided_at", "TIMESTAMP", False),
+            _c("component", "STRING", False, "balancer | planner"),
+            _c("policy", "STRING", False),
+            _c("action", "STRING", False, "none | rebalance | scale_out | scale_in | ..."),
+            _c("reason", "STRING", False),
+            _c("rstd_before", "DOUBLE", True),
+            _c("rstd_after", "DOUBLE", True),
+            _c("moved_groups", "INT", True),
+            _c("moved_state", "DOUBLE", True),
+            _c("engines_before", "INT", True),
+            _c("engines_after", "INT", True),
+            _c("plan_version", "BIGINT", True),
+        ),
+        "the controller's event log: every decision and its reason",
+    ),
+}
+
+
+def table(name: str) -> TableSchema:
+    try:
+        return TABLES[name]
+    except KeyError:
+        raise KeyError(f"unknown table {name!r}; known: {', '.join(sorted(TABLES))}") from None
+
+
+def event_schema(app: str) -> TableSchema:
+    try:
+        return EVENTS[app]
+    except KeyError:
+        raise KeyError(f"unknown application {app!r}; known: {', '.join(sorted(EVENTS))}") from None

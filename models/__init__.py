@@ -1,0 +1,1 @@
+"""keyshift models layer (see DESIGN.md)."""

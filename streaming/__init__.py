@@ -1,0 +1,1 @@
+"""keyshift streaming layer (see DESIGN.md)."""

@@ -1,0 +1,33 @@
+"""Shared fixtures. Integration fixtures (broker, Spark session) live in the layers' own
+conftest modules so the pure-core tests import nothing heavy."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = (ROOT.parent / "shared" / "data").resolve()
+
+# UDF workers must start this interpreter, not the system one.
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.fail(f"shared data folder {SHARED_DATA} is missing (CI copies it beside the repo)")
+    return SHARED_DATA
+
+
+@pytest.fixture()
+def ks_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private KEYSHIFT home for one test; the jar cache stays shared across tests."""
+    home = tmp_path / "ks"
+    monkeypatch.setenv("KEYSHIFT_HOME", str(home))
+    monkeypatch.setenv("KEYSHIFT_CACHE", str(ROOT / ".keyshift" / "cache"))
+    return home
