@@ -14,6 +14,8 @@ import importlib
 import sys
 from importlib.metadata import entry_points
 
+from keyshift.config import ConfigError
+
 
 class UsageError(Exception):
     """Bad input from the user: printed as one line, exit status 2, no traceback."""
@@ -49,11 +51,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         parser = build_parser(command)
     except ImportError as exc:
-        print(
-            f"keyshift {command}: this command needs an optional dependency that is not "
-            f"installed ({exc.name or exc}); run 'make venv' or pip install 'keyshift[all]'",
-            file=sys.stderr,
-        )
+        module = _commands().get(command or "", "")
+        if exc.name and module.startswith(exc.name):
+            why = f"its module {module} is not part of this installation"
+        else:
+            why = (
+                f"it needs {exc.name or exc}, an optional dependency that is not installed; "
+                "run 'make venv' or pip install 'keyshift[all]'"
+            )
+        print(f"keyshift {command}: cannot run: {why}", file=sys.stderr)
         return 2
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -61,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if args.command is None and not argv else 2
     try:
         return int(args.func(args) or 0)
-    except UsageError as exc:
+    except (UsageError, ConfigError) as exc:
         print(f"keyshift {args.command}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -70,4 +76,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # Run through the imported module so plugins' ``UsageError`` is the same class.
+    from keyshift.cli import main as _main
+
+    raise SystemExit(_main())
