@@ -59,6 +59,10 @@ class SparkConfig(_Section):
     driver_memory: str = Field("2g", pattern=r"^\d+[kmgt]?$")
     trigger_s: float = Field(2.0, gt=0, le=3600)
     max_offsets_per_trigger: int = Field(20000, ge=1)
+    # delta-spark's PyPI patch releases can run ahead of its Maven jars (4.4.1 on PyPI, 4.4.0
+    # on Central): the jar version is pinned here, same major.minor as the Python package.
+    delta_version: str = Field("4.4.0", pattern=r"^\d+\.\d+\.\d+$")
+    ui: bool = False
 
 
 class WarehouseConfig(_Section):

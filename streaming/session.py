@@ -1,0 +1,111 @@
+"""The one Spark session factory of keyshift, and the Delta table helpers built on it.
+
+Every Spark user in the project (streaming job, engines, batch jobs, tests) calls
+:func:`get_spark` so that they all get the same connector and Delta jars, the same state
+store (RocksDB, which the engines' stateful operator relies on) and the same warehouse.
+The jars are fetched from Maven Central on first use and handed to Spark as local files
+afterwards (``spark.jars``), so a later start needs no network at all.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from keyshift.config import Config, load_config
+from keyshift.schemas import TABLES, table
+
+from .jars import spark_jars
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+ROCKSDB_PROVIDER = (
+    "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+)
+
+
+class TableMissingError(LookupError):
+    """A Delta table a reader needs has not been written yet."""
+
+
+def get_spark(cfg: Config | None = None, app_name: str | None = None) -> SparkSession:
+    """A SparkSession with Kafka, Delta and RocksDB configured (reused when one is active).
+
+    Local master by default; ``spark.master`` in config may name a cluster. Spark allows one
+    session per JVM, so a second call returns the running session unchanged.
+    """
+    from pyspark.sql import SparkSession
+
+    cfg = cfg or load_config()
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    jars = spark_jars(cfg.cache_path / "jars", cfg.spark.delta_version)
+    local_dir = cfg.home_path / "spark-local"
+    local_dir.mkdir(parents=True, exist_ok=True)
+    builder = (
+        SparkSession.builder.master(cfg.spark.master)
+        .appName(app_name or cfg.spark.app_name)
+        .config("spark.jars", ",".join(str(j) for j in jars))
+        .config("spark.jars.ivy", str(cfg.cache_path / "ivy"))
+        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+        .config("spark.sql.catalog.spark_catalog",
+                "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+        .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
+        .config("spark.sql.shuffle.partitions", str(cfg.spark.shuffle_partitions))
+        .config("spark.default.parallelism", str(cfg.spark.shuffle_partitions))
+        .config("spark.driver.memory", cfg.spark.driver_memory)
+        .config("spark.ui.enabled", str(cfg.spark.ui).lower())
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.local.dir", str(local_dir))
+        .config("spark.sql.warehouse.dir", str(cfg.warehouse_path / "_catalog"))
+        .config("spark.driver.extraJavaOptions",
+                f"-Dderby.system.home={cfg.home_path / 'derby'}")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.databricks.delta.snapshotPartitions", "2")
+        .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+        # Small local batches: Arrow keeps the pandas operators of the engines cheap.
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+    )
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def table_exists(spark: SparkSession, cfg: Config, name: str) -> bool:
+    from delta.tables import DeltaTable
+
+    return DeltaTable.isDeltaTable(spark, cfg.table_path(name))
+
+
+def ensure_tables(spark: SparkSession, cfg: Config, names: Iterable[str] | None = None) -> None:
+    """Create the named Delta tables (all of keyshift.schemas.TABLES by default) when absent.
+
+    Creating them empty up front lets readers and ``MERGE``/stream-static joins work before
+    the first writer has run, with the schema taken from the one contract module.
+    """
+    from delta.tables import DeltaTable
+
+    for name in names if names is not None else TABLES:
+        schema = table(name)
+        builder = DeltaTable.createIfNotExists(spark).location(cfg.table_path(name))
+        builder = builder.addColumns(spark.createDataFrame([], schema.ddl()).schema)
+        if schema.partition_by:
+            builder = builder.partitionedBy(*schema.partition_by)
+        builder.execute()
+
+
+def read_table(spark: SparkSession, cfg: Config, name: str) -> DataFrame:
+    """A batch read of a keyshift Delta table; a missing table is a clear error, not a stack."""
+    table(name)  # unknown names fail with the list of known ones
+    if not table_exists(spark, cfg, name):
+        raise TableMissingError(
+            f"Delta table {name!r} does not exist at {cfg.table_path(name)} "
+            "(has the streaming job run, or call ensure_tables)"
+        )
+    return spark.read.format("delta").load(cfg.table_path(name))
