@@ -1,0 +1,152 @@
+"""The operator interface with explicit state management (streammine3g §3).
+
+An engine runs one :class:`Operator` over the key groups it owns. The state is kept per key
+group so that the group, the unit of assignment, is also the unit of migration:
+``snapshot(group)`` serialises everything the operator remembers about the group's keys,
+``drop(group)`` forgets it on the old engine and ``restore(group, data)`` installs it on the
+new one. Because every rule below keeps state per *key* only (never across keys), the complex
+events of a key depend only on that key's events in event-time order, never on which engine
+processed them or how the input was cut into micro-batches: that is what makes a rebalanced
+run produce exactly the complex events of key grouping (dlb §4).
+
+Ordering contract: the engine feeds each group's events sorted by :func:`order_key`
+(event time, then the Kafka partition and offset, then the event id), so ties are broken the
+same way in every run.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+
+class OperatorInputError(ValueError):
+    """An event or a parameter the operator cannot use; ``field`` names it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+@dataclass(frozen=True)
+class ComplexEvent:
+    """One output of an operator; the engine adds run, batch, app, engine and group."""
+
+    key: str
+    ts: int
+    kind: str
+    detail: str
+    event_id: str
+
+    def identity(self) -> tuple[str, int, str, str, str]:
+        """What two runs must agree on (dlb §4's consistency criterion)."""
+        return (self.key, self.ts, self.kind, self.detail, self.event_id)
+
+
+def order_key(event: Mapping[str, Any]) -> tuple:
+    """Processing order of events: event time, then arrival position, then id."""
+    return (
+        int(event["ts"]),
+        int(event.get("partition", 0) or 0),
+        int(event.get("offset", 0) or 0),
+        str(event["id"]),
+    )
+
+
+def detail_json(**fields: Any) -> str:
+    """Canonical JSON (sorted keys, no spaces) so equal details compare equal as strings."""
+    return json.dumps(fields, sort_keys=True, separators=(",", ":"))
+
+
+class Operator(ABC):
+    """A keyed stateful operator with per-group explicit state.
+
+    Subclasses set ``app`` and ``required`` (the payload fields they read), take their rule's
+    parameters in the constructor (validated there, nothing else done) and implement
+    :meth:`_new_state` and :meth:`_on_event`. Everything else (the group → key → state map,
+    snapshot, restore, drop, sizes) lives here once.
+    """
+
+    app: ClassVar[str]
+    required: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self) -> None:
+        self._groups: dict[int, dict[str, Any]] = {}
+
+    # -- lifecycle -------------------------------------------------------------------
+    def init(self) -> None:
+        """Start empty (a new engine, or a restart before restoring snapshots)."""
+        self._groups = {}
+
+    def process(self, event: Mapping[str, Any], group: int) -> list[ComplexEvent]:
+        """Feed one event of ``group``; returns the complex events it completes."""
+        for name in ("id", "key", "ts", *self.required):
+            if event.get(name) is None:
+                raise OperatorInputError(name, f"missing in a {self.app} event")
+        states = self._groups.get(group)
+        if states is None:
+            states = self._groups[group] = {}
+        key = str(event["key"])
+        state = states.get(key)
+        if state is None:
+            state = states[key] = self._new_state()
+        return self._on_event(state, event)
+
+    def process_many(
+        self, events: Iterable[Mapping[str, Any]], groups: Iterable[int]
+    ) -> list[tuple[int, ComplexEvent]]:
+        """Feed events already in :func:`order_key` order; outputs tagged with their group."""
+        out: list[tuple[int, ComplexEvent]] = []
+        for event, group in zip(events, groups, strict=True):
+            out.extend((group, ce) for ce in self.process(event, group))
+        return out
+
+    # -- explicit state (streammine3g §3) --------------------------------------------
+    def snapshot(self, group: int) -> bytes:
+        """Serialised state of one group (empty groups serialise to an empty map)."""
+        return pickle.dumps(self._groups.get(group, {}), protocol=pickle.HIGHEST_PROTOCOL)
+
+    def restore(self, group: int, data: bytes) -> None:
+        """Install a group's state from :meth:`snapshot` bytes, replacing what was there."""
+        try:
+            states = pickle.loads(data)
+        except Exception as exc:  # corrupt bytes must name the group, not crash deep inside
+            raise OperatorInputError("state", f"group {group}: cannot decode snapshot ({exc})")
+        if not isinstance(states, dict):
+            raise OperatorInputError("state", f"group {group}: snapshot is not a key map")
+        if states:
+            self._groups[group] = states
+        else:
+            self._groups.pop(group, None)
+
+    def drop(self, group: int) -> None:
+        """Forget a group (the old engine after its snapshot left)."""
+        self._groups.pop(group, None)
+
+    def groups(self) -> list[int]:
+        """Groups this operator holds state for, ascending."""
+        return sorted(self._groups)
+
+    def state_bytes(self, group: int) -> int:
+        """d_i, the group's state size in bytes (its snapshot's length)."""
+        return len(self.snapshot(group)) if group in self._groups else 0
+
+    # -- the rule --------------------------------------------------------------------
+    @abstractmethod
+    def _new_state(self) -> Any:
+        """Empty per-key state."""
+
+    @abstractmethod
+    def _on_event(self, state: Any, event: Mapping[str, Any]) -> list[ComplexEvent]:
+        """Apply the rule to one event of the key whose ``state`` is given (mutate it)."""
+
+    def get_params(self) -> dict[str, Any]:
+        return {k: v for k, v in vars(self).items() if not k.startswith("_")}
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
+        return f"{type(self).__name__}({params})"
