@@ -15,6 +15,8 @@ from keyshift.policies.base import Decision, Moves, Policy, PolicyInputError, Wi
 # imports (the MILP) costs nothing to the others.
 REGISTRY: dict[str, str] = {
     "kg": "keyshift.policies.kg:KeyGrouping",
+    "dlb-h": "keyshift.policies.dlb:DLBHeavy",
+    "dlb-l": "keyshift.policies.dlb:DLBLight",
 }
 
 
