@@ -1,0 +1,80 @@
+"""Baselines: KG, LPTF, UHLB, PKG."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from keyshift.plan import Plan
+from keyshift.policies import PolicyInputError, Window, make_policy
+from keyshift.policies.lptf import lpt_partition
+from keyshift.policies.uhlb import MERSENNE_31, universal_hash
+
+
+def test_lpt_by_hand():
+    # 7→A, 5→B, 4→B (9), 3→A (10), 3→B (12), 2→A (12)
+    labels = lpt_partition(np.array([7, 5, 4, 3, 3, 2.0]), 2)
+    assert labels.tolist() == [0, 1, 1, 0, 1, 0]
+
+
+def test_lptf_keeps_state_in_place_when_the_partition_is_only_renamed():
+    loads = np.array([7, 5, 4, 3, 3, 2.0])
+    plan = Plan([1, 0, 0, 1, 0, 1], 2)  # the LPT partition with engine names swapped
+    d = make_policy("lptf").decide(plan, Window(loads))
+    assert len(d.moves) == 0
+    assert sorted(d.plan.engine_loads(loads).tolist()) == [12.0, 12.0]
+
+
+def test_lptf_uses_the_history_mean():
+    history = np.array([[10, 0, 0, 0], [0, 0, 0, 10.0]])
+    window = Window([0, 0, 0, 0.0], history=history)
+    d = make_policy("lptf").decide(Plan([0, 0, 0, 0], 2), window)
+    assert d.plan.assignment[0] != d.plan.assignment[3]
+    assert d.info["loads_from"] == "history mean"
+
+
+def test_kg_never_moves():
+    plan = Plan.hashed(10, 3)
+    d = make_policy("kg").decide(plan, Window(np.arange(10.0)))
+    assert d.plan is plan and len(d.moves) == 0
+
+
+def test_uhlb_is_the_universal_hash_on_live_slots():
+    plan = Plan([0, 0, 2, 2, 0], 3, live=[True, False, True])
+    d = make_policy("uhlb", seed=7).decide(plan, Window([1.0] * 5))
+    a, b = d.info["a"], d.info["b"]
+    expect = np.array([0, 2])[((a * np.arange(5) + b) % MERSENNE_31) % 2]
+    assert d.plan.assignment.tolist() == expect.tolist()
+    again = make_policy("uhlb", seed=7).decide(plan, Window([1.0] * 5))
+    assert again.plan.assignment.tolist() == d.plan.assignment.tolist()
+
+
+def test_universal_hash_has_no_overflow_for_large_ids():
+    g = np.array([2**31 - 2])
+    assert universal_hash(g, 5, MERSENNE_31 - 1, MERSENNE_31 - 1)[0] == (
+        ((MERSENNE_31 - 1) * (2**31 - 2) + MERSENNE_31 - 1) % MERSENNE_31
+    ) % 5
+
+
+def test_uhlb_rejects_a_bad_seed():
+    with pytest.raises(PolicyInputError) as exc:
+        make_policy("uhlb", seed=-1).decide(Plan([0], 1), Window([1.0]))
+    assert exc.value.field == "seed"
+
+
+def test_pkg_splits_a_hot_key_and_flags_statefulness():
+    d = make_policy("pkg").decide(Plan([0], 2), Window([10.0]))
+    assert d.info["split_keys"] == 1
+    assert d.info["stateful_safe"] is False
+    assert d.after.rstd == pytest.approx(0.0)
+    assert d.before.rstd == pytest.approx(100.0)
+
+
+def test_pkg_conserves_load_and_beats_kg_on_skew():
+    rng = np.random.default_rng(3)
+    loads = rng.zipf(1.5, 200).astype(float)
+    plan = Plan.hashed(200, 8)
+    d = make_policy("pkg", seed=1).decide(plan, Window(loads))
+    assert d.after.mean * 8 == pytest.approx(loads.sum())
+    assert d.after.rstd <= d.before.rstd
+    assert 0 <= d.info["split_keys"] <= 200
