@@ -1,0 +1,142 @@
+"""``keyshift plan-engines``: one planning step of elastic-cep §III-C over JSON.
+
+Reads one object on stdin (engines now, limits, Δt, selectivity, costs and per-window
+forecasts of In and Lat for 1..K engines) and prints one object: the engine count per
+window, its expected cost (Eq. 11 on the means) and σ, where the path is rejected (θ1),
+and the planner's time. Kept to the pure core so it starts in milliseconds and can be
+driven by any controller, not only keyshift's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from keyshift.cli import UsageError
+from keyshift.elastic.cost import OBJECTIVES, Forecast
+from keyshift.elastic.errors import ElasticInputError
+from keyshift.elastic.planner import GraphPlanner, check_count, check_nonneg
+
+_KNOWN = {
+    "engines_now", "min_engines", "max_engines", "window_s", "sel", "costs", "windows",
+    "theta1", "cooldown_windows", "windows_since_change", "max_step", "objective",
+}
+_WINDOW_KEYS = ("in_mean", "in_std", "lat_mean", "lat_std")
+
+
+def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "plan-engines",
+        help="plan the engine count per future window from forecasts (JSON in, JSON out)",
+        description=(
+            "Read one JSON object on stdin: {engines_now, min_engines, max_engines, window_s, "
+            "sel, costs: {mc, ec, rc}, windows: [{in_mean, in_std, lat_mean: [s/tuple for "
+            "1..K engines], lat_std: [...]}, ...]}; optional theta1, max_step, "
+            "cooldown_windows, windows_since_change, objective (mean|expected). Print "
+            "{path, cost, cost_std, rejected_at, elapsed_ms}."
+        ),
+    )
+    p.add_argument("--input", "-i", help="read the JSON from this file instead of stdin")
+    p.add_argument("--pretty", action="store_true", help="indent the output")
+    p.set_defaults(func=run)
+    return p
+
+
+def _get(obj: dict[str, Any], key: str, default: Any = None, required: bool = False) -> Any:
+    if key not in obj:
+        if required:
+            raise ElasticInputError(key, "is required")
+        return default
+    return obj[key]
+
+
+def parse_request(doc: Any) -> tuple[GraphPlanner, Forecast, int, int | None]:
+    """Validate the request object; every error names its field."""
+    if not isinstance(doc, dict):
+        raise ElasticInputError("(input)", "must be a JSON object")
+    unknown = sorted(set(doc) - _KNOWN)
+    if unknown:
+        raise ElasticInputError(unknown[0], "unknown field")
+    windows = _get(doc, "windows", required=True)
+    if not isinstance(windows, list) or not windows:
+        raise ElasticInputError("windows", "must be a non-empty list of window objects")
+    cols: dict[str, list] = {k: [] for k in _WINDOW_KEYS}
+    width = None
+    for j, w in enumerate(windows):
+        if not isinstance(w, dict):
+            raise ElasticInputError(f"windows[{j}]", "must be an object")
+        for k in _WINDOW_KEYS:
+            if k not in w:
+                raise ElasticInputError(f"windows[{j}].{k}", "is required")
+            v = w[k]
+            if k.startswith("lat"):
+                if not isinstance(v, list) or not v:
+                    raise ElasticInputError(f"windows[{j}].{k}", "must be a non-empty list of seconds")
+                if width is None:
+                    width = len(v)
+                if len(v) != width:
+                    raise ElasticInputError(
+                        f"windows[{j}].{k}", f"has {len(v)} entries, window 0 has {width}"
+                    )
+                for x in v:
+                    check_nonneg(f"windows[{j}].{k}", x)
+            else:
+                check_nonneg(f"windows[{j}].{k}", v)
+            cols[k].append(v)
+    forecast = Forecast(**cols)
+    costs = _get(doc, "costs", {})
+    if not isinstance(costs, dict):
+        raise ElasticInputError("costs", "must be an object {mc, ec, rc}")
+    bad = sorted(set(costs) - {"mc", "ec", "rc"})
+    if bad:
+        raise ElasticInputError(f"costs.{bad[0]}", "unknown field")
+    window_s = check_nonneg("window_s", _get(doc, "window_s", required=True))
+    if window_s <= 0:
+        raise ElasticInputError("window_s", "must be > 0 seconds")
+    sel = check_nonneg("sel", _get(doc, "sel", 1.0))
+    if sel <= 0:
+        raise ElasticInputError("sel", "must be > 0")
+    objective = _get(doc, "objective", "mean")
+    if objective not in OBJECTIVES:
+        raise ElasticInputError("objective", f"must be one of {', '.join(OBJECTIVES)}")
+    planner = GraphPlanner(
+        window_s=window_s,
+        sel=sel,
+        mc=check_nonneg("costs.mc", costs.get("mc", 1.0)),
+        ec=check_nonneg("costs.ec", costs.get("ec", 1.0)),
+        rc=check_nonneg("costs.rc", costs.get("rc", 10.0)),
+        theta1=check_nonneg("theta1", _get(doc, "theta1", 0.0)),
+        min_engines=check_count("min_engines", _get(doc, "min_engines", 0)),
+        max_engines=check_count("max_engines", _get(doc, "max_engines", 0)),
+        cooldown_windows=check_count("cooldown_windows", _get(doc, "cooldown_windows", 0)),
+        max_step=check_count("max_step", _get(doc, "max_step", 0)),
+        objective=objective,
+    )
+    engines_now = check_count("engines_now", _get(doc, "engines_now", required=True), low=1)
+    since = _get(doc, "windows_since_change")
+    since = None if since is None else check_count("windows_since_change", since)
+    return planner, forecast, engines_now, since
+
+
+def plan_request(doc: Any) -> dict[str, Any]:
+    planner, forecast, engines_now, since = parse_request(doc)
+    return planner.plan(forecast, engines_now, since).to_json()
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        text = open(args.input).read() if args.input else sys.stdin.read()
+    except OSError as exc:
+        raise UsageError(f"input: cannot read {args.input}: {exc.strerror}") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"(input): not valid JSON: {exc.msg} at line {exc.lineno}") from None
+    try:
+        out = plan_request(doc)
+    except ElasticInputError as exc:
+        raise UsageError(str(exc)) from None
+    print(json.dumps(out, indent=2 if args.pretty else None))
+    return 0

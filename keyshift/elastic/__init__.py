@@ -1,0 +1,12 @@
+"""Elasticity: choose the number of engines ahead of time (elastic-cep §III).
+
+- :mod:`cost` — Eq. 9–13: misses, engine and reconfiguration costs, their σ.
+- :mod:`graph` — shortest path over the layered (engines, window) graph, with limits.
+- :mod:`planner` — :class:`GraphPlanner`: forecasts → path, cost, σ, rejection (θ1).
+- :mod:`controller` — Algorithm 1: follow the path, re-plan on rejection (θ1, θ2).
+- :mod:`baselines` — static maximum, QT (M/M/c), thresholds 80/40 %, DS2-style.
+- :mod:`forecast` — the forecaster protocol and a pure-numpy seasonal baseline.
+- :mod:`capacity` and :mod:`replay` — the per-window engine model the evaluation runs in.
+
+Pure numpy/scipy: the GP forecasters of ``models/`` plug in through the protocol.
+"""

@@ -1,0 +1,127 @@
+"""Algorithm 1 of elastic-cep: follow the planned path window by window and plan again
+when it is used up, when an arc's cost σ exceeds θ1, or when the observed prediction
+error of the window just finished exceeds θ2.
+
+Prediction error (the paper leaves ``Error(Stream_j, In_j, Out_j)`` open) is the larger
+relative error of the two forecasts the arc cost rests on, for the window just observed:
+``max(|In − Î| / Î, |Lat − L̂| / L̂)`` with L̂ the latency forecast at the engines that ran.
+"""
+
+from __future__ import annotations
+
+from keyshift.elastic.cost import OBJECTIVES, Forecast
+from keyshift.elastic.decision import Observation
+from keyshift.elastic.errors import ElasticInputError
+from keyshift.elastic.planner import GraphPlanner, check_count, check_nonneg
+from keyshift.elastic.scaler import ForecastFn, Scaler
+
+
+def prediction_error(forecast: Forecast, index: int, observed: Observation) -> float:
+    """Relative error of In and of Lat (at the engines that ran) for one forecast window."""
+    in_hat = max(float(forecast.in_mean[index]), 1.0)
+    col = min(observed.engines, forecast.max_engines) - 1
+    lat_hat = float(forecast.lat_mean[index, col])
+    return max(abs(observed.in_tuples - in_hat) / in_hat, abs(observed.lat_s - lat_hat) / lat_hat)
+
+
+class PathController(Scaler):
+    """The GP planner of elastic-cep §III-C as a scaler: shortest path over ``horizon``
+    windows with the costs of Eq. 9–12, path rejection by θ1 (arc cost σ) and θ2 (relative
+    prediction error); 0 turns either off. Limits are built into the graph."""
+
+    name = "planner"
+
+    def __init__(
+        self,
+        max_engines: int = 0,
+        min_engines: int = 0,
+        cooldown_windows: int = 0,
+        max_step: int = 0,
+        dry_run: bool = False,
+        horizon: int = 10,
+        window_s: float = 10.0,
+        mc: float = 1.0,
+        ec: float = 1.0,
+        rc: float = 10.0,
+        sel: float = 1.0,
+        theta1: float = 0.0,
+        theta2: float = 0.0,
+        objective: str = "mean",
+    ) -> None:
+        super().__init__(max_engines, min_engines, cooldown_windows, max_step, dry_run)
+        self.horizon = horizon
+        self.window_s = window_s
+        self.mc = mc
+        self.ec = ec
+        self.rc = rc
+        self.sel = sel
+        self.theta1 = theta1
+        self.theta2 = theta2
+        self.objective = objective
+
+    def reset(self) -> PathController:
+        super().reset()
+        self.path_ = None
+        self.position_ = 0
+        self.forecast_ = None
+        self.plans_ = 0
+        self.planner_ms_ = []
+        return self
+
+    def planner(self) -> GraphPlanner:
+        if self.objective not in OBJECTIVES:
+            raise ElasticInputError("objective", f"must be one of {', '.join(OBJECTIVES)}")
+        return GraphPlanner(
+            window_s=self.window_s, mc=self.mc, ec=self.ec, rc=self.rc, sel=self.sel,
+            theta1=self.theta1, min_engines=self.min_engines, max_engines=self.max_engines,
+            cooldown_windows=self.cooldown_windows, max_step=self.max_step,
+            objective=self.objective,
+        )
+
+    def _propose(
+        self,
+        window: int,
+        engines_now: int,
+        observed: Observation | None,
+        forecast: ForecastFn | None,
+    ) -> tuple[int, str, dict]:
+        if forecast is None:
+            raise ElasticInputError("forecast", "the planner needs a forecast function")
+        horizon = check_count("horizon", self.horizon, low=1)
+        theta2 = check_nonneg("theta2", self.theta2)
+        notes = []
+        if self.path_ is not None and observed is not None and self.position_ > 0:
+            err = prediction_error(self.forecast_, self.position_ - 1, observed)
+            if theta2 > 0 and err > theta2:
+                notes.append(f"path rejected: prediction error {err:.2f} > θ2 {theta2:g}")
+                self.path_ = None
+        if self.path_ is not None and self.position_ >= len(self.path_):
+            self.path_ = None
+        extra: dict = {}
+        if self.path_ is None:
+            fc = forecast(window, horizon)
+            since = self.since_change_
+            plan = self.planner().plan(fc, engines_now, since)
+            self.path_ = plan.usable
+            self.forecast_ = fc
+            self.position_ = 0
+            self.plans_ += 1
+            self.planner_ms_.append(plan.elapsed_ms)
+            what = f"planned {horizon} windows, cost {plan.cost:.4g} ± {plan.cost_std:.3g}"
+            if plan.rejected_at is not None:
+                j = plan.rejected_at
+                what += (
+                    f"; path rejected at window {j}: arc cost std {plan.arc_std[j]:.3g}"
+                    f" > θ1 {self.theta1:g}, following {j + 1} window(s)"
+                )
+            notes.append(what)
+            extra = {
+                "expected_cost": plan.cost,
+                "cost_std": plan.cost_std,
+                "planner_ms": plan.elapsed_ms,
+            }
+        target = int(self.path_[self.position_])
+        notes.append(f"path step {self.position_ + 1}/{len(self.path_)}: {target} engines")
+        self.position_ += 1
+        return target, "; ".join(notes), extra
+
