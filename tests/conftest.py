@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pytest
 
+# Broker and Spark fixtures (session-scoped, imported lazily by the tests that use them).
+pytest_plugins = ["platform_fixtures"]
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = (ROOT.parent / "shared" / "data").resolve()
 

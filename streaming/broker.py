@@ -1,0 +1,382 @@
+"""A single-node KRaft Kafka broker on localhost, run from jars cached from Maven Central.
+
+Why not a container or a downloaded tarball: the machine reaches Maven Central only, and
+``kafka_2.13`` with its runtime dependencies is exactly a broker. The broker runs as one
+``java -cp`` process in combined broker+controller mode (static quorum of one voter), with
+its data, ``server.properties``, pid file and log under one folder. Every failure mode the
+user can hit (no Java, no Maven, port taken, broker dies on start) ends in a
+:class:`BrokerError` with one readable sentence, and every wait has a deadline.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from keyshift.config import Config
+
+from .jars import JarResolutionError, cache_dir, resolve
+
+log = logging.getLogger(__name__)
+
+LOG4J_SLF4J = "org.apache.logging.log4j:log4j-slf4j-impl:2.24.3"
+HEAP = "-Xmx512m"
+
+
+class BrokerError(RuntimeError):
+    """The broker cannot be started, reached or stopped; the message says why."""
+
+
+@dataclass(frozen=True)
+class Broker:
+    """Where one broker lives: its ports and its folder (data, config, pid, log)."""
+
+    host: str
+    port: int
+    controller_port: int
+    folder: Path
+    version: str
+    cache: Path
+    startup_timeout_s: float = 60.0
+
+    @classmethod
+    def from_config(cls, cfg: Config, folder: Path | None = None) -> Broker:
+        k = cfg.kafka
+        return cls(
+            host=k.host, port=k.port, controller_port=k.controller_port,
+            folder=Path(folder) if folder else cfg.home_path / "kafka",
+            version=k.version, cache=cfg.cache_path / "jars",
+            startup_timeout_s=k.startup_timeout_s,
+        )
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.folder / "broker.pid"
+
+    @property
+    def log_file(self) -> Path:
+        return self.folder / "broker.log"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.folder / "data"
+
+    @property
+    def properties_file(self) -> Path:
+        return self.folder / "server.properties"
+
+    # --- life cycle -----------------------------------------------------------------
+    def start(self) -> str:
+        """Start the broker unless it is already healthy; returns what happened."""
+        if self.healthy(timeout_s=3):
+            return f"already running at {self.bootstrap} (pid {self.pid() or 'unknown'})"
+        pid = self.pid()
+        if pid is not None:  # our process is alive but not answering: still starting up?
+            if self._wait_healthy(pid, self.startup_timeout_s):
+                return f"already running at {self.bootstrap} (pid {pid})"
+            raise BrokerError(
+                f"broker process {pid} is alive but does not answer on {self.bootstrap}; "
+                f"see {self.log_file} or run 'keyshift kafka stop'"
+            )
+        java = _java()
+        for name, port in (("port", self.port), ("controller_port", self.controller_port)):
+            if _port_in_use(self.host, port):
+                raise BrokerError(
+                    f"kafka.{name} {port} on {self.host} is already taken by another process "
+                    "(not a keyshift broker); free it or set KEYSHIFT_KAFKA__"
+                    f"{name.upper()} to another port"
+                )
+        classpath = self._jars()
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._write_config()
+        if not (self.data_dir / "meta.properties").is_file():
+            self._format(java, classpath)
+        with open(self.log_file, "ab") as out:
+            proc = subprocess.Popen(
+                [java, HEAP, "-XX:+UseSerialGC", "-Djava.awt.headless=true",
+                 f"-Dlog4j2.configurationFile={self.folder / 'log4j2.properties'}",
+                 f"-Dkafka.logs.dir={self.folder}",
+                 "-cp", classpath, "kafka.Kafka", str(self.properties_file)],
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True, cwd=self.folder,
+            )
+        self.pid_file.write_text(str(proc.pid))
+        if not self._wait_healthy(proc.pid, self.startup_timeout_s, proc):
+            self.stop()
+            raise BrokerError(
+                f"broker did not become healthy on {self.bootstrap} within "
+                f"{self.startup_timeout_s:.0f}s; last log lines:\n{self._tail()}"
+            )
+        return f"started at {self.bootstrap} (pid {proc.pid}, data in {self.data_dir})"
+
+    def stop(self, timeout_s: float = 30.0) -> str:
+        """SIGTERM (a clean controlled shutdown), then SIGKILL if it does not exit in time."""
+        pid = self.pid()
+        if pid is None:
+            self.pid_file.unlink(missing_ok=True)
+            return "not running"
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            self.pid_file.unlink(missing_ok=True)
+            return "not running"
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and _alive(pid):
+            time.sleep(0.2)
+        how = "stopped"
+        if _alive(pid):
+            os.killpg(pid, signal.SIGKILL)
+            how = "killed (did not stop within {:.0f}s)".format(timeout_s)
+            while _alive(pid):
+                time.sleep(0.1)
+        self.pid_file.unlink(missing_ok=True)
+        return f"{how} (pid {pid})"
+
+    def pid(self) -> int | None:
+        """Pid of our broker process when it is alive (a stale pid file is ignored)."""
+        try:
+            pid = int(self.pid_file.read_text().strip())
+        except (FileNotFoundError, ValueError):
+            return None
+        return pid if _alive(pid) else None
+
+    def healthy(self, timeout_s: float = 5.0) -> bool:
+        """A real metadata round trip, not just an open port."""
+        try:
+            metadata(self.bootstrap, timeout_s)
+        except BrokerError:
+            return False
+        return True
+
+    def status(self, timeout_s: float = 5.0) -> dict:
+        pid = self.pid()
+        try:
+            meta = metadata(self.bootstrap, timeout_s)
+        except BrokerError as exc:
+            return {"healthy": False, "bootstrap": self.bootstrap, "pid": pid, "error": str(exc)}
+        return {"healthy": True, "bootstrap": self.bootstrap, "pid": pid, **meta}
+
+    # --- helpers --------------------------------------------------------------------
+    def _jars(self) -> str:
+        coords = [f"org.apache.kafka:kafka_2.13:{self.version}", LOG4J_SLF4J]
+        try:
+            jars = resolve(coords, cache_dir(self.cache, f"kafka-{self.version}", coords))
+        except JarResolutionError as exc:
+            raise BrokerError(f"cannot get the Kafka broker jars: {exc}") from None
+        return os.pathsep.join(str(j) for j in jars)
+
+    def _write_config(self) -> None:
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.voters": f"1@{self.host}:{self.controller_port}",
+            "listeners": f"PLAINTEXT://{self.host}:{self.port},"
+                         f"CONTROLLER://{self.host}:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "log.dirs": str(self.data_dir),
+            "num.partitions": "1",
+            "offsets.topic.replication.factor": "1",
+            "offsets.topic.num.partitions": "4",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "share.coordinator.state.topic.replication.factor": "1",
+            "share.coordinator.state.topic.min.isr": "1",
+            "group.initial.rebalance.delay.ms": "0",
+            "auto.create.topics.enable": "true",
+            "log.retention.hours": "24",
+            "message.max.bytes": str(1 << 20),
+        }
+        self.properties_file.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        (self.folder / "log4j2.properties").write_text(
+            "status = warn\n"
+            "appender.file.type = File\n"
+            "appender.file.name = file\n"
+            f"appender.file.fileName = {self.folder / 'server.log'}\n"
+            "appender.file.layout.type = PatternLayout\n"
+            "appender.file.layout.pattern = [%d] %p %m (%c)%n\n"
+            "rootLogger.level = INFO\n"
+            "rootLogger.appenderRef.file.ref = file\n"
+        )
+
+    def _format(self, java: str, classpath: str) -> None:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        try:
+            proc = subprocess.run(
+                [java, HEAP, "-cp", classpath,
+                 f"-Dlog4j2.configurationFile={self.folder / 'log4j2.properties'}",
+                 "kafka.tools.StorageTool", "format", "-t", cluster_id,
+                 "-c", str(self.properties_file), "--ignore-formatted"],
+                capture_output=True, text=True, timeout=120, check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise BrokerError("formatting the broker's storage timed out after 120s") from None
+        if proc.returncode != 0:
+            raise BrokerError(
+                f"formatting the broker's storage in {self.data_dir} failed: "
+                f"{(proc.stderr or proc.stdout).strip()[-500:]}"
+            )
+
+    def _wait_healthy(
+        self, pid: int, timeout_s: float, proc: subprocess.Popen | None = None
+    ) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if proc is not None and proc.poll() is not None:
+                raise BrokerError(
+                    f"broker exited with status {proc.returncode} during start; last log "
+                    f"lines:\n{self._tail()}"
+                )
+            if proc is None and not _alive(pid):
+                return False
+            if self.healthy(timeout_s=2):
+                return True
+            time.sleep(0.5)
+        return False
+
+    def _tail(self, lines: int = 15) -> str:
+        texts = []
+        for f in (self.log_file, self.folder / "server.log"):
+            if f.is_file():
+                texts += f.read_text(errors="replace").splitlines()[-lines:]
+        return "\n".join(texts[-lines:]) or "(no log output)"
+
+
+def metadata(bootstrap: str, timeout_s: float = 5.0) -> dict:
+    """Brokers and topics from a metadata request; BrokerError when nobody answers in time."""
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaError
+
+    timeout_ms = int(timeout_s * 1000)
+    try:
+        admin = KafkaAdminClient(
+            bootstrap_servers=bootstrap, client_id="keyshift-health",
+            bootstrap_timeout_ms=timeout_ms, request_timeout_ms=timeout_ms,
+            reconnect_backoff_max_ms=500,
+        )
+    except (KafkaError, OSError) as exc:
+        raise BrokerError(f"no Kafka broker answers at {bootstrap}: {exc!r}") from None
+    try:
+        cluster = admin.describe_cluster()
+        topics = sorted(t for t in admin.list_topics() if not t.startswith("__"))
+    except (KafkaError, OSError) as exc:
+        raise BrokerError(f"Kafka broker at {bootstrap} did not answer metadata: {exc!r}") from None
+    finally:
+        admin.close()
+    return {
+        "cluster_id": cluster.get("cluster_id"),
+        "brokers": len(cluster.get("brokers", [])),
+        "topics": topics,
+    }
+
+
+def create_topic(
+    bootstrap: str, name: str, partitions: int, timeout_s: float = 30.0
+) -> str:
+    """Create a topic (replication 1); an existing topic with the same partitions is fine."""
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaError, TopicAlreadyExistsError
+
+    if partitions < 1:
+        raise BrokerError(f"partitions must be >= 1, got {partitions}")
+    timeout_ms = int(timeout_s * 1000)
+    try:
+        admin = KafkaAdminClient(
+            bootstrap_servers=bootstrap, client_id="keyshift-admin",
+            bootstrap_timeout_ms=min(timeout_ms, 10000), request_timeout_ms=timeout_ms,
+        )
+    except (KafkaError, OSError) as exc:
+        raise BrokerError(
+            f"no Kafka broker answers at {bootstrap} (run 'keyshift kafka start'): {exc!r}"
+        ) from None
+    try:
+        try:
+            admin.create_topics(
+                {name: {"num_partitions": partitions, "replication_factor": 1}},
+                timeout_ms=timeout_ms, wait_for_metadata=True,
+            )
+            return f"created topic {name} with {partitions} partitions"
+        except TopicAlreadyExistsError:
+            have = topic_partitions(admin, name)
+            if have != partitions:
+                raise BrokerError(
+                    f"topic {name} already exists with {have} partitions, not {partitions}"
+                ) from None
+            return f"topic {name} already exists with {partitions} partitions"
+        except KafkaError as exc:
+            raise BrokerError(f"creating topic {name} failed: {exc!r}") from None
+    finally:
+        admin.close()
+
+
+def topic_partitions(admin, name: str) -> int:
+    """Partition count of one topic as the broker reports it."""
+    desc = admin.describe_topics([name])
+    return len(desc[0]["partitions"]) if desc else 0
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nobody listens on right now (for tests and side-by-side brokers)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _port_in_use(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(1.0)
+        return s.connect_ex((host, port)) == 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child of this process counts as gone.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except OSError:
+        return True
+
+
+def _java() -> str:
+    java = shutil.which("java")
+    if java is None:
+        raise BrokerError(
+            "Java 17 or newer is needed to run the Kafka broker and was not found on PATH "
+            "(apt-get install openjdk-17-jre-headless)"
+        )
+    try:
+        out = subprocess.run(
+            [java, "-version"], capture_output=True, text=True, timeout=30, check=False
+        ).stderr
+    except subprocess.TimeoutExpired:
+        raise BrokerError("'java -version' did not answer within 30s") from None
+    first = out.splitlines()[0] if out else ""
+    try:
+        major = int(first.split('"')[1].split(".")[0])
+    except (IndexError, ValueError):
+        log.warning("could not read the Java version from %r; trying anyway", first)
+        return java
+    if major < 17:
+        raise BrokerError(f"Kafka {'4.x'} needs Java 17 or newer, found: {first}")
+    return java

@@ -1,0 +1,68 @@
+"""``keyshift kafka start|stop|status|topic create``: the local single-node KRaft broker."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from keyshift.cli import UsageError
+from keyshift.config import ConfigError, load_config
+
+
+def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = sub.add_parser("kafka", help="run a local Kafka broker (KRaft) and manage topics")
+    p.add_argument("--config", help="TOML file (default: $KEYSHIFT_CONFIG or built-in)")
+    actions = p.add_subparsers(dest="action", metavar="ACTION")
+    actions.required = True
+    actions.add_parser("start", help="start the broker (fetches its jars on first use)")
+    actions.add_parser("stop", help="stop the broker (SIGTERM, then SIGKILL)")
+    st = actions.add_parser("status", help="health check by a metadata request")
+    st.add_argument("--json", action="store_true", help="print the status as JSON")
+    topic = actions.add_parser("topic", help="topic management")
+    topic_actions = topic.add_subparsers(dest="topic_action", metavar="TOPIC_ACTION")
+    topic_actions.required = True
+    create = topic_actions.add_parser("create", help="create a topic")
+    create.add_argument("name", nargs="?", help="topic name (default: kafka.topic)")
+    create.add_argument("--partitions", type=int, help="partitions (default: kafka.partitions)")
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from streaming.broker import Broker, BrokerError, create_topic
+
+    try:
+        cfg = load_config(args.config)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    broker = Broker.from_config(cfg)
+    try:
+        if args.action == "start":
+            print(f"kafka: {broker.start()}")
+            return 0
+        if args.action == "stop":
+            print(f"kafka: {broker.stop()}")
+            return 0
+        if args.action == "status":
+            st = broker.status()
+            if args.json:
+                print(json.dumps(st))
+            elif st["healthy"]:
+                print(
+                    f"kafka: healthy at {st['bootstrap']} (pid {st['pid'] or 'not ours'}, "
+                    f"cluster {st['cluster_id']}, {st['brokers']} broker(s), "
+                    f"topics: {', '.join(st['topics']) or 'none'})"
+                )
+            else:
+                print(f"kafka: not healthy: {st['error']}", file=sys.stderr)
+            return 0 if st["healthy"] else 1
+        name = args.name or cfg.kafka.topic
+        partitions = cfg.kafka.partitions if args.partitions is None else args.partitions
+        if partitions < 1:
+            raise UsageError(f"--partitions: must be >= 1, got {partitions}")
+        print(f"kafka: {create_topic(broker.bootstrap, name, partitions)}")
+        return 0
+    except BrokerError as exc:
+        print(f"keyshift kafka {args.action}: {exc}", file=sys.stderr)
+        return 1
