@@ -291,3 +291,41 @@ def test_bad_run_arguments() -> None:
     with pytest.raises(WorkloadError, match="rate"):
         SyntheticWorkload(ZipfKeys(4, 4, None, 0), Schedule.constant(1.0),
                           Schedule.constant(-5.0))
+
+
+class SplitHalf(Policy):
+    """Throwaway PKG-like policy: half of group 0's tuples go to engine 1, no state kept."""
+
+    name = "split-half"
+
+    def _decide(self, plan: Plan, window: Window) -> tuple[Plan, dict[str, Any], None]:
+        routing = {"groups": [0], "engines": [1], "share": [0.5]}
+        return plan.with_assignment(plan.assignment.copy()), {
+            "routing": routing, "stateful_safe": False}, None
+
+
+def test_split_routing_sends_a_share_elsewhere() -> None:
+    cfg = SimConfig(engines=2, tick_s=1.0, window_s=1.0, service_rate=100.0)
+    sim = Simulator(FixedWorkload([20.0, 0.0]), SplitHalf(), cfg)
+    first = sim.step_window()
+    second = sim.step_window()
+    np.testing.assert_allclose(first.engine_loads, [20.0, 0.0])
+    np.testing.assert_allclose(second.engine_loads, [10.0, 10.0])
+    assert sim.result.migration_pause_s == 0.0
+
+
+def test_trigger_rstd_skips_balanced_windows() -> None:
+    calls: list[float] = []
+
+    class Spy(Policy):
+        name = "spy"
+
+        def _decide(self, plan: Plan, window: Window) -> tuple[Plan, dict[str, Any], None]:
+            calls.append(float(window.loads.sum()))
+            return plan, {}, None
+
+    cfg = SimConfig(engines=2, tick_s=1.0, window_s=1.0, trigger_rstd=15.0)
+    Simulator(FixedWorkload([10.0, 10.0]), Spy(), cfg).run(5)
+    assert calls == []
+    Simulator(FixedWorkload([10.0, 1.0]), Spy(), cfg).run(5)
+    assert len(calls) == 5

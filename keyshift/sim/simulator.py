@@ -85,6 +85,7 @@ class SimConfig:
     pause_s_per_state: float = 1e-5
     transfer_cost: float = 0.0
     rebalance_every: int = 1
+    trigger_rstd: float = 0.0  # > 0: ask the policy only when the window's RSTD exceeds it
     history_windows: int = 0
     external: tuple[ExternalLoad, ...] = field(default_factory=tuple)
 
@@ -126,6 +127,7 @@ class SimConfig:
         non_negative("transfer_cost", self.transfer_cost)
         if self.rebalance_every < 1:
             raise SimError("rebalance_every", f"must be >= 1, got {self.rebalance_every}")
+        non_negative("trigger_rstd", self.trigger_rstd)
         if self.history_windows < 0:
             raise SimError("history_windows", f"must be >= 0, got {self.history_windows}")
 
@@ -197,7 +199,7 @@ class Simulator:
         self.state = np.zeros(p)
         self._latency_hist = np.zeros(cfg.ages)
         self.result = SimResult(tick_s=cfg.tick_s, window_s=cfg.window_s)
-        self._pending_stats: dict[str, Any] = {}
+        self._split: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     # ---- engines ---------------------------------------------------------------------
     def _grow_rates(self, engines: int) -> None:
@@ -240,6 +242,12 @@ class Simulator:
         paused = self._batch_of_group >= 0
         direct = np.where(paused, 0.0, offered)
         to_engine = np.bincount(assign, weights=direct, minlength=n)
+        if self._split is not None:
+            g, dest, share = self._split
+            part = direct[g] * share
+            to_engine -= np.bincount(assign[g], weights=part, minlength=n)
+            to_engine += np.bincount(dest, weights=part, minlength=n)
+            np.clip(to_engine, 0.0, None, out=to_engine)
         cap = self._capacity(t, dt)
         queued = self._queues.lengths()
 
@@ -340,7 +348,8 @@ class Simulator:
         self.result.add_window(stats)
         if hook is not None:
             hook(self, stats)
-        if self.windows_done % cfg.rebalance_every == 0:
+        due = self.windows_done % cfg.rebalance_every == 0
+        if due and (cfg.trigger_rstd <= 0 or stats.rstd > cfg.trigger_rstd):
             self.rebalance(y)
         return stats
 
@@ -376,15 +385,26 @@ class Simulator:
         return decision
 
     def apply(self, decision: Decision) -> None:
-        """Switch to the decision's plan; moved groups pause and buffer (dlb §3.3)."""
+        """Switch to the decision's plan; moved groups pause and buffer (dlb §3.3).
+
+        Two optional ``info`` entries extend the plan for policies that split a group over
+        engines (PKG): ``routing = {"groups", "engines", "share"}`` sends ``share`` of each
+        listed group's tuples to ``engines`` (slots) instead of the plan's engine, and
+        ``stateful_safe = False`` says the policy keeps no per-key state consistent, so its
+        plan changes count as state movement (ψ) but pause nothing.
+        """
         old = self.plan
         new = decision.plan
         self.result.add_decision(self.now, decision, self.plan.parallelism)
+        self._split = _split_routing(decision.info.get("routing"), new)
         if new is old:
             return
-        self._switch(new, decision.moves.groups, old.assignment)
+        pause = decision.info.get("stateful_safe", True) is not False
+        self._switch(new, decision.moves.groups, old.assignment, pause=pause)
 
-    def _switch(self, new: Plan, moved: np.ndarray, old_assignment: np.ndarray) -> None:
+    def _switch(
+        self, new: Plan, moved: np.ndarray, old_assignment: np.ndarray, pause: bool = True
+    ) -> None:
         cfg = self.config
         self._grow_rates(new.engines)
         self._queues.grow(new.engines)
@@ -393,22 +413,25 @@ class Simulator:
             return
         state = self.state[moved]
         moved_state = float(state.sum())
-        pause = cfg.pause_fixed_s + cfg.pause_s_per_state * moved_state
+        if not pause:
+            self.result.add_migration(len(moved), moved_state, 0.0)
+            return
+        pause_s = cfg.pause_fixed_s + cfg.pause_s_per_state * moved_state
         src = old_assignment[moved]
         dst = new.assignment[moved]
         work = np.bincount(src, weights=state, minlength=new.engines) + np.bincount(
             dst, weights=state, minlength=new.engines
         )
-        work_rate = cfg.transfer_cost * work / pause if pause > 0 else np.zeros(new.engines)
+        work_rate = cfg.transfer_cost * work / pause_s if pause_s > 0 else np.zeros(new.engines)
         bid = self._next_batch
         self._next_batch += 1
         self._migrations[bid] = _Migration(
-            end_s=self.now + pause,
+            end_s=self.now + pause_s,
             buffer=CohortQueues(new.engines, cfg.ages),
             work_rate=work_rate,
         )
         self._batch_of_group[moved] = bid
-        self.result.add_migration(len(moved), moved_state, pause)
+        self.result.add_migration(len(moved), moved_state, pause_s)
 
     def set_engines(self, n: int, reason: str = "") -> Plan:
         """Make ``n`` engines live (the elasticity hook). Scale-out revives dead slots first,
@@ -483,6 +506,31 @@ class Simulator:
         self.result.queued_end = self.queued()
         self.result.latency_hist = self._latency_hist.copy()
         return self.result
+
+
+def _split_routing(
+    routing: Any, plan: Plan
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Validate a policy's split routing (see :meth:`Simulator.apply`)."""
+    if routing is None:
+        return None
+    try:
+        g = np.asarray(routing["groups"], dtype=np.int64)
+        dest = np.asarray(routing["engines"], dtype=np.int64)
+        share = np.asarray(routing["share"], dtype=np.float64)
+    except (KeyError, TypeError, ValueError):
+        raise SimError("routing", "needs arrays groups, engines and share") from None
+    if not (g.shape == dest.shape == share.shape) or g.ndim != 1:
+        raise SimError("routing", "groups, engines and share must have the same length")
+    if g.size == 0:
+        return None
+    if g.min() < 0 or g.max() >= plan.groups or dest.min() < 0 or dest.max() >= plan.engines:
+        raise SimError("routing", "group or engine out of range")
+    if not plan.live[dest].all():
+        raise SimError("routing", "routes tuples to an engine that is not live")
+    if (share < 0).any() or (share > 1).any():
+        raise SimError("routing", "share must be within [0, 1]")
+    return g, dest, share
 
 
 def _evacuate(

@@ -1,0 +1,82 @@
+"""``keyshift simulate``: the JSON contract, traces, bad arguments (exit 2, one line)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from keyshift.cli import main
+from keyshift.commands.simulate import REQUIRED_KEYS
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
+    assert main(["simulate", *argv, "--json"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1
+    return json.loads(out[0])
+
+
+def test_plain_run_prints_the_contract(capsys: pytest.CaptureFixture[str], ks_home: Path) -> None:
+    out = run_json(capsys, "--engines", "4", "--policy", "kg", "--groups", "256", "--zipf",
+                   "0.8", "--rate", "2000", "--duration", "20")
+    for key in REQUIRED_KEYS:
+        assert key in out, key
+    assert out["processed"] > 0
+    assert out["engine_seconds"] == pytest.approx(4 * 20)
+    assert out["rebalances"] == 0  # KG never moves
+
+
+def test_trace_replay_scaled(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                             ks_home: Path) -> None:
+    trace = tmp_path / "t.csv"
+    rows = ["ts,key"] + [f"{100 + i * 0.5},k{i % 7}" for i in range(200)]
+    trace.write_text("\n".join(rows) + "\n")
+    plain = run_json(capsys, "--trace", str(trace), "--engines", "2", "--window", "5")
+    assert plain["generated"] == 200
+    assert plain["processed"] + plain["missed"] + plain["queued_end"] == pytest.approx(200)
+    fast = run_json(capsys, "--trace", str(trace), "--engines", "2", "--window", "1",
+                    "--speedup", "10", "--rate", "4000")
+    assert fast["simulated_s"] <= 11
+    assert 0.7 * 4000 * 10 < fast["generated"] < 1.3 * 4000 * 10
+
+
+def test_report_dir_gets_plots(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                               ks_home: Path) -> None:
+    out = run_json(capsys, "--groups", "64", "--duration", "5", "--report-dir",
+                   str(tmp_path / "rep"))
+    files = {p.name for p in Path(out["report_dir"]).iterdir()}
+    assert {"simulate_throughput.png", "simulate_rstd.png", "summary.json"} <= files
+
+
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["--engines", "0"], "--engines"),
+        (["--rate", "-5"], "--rate"),
+        (["--policy", "nope"], "--policy"),
+        (["--policy", "kg", "--policy-param", "oops"], "--policy-param"),
+        (["--speedup", "2"], "--speedup"),
+        (["--trace", "/no/such/file.csv"], "trace"),
+        (["--scenario", "nope"], "scenario"),
+        (["--window", "1", "--tick", "0.3"], "window_s"),
+        (["--no-such-option"], "unrecognized"),
+    ],
+)
+def test_bad_arguments_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str],
+                              needle: str, ks_home: Path) -> None:
+    with pytest.raises(SystemExit) as exc:
+        raise SystemExit(main(["simulate", *argv]))
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err
+    assert "Traceback" not in err and len(err.splitlines()) == 1
+
+
+def test_bad_trace_header(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                          ks_home: Path) -> None:
+    trace = tmp_path / "bad.csv"
+    trace.write_text("time,user\n1,a\n")
+    assert main(["simulate", "--trace", str(trace)]) == 2
+    assert "ts and key" in capsys.readouterr().err
