@@ -1,0 +1,119 @@
+"""Key skew that changes over time, and a vectorised sampler of skewed keys.
+
+Schedule syntax (``--skew``)::
+
+    uniform                      every key equally likely
+    zipf:1.2                     Zipf exponent 1.2 all the time
+    zipf:0.2@0,1.5@300,0.2@900   exponent 0.2 from 0 s, 1.5 from 300 s, 0.2 again from 900 s
+
+Times are seconds since the producer started; steps hold until the next one (the dlb paper's
+experiments switch the exponent abruptly, which is what stresses a balancer). A schedule must
+start at 0 s and its times must increase. ``zipf:0`` equals ``uniform``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+_STEP = re.compile(r"^\s*(?P<v>[0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?)\s*(?:@\s*(?P<t>[0-9]*\.?[0-9]+)\s*)?$")
+MAX_EXPONENT = 10.0
+
+
+class WorkloadInputError(ValueError):
+    """Bad workload input; ``field`` names the option or parameter at fault."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+@dataclass(frozen=True)
+class SkewSchedule:
+    """Piecewise-constant Zipf exponent over time: ``steps`` are (start_s, exponent)."""
+
+    steps: tuple[tuple[float, float], ...]
+
+    def __post_init__(self) -> None:
+        if not self.steps:
+            raise WorkloadInputError("skew", "needs at least one step")
+        times = [t for t, _ in self.steps]
+        if times[0] != 0.0:
+            raise WorkloadInputError("skew", f"the first step must start at 0 s, got {times[0]}")
+        if any(b <= a for a, b in zip(times, times[1:], strict=False)):
+            raise WorkloadInputError("skew", f"step times must increase, got {times}")
+        for _, s in self.steps:
+            if not 0.0 <= s <= MAX_EXPONENT:
+                raise WorkloadInputError(
+                    "skew", f"Zipf exponent must be in [0, {MAX_EXPONENT}], got {s}")
+
+    @classmethod
+    def parse(cls, text: str) -> SkewSchedule:
+        """Parse the ``--skew`` syntax above; errors name ``skew`` and quote the bad part."""
+        spec = (text or "").strip().lower()
+        if spec == "uniform":
+            return cls(((0.0, 0.0),))
+        kind, sep, rest = spec.partition(":")
+        if kind != "zipf" or not sep or not rest.strip():
+            raise WorkloadInputError(
+                "skew", f"expected 'uniform' or 'zipf:S[@T],S@T,...', got {text!r}")
+        steps = []
+        for i, part in enumerate(rest.split(",")):
+            m = _STEP.match(part)
+            if not m:
+                raise WorkloadInputError("skew", f"step {part.strip()!r} is not EXPONENT@SECONDS")
+            t = m.group("t")
+            if t is None and i > 0:
+                raise WorkloadInputError("skew", f"step {part.strip()!r} needs @SECONDS")
+            steps.append((float(t) if t is not None else 0.0, float(m.group("v"))))
+        return cls(tuple(steps))
+
+    def exponent_at(self, t_s: float) -> float:
+        times = np.fromiter((t for t, _ in self.steps), dtype=float)
+        i = int(np.searchsorted(times, t_s, side="right")) - 1
+        return self.steps[max(i, 0)][1]
+
+    def __str__(self) -> str:
+        if self.steps == ((0.0, 0.0),):
+            return "uniform"
+        return "zipf:" + ",".join(f"{s:g}@{t:g}" for t, s in self.steps)
+
+
+class KeySampler:
+    """Draws key indices 0..n-1 with P(rank r) ∝ r^-s for the schedule's current exponent.
+
+    Which key holds which rank is fixed by ``order`` (a seeded permutation by default), so
+    the hot keys stay the same keys when the exponent changes: skew grows on the same keys,
+    as it does when a topic trends. The CDF is cached per exponent and a batch is one
+    ``searchsorted`` call.
+    """
+
+    def __init__(self, n: int, schedule: SkewSchedule, seed: int = 0,
+                 order: np.ndarray | None = None) -> None:
+        if n < 1:
+            raise WorkloadInputError("keys", f"key domain must hold >= 1 key, got {n}")
+        self.n = n
+        self.schedule = schedule
+        self.seed = seed
+        self.order = order
+        self._cdf: dict[float, np.ndarray] = {}
+
+    def pmf(self, exponent: float) -> np.ndarray:
+        """Probability of each key index for one exponent."""
+        order = self.order if self.order is not None else (
+            np.random.default_rng(self.seed).permutation(self.n))
+        ranks = np.empty(self.n)
+        ranks[order] = np.arange(1, self.n + 1)
+        w = ranks ** (-exponent)
+        return w / w.sum()
+
+    def sample(self, count: int, t_s: float, rng: np.random.Generator) -> np.ndarray:
+        s = self.schedule.exponent_at(t_s)
+        cdf = self._cdf.get(s)
+        if cdf is None:
+            cdf = np.cumsum(self.pmf(s))
+            cdf /= cdf[-1]
+            self._cdf[s] = cdf
+        return np.minimum(np.searchsorted(cdf, rng.random(count), side="right"), self.n - 1)
