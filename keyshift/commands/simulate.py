@@ -14,7 +14,6 @@ import argparse
 import importlib
 import json
 import math
-import sys
 from typing import Any
 
 from keyshift.cli import UsageError, _Parser
@@ -171,7 +170,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _plain(args: argparse.Namespace) -> int:
     from keyshift.config import ConfigError, load_config
-    from keyshift.experiments.report import markdown_table, report_dir, time_series_plots
+    from keyshift.experiments.report import (
+        markdown_table, report_dir, show_progress, time_series_plots,
+    )
     from keyshift.sim import (
         Schedule, SimConfig, Simulator, SyntheticWorkload, TraceWorkload, ZipfKeys,
     )
@@ -212,7 +213,7 @@ def _plain(args: argparse.Namespace) -> int:
             pause_s_per_state=1e-5 if args.pause_per_state is None else args.pause_per_state,
         )
         sim = Simulator(workload, policy, sim_cfg, seed=args.seed)
-        result = sim.run(duration, progress=not args.json and sys.stderr.isatty())
+        result = sim.run(duration, progress=show_progress(args))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     summary = {"policy": args.policy or "kg", "engines": engines, "groups": groups,

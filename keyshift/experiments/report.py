@@ -31,7 +31,7 @@ def fmt(value: Any, digits: int = 3) -> str:
         return str(x)
     if x == 0:
         return "0"
-    if abs(x) >= 1e6 or abs(x) < 1e-3:
+    if abs(x) >= 1e12 or abs(x) < 1e-3:
         return f"{x:.{digits - 1}e}"
     if abs(x) >= 1000:
         return f"{x:,.0f}"
@@ -52,6 +52,13 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str
         for r in cells
     ]
     return "\n".join([line, sep, *body])
+
+
+def show_progress(args: Any) -> bool:
+    """Progress bars only for a person watching a terminal, never with --json."""
+    import sys
+
+    return not getattr(args, "json", False) and sys.stderr.isatty()
 
 
 def report_dir(requested: str | None, scenario: str) -> Path:

@@ -81,7 +81,9 @@ class SimResult:
     def add_window(self, stats: WindowStats) -> None:
         self.windows.append(stats)
 
-    def add_decision(self, t: float, decision: Decision, engines_before: int) -> None:
+    def add_decision(
+        self, t: float, decision: Decision, engines_before: int, state_total: float = 0.0
+    ) -> None:
         info = {
             k: v for k, v in decision.info.items() if isinstance(v, int | float | str | bool)
         }
@@ -90,8 +92,11 @@ class SimResult:
                 "t": t,
                 "moved_groups": len(decision.moves),
                 "moved_state": decision.moves.total_state,
+                "state_total": state_total,
                 "rstd_before": decision.before.rstd,
                 "rstd_after": decision.after.rstd,
+                "var_before": decision.before.var,
+                "var_after": decision.after.var,
                 "engines_before": engines_before,
                 "engines_after": decision.plan.parallelism,
                 "elapsed_ms": decision.elapsed_ms,

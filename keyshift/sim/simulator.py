@@ -395,7 +395,9 @@ class Simulator:
         """
         old = self.plan
         new = decision.plan
-        self.result.add_decision(self.now, decision, self.plan.parallelism)
+        self.result.add_decision(
+            self.now, decision, self.plan.parallelism, float(self.state.sum())
+        )
         self._split = _split_routing(decision.info.get("routing"), new)
         if new is old:
             return
