@@ -1,0 +1,132 @@
+"""Per-connection blocking-rate functions F_j on the weight grid 0..R (blocking-rate §5.1, §5.4).
+
+Data arrive sparsely: in one collection interval a connection yields a single sample, at its
+*current* weight, and drafting (§4.2) means usually only the draft leader blocks. So each
+function keeps "raw" samples on the grid (NaN where never observed, (0, 0) assumed), smooths a
+new sample into the old one at the same weight, forces the samples non-decreasing by monotone
+(isotonic) regression, and fills the rest of the grid by linear interpolation and, beyond the
+last sample, linear extrapolation. A tiny tilt ``delta · w`` makes every function strictly
+increasing so Fox's greedy spreads weight evenly across connections that never block.
+
+Exploration (§5.4) is a geometric decay of the raw samples *beyond* each connection's current
+weight: stale evidence that a connection cannot take more load fades, so the optimiser tries
+it again and fresh samples replace the old ones.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.optimize import isotonic_regression
+
+from keyshift.split.errors import SplitInputError
+
+
+def fit_function(
+    weights: np.ndarray, rates: np.ndarray, units: int, delta: float = 0.0
+) -> np.ndarray:
+    """The blocking-rate function on 0..units from samples (weight, blocking rate).
+
+    Samples at the same weight are averaged; (0, 0) is assumed (and overrides a sample at 0:
+    a connection that gets nothing cannot block). Returns ``units + 1`` non-decreasing values.
+    """
+    w = np.asarray(weights, dtype=np.float64).reshape(-1)
+    b = np.asarray(rates, dtype=np.float64).reshape(-1)
+    if w.shape != b.shape:
+        raise SplitInputError("samples", "weights and blocking rates differ in length")
+    if not (np.isfinite(w).all() and np.isfinite(b).all()):
+        raise SplitInputError("samples", "must hold finite numbers")
+    if (w < 0).any() or (w > units).any():
+        raise SplitInputError("samples", f"weights must lie in [0, {units}]")
+    if (b < 0).any():
+        raise SplitInputError("samples", "blocking rates must be ≥ 0")
+    keep = w > 0
+    w, b = w[keep], b[keep]
+    grid_w, inverse = np.unique(w, return_inverse=True)
+    sums = np.bincount(inverse, weights=b, minlength=grid_w.size)
+    counts = np.bincount(inverse, minlength=grid_w.size)
+    xs = np.concatenate(([0.0], grid_w))
+    ys = np.concatenate(([0.0], sums / np.maximum(counts, 1)))
+    return _curve(xs, ys, np.concatenate(([1.0], counts.astype(np.float64))), units, delta)
+
+
+def _curve(xs: np.ndarray, ys: np.ndarray, weights: np.ndarray, units: int, delta: float) -> np.ndarray:
+    """Monotone regression of sorted samples, then linear inter/extrapolation on 0..units."""
+    grid = np.arange(units + 1, dtype=np.float64)
+    if xs.size > 1:
+        ys = isotonic_regression(ys, weights=weights, increasing=True).x
+        ys[0] = 0.0 if ys[0] > 0.0 else ys[0]
+        ys = np.maximum.accumulate(ys)
+    out = np.interp(grid, xs, ys)
+    if xs.size > 1:
+        slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
+        beyond = grid > xs[-1]
+        out[beyond] = ys[-1] + slope * (grid[beyond] - xs[-1])
+    if delta:
+        out = out + delta * grid
+    return out
+
+
+class BlockingRateModel:
+    """Raw blocking-rate samples of N connections on the grid 0..units, and their functions.
+
+    ``smoothing`` is the weight of a new sample against the old one at the same grid point
+    (exponential smoothing); ``delta`` is the tilt that forces strict monotonicity.
+    """
+
+    def __init__(self, connections: int, units: int = 1000, smoothing: float = 0.5, delta: float = 1e-6) -> None:
+        if connections < 1:
+            raise SplitInputError("connections", "must be ≥ 1")
+        if units < 1:
+            raise SplitInputError("units", "must be ≥ 1")
+        if not 0.0 < smoothing <= 1.0:
+            raise SplitInputError("smoothing", "must be in (0, 1]")
+        if delta < 0:
+            raise SplitInputError("delta", "must be ≥ 0")
+        self.units = int(units)
+        self.smoothing = float(smoothing)
+        self.delta = float(delta)
+        self.raw = np.full((connections, self.units + 1), np.nan)
+        self.raw[:, 0] = 0.0
+
+    @property
+    def connections(self) -> int:
+        return int(self.raw.shape[0])
+
+    def observe(self, weights: np.ndarray, rates: np.ndarray) -> None:
+        """Smooth one interval's blocking rates in, each at its connection's current weight."""
+        w = np.asarray(weights, dtype=np.int64)
+        b = np.asarray(rates, dtype=np.float64)
+        if w.shape != (self.connections,) or b.shape != (self.connections,):
+            raise SplitInputError("rates", f"needs one value per connection ({self.connections})")
+        if not np.isfinite(b).all() or (b < 0).any():
+            raise SplitInputError("rates", "must be finite and ≥ 0")
+        rows = np.flatnonzero(w > 0)  # weight 0 sends nothing, so it says nothing
+        cols = w[rows]
+        old = self.raw[rows, cols]
+        new = b[rows]
+        self.raw[rows, cols] = np.where(np.isnan(old), new, (1 - self.smoothing) * old + self.smoothing * new)
+
+    def decay(self, weights: np.ndarray, fraction: float) -> None:
+        """Lower every raw sample beyond each connection's current weight by ``fraction``."""
+        if fraction <= 0:
+            return
+        beyond = np.arange(self.units + 1)[None, :] > np.asarray(weights, dtype=np.int64)[:, None]
+        self.raw[beyond] *= 1.0 - fraction
+
+    def pooled(self, members: np.ndarray) -> np.ndarray:
+        """One function from the samples of several connections (clustering, §5.3)."""
+        raw = self.raw[np.asarray(members)]
+        seen = ~np.isnan(raw)
+        counts = seen.sum(axis=0)
+        cols = np.flatnonzero(counts)
+        means = np.nansum(raw[:, cols], axis=0) / counts[cols]
+        return _curve(cols.astype(np.float64), means, counts[cols].astype(np.float64), self.units, self.delta)
+
+    def functions(self, tilt: bool = True) -> np.ndarray:
+        """F_j on 0..units for every connection, shape (N, units + 1)."""
+        delta = self.delta if tilt else 0.0
+        out = np.empty_like(self.raw)
+        for j, row in enumerate(self.raw):  # one row per connection, never per tuple
+            cols = np.flatnonzero(~np.isnan(row))
+            out[j] = _curve(cols.astype(np.float64), row[cols], np.ones(cols.size), self.units, delta)
+        return out

@@ -1,0 +1,141 @@
+"""The weighted-split controller of one ordered parallel region (blocking-rate §5, Fig. 4, 6).
+
+Each collection interval: smooth the observed blocking rates into the per-connection functions,
+decay the evidence beyond the current weights (exploration, LB-adaptive; ``decay=0`` is the
+paper's LB-static), optionally cluster the connections and pool their samples, then re-solve
+the minimax RAP with Fox's greedy inside per-connection step bounds around the current weights.
+Weights are integers in units of 1/``units`` of the tuples (the paper: 1000 units, 0.1 %).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from keyshift.split.blocking import BlockingRateModel
+from keyshift.split.cluster import cluster_connections
+from keyshift.split.errors import SplitInputError
+from keyshift.split.fox import fox_minimax
+
+
+def even_weights(connections: int, units: int) -> np.ndarray:
+    """Round-robin weights: ``units`` split as evenly as integers allow."""
+    base, extra = divmod(units, connections)
+    return np.full(connections, base, dtype=np.int64) + (np.arange(connections) < extra)
+
+
+def spread(total: int, members: int) -> np.ndarray:
+    """``total`` units over ``members`` connections, differing by at most one unit."""
+    base, extra = divmod(int(total), members)
+    return np.full(members, base, dtype=np.int64) + (np.arange(members) < extra)
+
+
+class WeightedSplit:
+    """Blocking-rate load balancer for a splitter with N connections (scikit-learn manners).
+
+    Parameters
+    ----------
+    units: resolution R of the weights (1000 = steps of 0.1 %).
+    smoothing: weight of a new blocking-rate sample against the old one at the same weight.
+    decay: fraction removed per interval from samples beyond the current weight (paper: 0.1).
+    max_step: most units a connection's weight may move in one interval (None = no bound).
+    cluster_from: cluster connections when there are at least this many (paper: 32).
+    cluster_threshold: agglomerative-clustering cut on the paper's Distance.
+    delta: strict-monotonicity tilt of the functions (also sets the Distance's alpha).
+    """
+
+    def __init__(
+        self,
+        units: int = 1000,
+        smoothing: float = 0.5,
+        decay: float = 0.1,
+        max_step: int | None = 100,
+        cluster_from: int = 32,
+        cluster_threshold: float = 0.7,
+        delta: float = 1e-6,
+    ) -> None:
+        self.units = units
+        self.smoothing = smoothing
+        self.decay = decay
+        self.max_step = max_step
+        self.cluster_from = cluster_from
+        self.cluster_threshold = cluster_threshold
+        self.delta = delta
+
+    def _validate(self, connections: int) -> None:
+        if int(self.units) != self.units or self.units < 1:
+            raise SplitInputError("units", "must be a positive integer")
+        if connections < 1 or connections > self.units:
+            raise SplitInputError("connections", f"must be in [1, units={self.units}]")
+        if not 0.0 <= self.decay < 1.0:
+            raise SplitInputError("decay", "must be in [0, 1)")
+        if self.max_step is not None and self.max_step < 1:
+            raise SplitInputError("max_step", "must be ≥ 1 or None")
+        if self.cluster_from < 2:
+            raise SplitInputError("cluster_from", "must be ≥ 2")
+
+    def start(self, connections: int, weights: np.ndarray | None = None) -> np.ndarray:
+        """Begin with round-robin (or given) weights and no evidence; returns the weights."""
+        self._validate(connections)
+        self.model_ = BlockingRateModel(connections, self.units, self.smoothing, self.delta)
+        if weights is None:
+            self.weights_ = even_weights(connections, self.units)
+        else:
+            w = np.asarray(weights, dtype=np.int64)
+            if w.shape != (connections,) or w.sum() != self.units or (w < 0).any():
+                raise SplitInputError("weights", f"must be {connections} non-negative units summing to {self.units}")
+            self.weights_ = w.copy()
+        self.labels_ = np.arange(connections, dtype=np.int64)
+        self.max_blocking_ = 0.0
+        return self.weights_.copy()
+
+    def update(self, rates: np.ndarray) -> np.ndarray:
+        """Take one interval's blocking rates (one per connection), return the new weights."""
+        if not hasattr(self, "model_"):
+            raise SplitInputError("rates", "call start() before update()")
+        self.model_.observe(self.weights_, rates)
+        self.model_.decay(self.weights_, self.decay)
+        self.weights_ = self.solve()
+        return self.weights_.copy()
+
+    def _bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        if self.max_step is None:
+            n = self.weights_.size
+            return np.zeros(n, np.int64), np.full(n, self.units, np.int64)
+        lo = np.maximum(self.weights_ - self.max_step, 0)
+        hi = np.minimum(self.weights_ + self.max_step, self.units)
+        return lo, hi
+
+    def solve(self) -> np.ndarray:
+        """Fox's greedy over the current functions (clustered when there are many connections)."""
+        n = self.model_.connections
+        lo, hi = self._bounds()
+        if n < self.cluster_from:
+            F = self.model_.functions(tilt=True)
+            w = fox_minimax(F, self.units, lo, hi, validate=False)
+            self.labels_ = np.arange(n, dtype=np.int64)
+            self.max_blocking_ = float(F[np.arange(n), w].max())
+            return w
+        labels = cluster_connections(self.model_.functions(tilt=False), self.cluster_threshold, self.delta)
+        self.labels_ = labels
+        return self._solve_clustered(labels, lo, hi)
+
+    def _solve_clustered(self, labels: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """Fox over one pooled function per cluster; a cluster's weight is shared evenly.
+
+        A cluster of c members at total weight W runs each member at W / c, so its function
+        is the pooled per-member function read at W / c.
+        """
+        k = int(labels.max()) + 1
+        grid = np.arange(self.units + 1, dtype=np.float64)
+        G = np.empty((k, self.units + 1))
+        members = [np.flatnonzero(labels == c) for c in range(k)]
+        for c, idx in enumerate(members):  # one row per cluster
+            G[c] = np.interp(grid / idx.size, grid, self.model_.pooled(idx))
+        clo = np.bincount(labels, weights=lo, minlength=k).astype(np.int64)
+        chi = np.minimum(np.bincount(labels, weights=hi, minlength=k).astype(np.int64), self.units)
+        W = fox_minimax(G, self.units, clo, chi, validate=False)
+        self.max_blocking_ = float(G[np.arange(k), W].max())
+        w = np.empty(labels.size, dtype=np.int64)
+        for c, idx in enumerate(members):
+            w[idx] = spread(W[c], idx.size)
+        return w
