@@ -20,6 +20,7 @@ REGISTRY: dict[str, str] = {
     "lptf": "keyshift.policies.lptf:LongestProcessingTimeFirst",
     "uhlb": "keyshift.policies.uhlb:UniversalHashing",
     "pkg": "keyshift.policies.pkg:PartialKeyGrouping",
+    "elb": "keyshift.policies.elb:EagerLoadBalancing",
 }
 
 

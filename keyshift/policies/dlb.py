@@ -91,35 +91,42 @@ class DynamicLoadBalancing(Policy):
             return plan, info, None
 
         index = EngineIndex(engine_of, loads, n)
-        smallest = index.smallest_positive()
+        # engine a can help iff its smallest positive group x satisfies x < L_a − L_min,
+        # i.e. iff its headroom L_a − x exceeds L_min; kept up to date per move.
+        headroom = eng - index.smallest_positive()
         new_engine = engine_of.copy()
         steps: list[tuple[int, int, int]] = []
         reason = "no move improves imbScore"
         heavy = self.pick == "heavy"
+        exact_every = 256  # re-derive Σ(L−μ)² now and then so rounding cannot accumulate
         while dev2 > bound:
             if len(steps) >= limit:
                 reason = "max_moves reached"
                 break
             b = int(np.argmin(eng))
-            gap = eng - eng[b]
-            candidates = np.where(smallest < gap, eng, -np.inf)
+            low = eng[b]
+            candidates = np.where(headroom > low, eng, -np.inf)
             a = int(np.argmax(candidates))
             if candidates[a] == -np.inf:
                 break
-            found = index.largest_below(a, gap[a]) if heavy else index.smallest(a)
-            if found is None:  # defensive: ``smallest`` says a group exists
+            gap = eng[a] - low
+            found = index.largest_below(a, gap) if heavy else index.smallest(a)
+            if found is None:  # defensive: the headroom says a group exists
                 break
-            x, g = found
-            index.take(a, x, g)
+            x, g, handle = found
+            index.take(a, handle)
             index.put(b, x, g)
             eng[a] -= x
             eng[b] += x
-            dev2 = float(((eng - mean) ** 2).sum())
+            dev2 += 2.0 * x * (x - gap)
             new_engine[g] = b
             steps.append((g, int(slots[a]), int(slots[b])))
+            if len(steps) % exact_every == 0:
+                dev2 = float(((eng - mean) ** 2).sum())
             nxt = index.smallest(a)
-            smallest[a] = nxt[0] if nxt is not None else np.inf
-            smallest[b] = min(smallest[b], x)
+            headroom[a] = eng[a] - (nxt[0] if nxt is not None else np.inf)
+            nxt = index.smallest(b)
+            headroom[b] = eng[b] - nxt[0]
         else:
             reason = "imbScore within theta"
         info.update(reason=reason, steps=np.array(steps, dtype=np.int64).reshape(-1, 3))

@@ -1,0 +1,124 @@
+"""ELB (elb-clb Algorithm 1): band, π, removal set R, phases 1–3."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from keyshift.plan import Plan
+from keyshift.policies import PolicyInputError, Window, make_policy
+from keyshift.policies.elb import shed
+
+
+def test_shed_is_the_greedy_largest_below_the_remaining_budget():
+    loads = np.array([0, 1, 2, 3, 5, 8, 13.0])
+    # budget 12, cap 10: 8 (left 4), 3 (left 1), nothing < 1 except none -> [8, 3]
+    assert sorted(loads[shed(loads, 12, 10)].tolist()) == [3, 8]
+    # budget 12, cap 4: 3 (left 9), 2 (7), 1 (6) -> 6 shed
+    assert sorted(loads[shed(loads, 12, 4)].tolist()) == [1, 2, 3]
+    assert shed(loads, 0.5, 10).size == 0
+
+
+def _reference_shed(loads, budget, cap):
+    picked = []
+    for i in np.argsort(-loads, kind="stable"):
+        if 0 < loads[i] < min(budget, cap):
+            picked.append(i)
+            budget -= loads[i]
+    return sorted(picked)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(0, 50), max_size=40),
+    st.floats(0, 500),
+    st.floats(0.1, 60),
+)
+def test_shed_matches_the_one_by_one_greedy(values, budget, cap):
+    loads = np.sort(np.array(values, dtype=float))
+    got = sorted(loads[shed(loads, budget, cap)].tolist())
+    want = sorted(loads[_reference_shed(loads, budget, cap)].tolist())
+    assert got == want
+
+
+def test_elb_by_hand_rebalances_into_the_band():
+    # engines (9, 2): w 11, band [4, 8] -> pi = ceil(22/12) = 2, avg 5.5, cap (8-4)/2 = 2.
+    # Engine 0, budget 3.5: 5 is over the cap; 1.5 (budget 2), 1.5 (0.5); 0.5 is not < 0.5.
+    # Phase 3: 1.5 -> engine 1 (3.5), 1.5 -> engine 1 (5): loads (6, 5), both inside.
+    loads = np.array([5, 1.5, 1.5, 0.5, 0.5, 1, 1])
+    plan = Plan([0, 0, 0, 0, 0, 1, 1], 2)
+    d = make_policy("elb", band=[4, 8]).decide(plan, Window(loads))
+    after = d.plan.engine_loads(loads)
+    assert after.tolist() == [6.0, 5.0]
+    assert d.info["pi"] == 2 and not d.info["engines_changed"]
+    assert sorted(d.moves.groups.tolist()) == [1, 2]
+
+
+def test_elb_scales_out_into_dead_slots_first_then_new_slots():
+    loads = np.ones(120)  # w = 120, band [15, 25] -> pi = ceil(240/40) = 6
+    plan = Plan(np.arange(120) % 2 * 2, 3, live=[True, False, True])
+    d = make_policy("elb", band=[15, 25]).decide(plan, Window(loads))
+    assert d.plan.parallelism == 6 and d.plan.engines == 6
+    assert d.info["added"] == [1, 3, 4, 5]
+    after = d.plan.engine_loads(loads)[d.plan.live]
+    assert ((after >= 15) & (after <= 25)).all()
+
+
+def test_elb_scales_in_by_removing_the_least_loaded_engines():
+    loads = np.ones(40)
+    plan = Plan.hashed(40, 8)  # 5 per engine, w = 40; band [8, 12] -> pi = 4
+    loads[plan.assignment == 3] = 0.5
+    d = make_policy("elb", band=[8, 12]).decide(plan, Window(loads))
+    assert d.plan.parallelism == 4 and 3 in d.info["removed"]
+    assert not d.plan.live[d.info["removed"]].any()
+    after = d.plan.engine_loads(loads)[d.plan.live]
+    assert ((after >= 8) & (after <= 12)).all()
+
+
+def test_elb_does_nothing_inside_the_band():
+    plan = Plan([0, 1], 2)
+    d = make_policy("elb").decide(plan, Window([10, 11]))
+    assert d.plan is plan and d.info["reason"] == "all engines inside the band"
+
+
+@pytest.mark.parametrize(
+    "params, field",
+    [({"band": [5, 2]}, "band"), ({"band": "x"}, "band"), ({"min_engines": 0}, "min_engines"),
+     ({"max_engines": 0}, "max_engines"), ({"theta": -3}, "theta")],
+)
+def test_elb_rejects_bad_params(params, field):
+    with pytest.raises(PolicyInputError) as exc:
+        make_policy("elb", **params).decide(Plan([0, 1], 2), Window([1, 5]))
+    assert exc.value.field == field
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.integers(1, 6),
+    st.integers(1, 6),
+    st.lists(st.floats(0.0, 1.0), min_size=150, max_size=400),
+    st.floats(0.0, 0.99),
+    st.floats(0.0, 0.3),
+    st.integers(0, 2**31 - 1),
+)
+def test_elb_leaves_every_engine_in_the_band_when_feasible(n, pi, raw, frac, extra, seed):
+    # Build a band for which the documented sufficient condition holds, with pi chosen
+    # (scale-out, scale-in or neither), then check every live engine ends inside it.
+    loads = np.array(raw)
+    w, eps = loads.sum(), loads.max()
+    avg = w / pi
+    assume(eps > 0 and avg - (pi + 1) * eps > 0)
+    centre = w / (pi - frac)  # ceil(w / centre) == pi
+    half = max(1 - (avg - (pi + 1) * eps) / centre, (avg + eps) / centre - 1, eps / centre)
+    half = half * 1.0001 + extra
+    v, u = max(0.0, centre * (1 - half)), centre * (1 + half)
+    plan = Plan(np.random.default_rng(seed).integers(0, n, loads.size), n)
+    d = make_policy("elb", band=[v, u]).decide(plan, Window(loads))
+    assert d.plan.live[d.plan.assignment].all()
+    assert d.plan.parallelism == math.ceil(2 * w / (u + v) * (1 - 1e-9))
+    after = d.plan.engine_loads(loads)[d.plan.live]
+    assert (after >= v - 1e-9).all() and (after <= u + 1e-9).all()
