@@ -122,6 +122,7 @@ class PlannerConfig(_Section):
     cooldown_windows: int = Field(0, ge=0)
     max_step: int = Field(0, ge=0)
     dry_run: bool = False
+    objective: Literal["mean", "expected"] = "mean"
 
 
 class AirflowConfig(_Section):

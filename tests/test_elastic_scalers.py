@@ -207,3 +207,16 @@ def test_controller_limits_come_from_the_graph():
     # Steps of at most 2 from 1 engine: the planner starts ramping before the load arrives.
     assert [d.engines_after for d in ds] == [3, 5, 6, 6]
     assert all("max_step" not in d.reason for d in ds)
+
+
+def test_controller_from_config_uses_the_planner_section():
+    from keyshift.config import load_config
+    from keyshift.elastic.controller import controller_from_config
+
+    cfg = load_config(env={"KEYSHIFT_PLANNER__HORIZON": "7", "KEYSHIFT_PLANNER__MAX_STEP": "2",
+                           "KEYSHIFT_PLANNER__DRY_RUN": "true",
+                           "KEYSHIFT_PLANNER__OBJECTIVE": "expected"})
+    ctl = controller_from_config(cfg)
+    assert (ctl.horizon, ctl.max_step, ctl.dry_run, ctl.objective) == (7, 2, True, "expected")
+    assert ctl.max_engines == cfg.engines.max and ctl.min_engines == cfg.engines.min
+    assert ctl.window_s == cfg.controller.window_s

@@ -125,3 +125,24 @@ class PathController(Scaler):
         self.position_ += 1
         return target, "; ".join(notes), extra
 
+
+
+def controller_from_config(cfg) -> PathController:
+    """The streaming controller's planner from ``[planner]``, ``[engines]`` and the window
+    length ``controller.window_s``; planner min/max 0 fall back to ``engines.min/max``."""
+    p = cfg.planner
+    return PathController(
+        max_engines=p.max_engines or cfg.engines.max,
+        min_engines=p.min_engines or cfg.engines.min,
+        cooldown_windows=p.cooldown_windows,
+        max_step=p.max_step,
+        dry_run=p.dry_run,
+        horizon=p.horizon,
+        window_s=cfg.controller.window_s,
+        mc=p.mc,
+        ec=p.ec,
+        rc=p.rc,
+        theta1=p.theta1,
+        theta2=p.theta2,
+        objective=p.objective,
+    )
