@@ -62,10 +62,13 @@ class _SimulateParser(_Parser):
     """Step one tolerates a scenario's options; step two parses them strictly."""
 
     def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
-        ns, extras = super().parse_known_args(args, namespace)
-        scenario = getattr(ns, "scenario", None)
-        if not scenario:
-            return ns, extras
+        args = list(args) if args is not None else []
+        scenario = _scenario_name(args)
+        if scenario is None:
+            ns, extras = super().parse_known_args(args, namespace)
+            scenario = getattr(ns, "scenario", None)
+            if not scenario:
+                return ns, extras
         if scenario not in SCENARIOS:
             self.error(f"argument --scenario: unknown scenario {scenario!r}; "
                        f"choose one of {', '.join(SCENARIOS)}")
@@ -73,13 +76,24 @@ class _SimulateParser(_Parser):
             module = importlib.import_module(SCENARIOS[scenario])
         except ImportError as exc:
             self.error(f"scenario {scenario} is not available ({exc})")
-        full = _Parser(prog=self.prog, description=module.__doc__)
+        full = _Parser(prog=self.prog, description=module.__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
         add_generic_arguments(full)
         add = getattr(module, "add_arguments", None)
         if add is not None:
             add(full.add_argument_group(f"{scenario} options"))
         full.set_defaults(func=run, _scenario_module=module)
         return full.parse_args(args), []
+
+
+def _scenario_name(args: list[str]) -> str | None:
+    """The value of --scenario, found before any parsing so that -h shows its options."""
+    for i, a in enumerate(args):
+        if a == "--scenario" and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith("--scenario="):
+            return a.split("=", 1)[1]
+    return None
 
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
