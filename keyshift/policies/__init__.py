@@ -21,6 +21,7 @@ REGISTRY: dict[str, str] = {
     "uhlb": "keyshift.policies.uhlb:UniversalHashing",
     "pkg": "keyshift.policies.pkg:PartialKeyGrouping",
     "elb": "keyshift.policies.elb:EagerLoadBalancing",
+    "clb": "keyshift.policies.clb:CorrelationLoadBalancing",
 }
 
 
