@@ -114,6 +114,10 @@ def _policy(label: str, args: argparse.Namespace) -> tuple[Policy, int, int]:
     return make_policy(label.lower()), 1, 0
 
 
+def res_every(label: str, args: argparse.Namespace) -> int:
+    return args.clb_period if label == "CLB" else 1
+
+
 def run_one(args: argparse.Namespace, stream: str, label: str, n: int) -> SimResult:
     rate = args.rate or 10_000.0
     window = args.window or 60.0
@@ -140,16 +144,16 @@ def run_one(args: argparse.Namespace, stream: str, label: str, n: int) -> SimRes
     return sim.run(duration, progress=show_progress(args), label=f"{stream} {label} n={n}")
 
 
-def movement(res: SimResult) -> tuple[float, float]:
+def movement(res: SimResult, every: int) -> tuple[float, float]:
     """(mean % of state moved per decision, amortised % per window).
 
-    The first decision is the policy's initial placement (every run starts from the same
-    hash plan), not a rebalance, so it is left out.
+    For a policy asked every window, the first decision (after one window) is its initial
+    placement away from the common starting hash plan, not a rebalance, so it is left out.
+    A periodic policy's first decision (CLB after m windows) is a real rebalance and counts.
     """
+    decisions = res.decisions[1:] if every == 1 else res.decisions
     pct = [
-        100.0 * d["moved_state"] / d["state_total"]
-        for d in res.decisions[1:]
-        if d["state_total"] > 0
+        100.0 * d["moved_state"] / d["state_total"] for d in decisions if d["state_total"] > 0
     ]
     per_decision = float(np.mean(pct)) if pct else 0.0
     amortised = float(np.sum(pct) / max(len(res.windows), 1))
@@ -168,7 +172,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for label in available:
                 res = run_one(args, stream, label, n)
                 results[(stream, label, n)] = res
-                per_dec, amort = movement(res)
+                per_dec, amort = movement(res, res_every(label, args))
                 s = res.summary()
                 after = [d["var_after"] for d in res.decisions]
                 stats[f"{stream}/{label}/n={n}"] = {
