@@ -88,6 +88,31 @@ class BlockingRateModel:
         self.raw = np.full((connections, self.units + 1), np.nan)
         self.raw[:, 0] = 0.0
 
+    @classmethod
+    def from_samples(
+        cls, samples: list[np.ndarray], units: int, smoothing: float = 0.5, delta: float = 1e-6
+    ) -> "BlockingRateModel":
+        """A model whose raw grid holds the mean of the given (weight, rate) samples per unit.
+
+        ``samples[j]`` is an array of shape (k, 2); weights are rounded to whole units.
+        """
+        model = cls(len(samples), units, smoothing, delta)
+        for j, pts in enumerate(samples):
+            pts = np.asarray(pts, dtype=np.float64).reshape(-1, 2)
+            if not np.isfinite(pts).all():
+                raise SplitInputError(f"connections[{j}].samples", "must hold finite numbers")
+            if ((pts[:, 0] < 0) | (pts[:, 0] > units)).any():
+                raise SplitInputError(f"connections[{j}].samples", f"weights must lie in [0, {units}]")
+            if (pts[:, 1] < 0).any():
+                raise SplitInputError(f"connections[{j}].samples", "blocking rates must be ≥ 0")
+            cols = np.rint(pts[:, 0]).astype(np.int64)
+            keep = cols > 0
+            sums = np.bincount(cols[keep], weights=pts[keep, 1], minlength=units + 1)
+            counts = np.bincount(cols[keep], minlength=units + 1)
+            seen = counts > 0
+            model.raw[j, seen] = sums[seen] / counts[seen]
+        return model
+
     @property
     def connections(self) -> int:
         return int(self.raw.shape[0])

@@ -9,6 +9,8 @@ Weights are integers in units of 1/``units`` of the tuples (the paper: 1000 unit
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from keyshift.split.blocking import BlockingRateModel
@@ -109,33 +111,47 @@ class WeightedSplit:
         """Fox's greedy over the current functions (clustered when there are many connections)."""
         n = self.model_.connections
         lo, hi = self._bounds()
-        if n < self.cluster_from:
-            F = self.model_.functions(tilt=True)
-            w = fox_minimax(F, self.units, lo, hi, validate=False)
-            self.labels_ = np.arange(n, dtype=np.int64)
-            self.max_blocking_ = float(F[np.arange(n), w].max())
-            return w
-        labels = cluster_connections(self.model_.functions(tilt=False), self.cluster_threshold, self.delta)
-        self.labels_ = labels
-        return self._solve_clustered(labels, lo, hi)
-
-    def _solve_clustered(self, labels: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-        """Fox over one pooled function per cluster; a cluster's weight is shared evenly.
-
-        A cluster of c members at total weight W runs each member at W / c, so its function
-        is the pooled per-member function read at W / c.
-        """
-        k = int(labels.max()) + 1
-        grid = np.arange(self.units + 1, dtype=np.float64)
-        G = np.empty((k, self.units + 1))
-        members = [np.flatnonzero(labels == c) for c in range(k)]
-        for c, idx in enumerate(members):  # one row per cluster
-            G[c] = np.interp(grid / idx.size, grid, self.model_.pooled(idx))
-        clo = np.bincount(labels, weights=lo, minlength=k).astype(np.int64)
-        chi = np.minimum(np.bincount(labels, weights=hi, minlength=k).astype(np.int64), self.units)
-        W = fox_minimax(G, self.units, clo, chi, validate=False)
-        self.max_blocking_ = float(G[np.arange(k), W].max())
-        w = np.empty(labels.size, dtype=np.int64)
-        for c, idx in enumerate(members):
-            w[idx] = spread(W[c], idx.size)
+        labels = None
+        if n >= self.cluster_from:
+            labels = cluster_connections(self.model_.functions(tilt=False), self.cluster_threshold, self.delta)
+        w, self.max_blocking_ = solve_weights(
+            self.model_.functions(tilt=labels is None), lo, hi, labels, self.model_.pooled
+        )
+        self.labels_ = np.arange(n, dtype=np.int64) if labels is None else labels
         return w
+
+
+def solve_weights(
+    functions: np.ndarray,
+    lower: np.ndarray,
+    upper: np.ndarray,
+    labels: np.ndarray | None = None,
+    pooled: Callable[[np.ndarray], np.ndarray] | None = None,
+) -> tuple[np.ndarray, float]:
+    """Weights (units) and the predicted max blocking, per connection or per cluster (§5.3).
+
+    With ``labels``, each cluster gets one function and Fox runs over clusters; a cluster of c
+    members at total weight W runs each member at W / c, so its function is the per-member
+    function (``pooled(members)``, default the members' mean) read at W / c. The cluster's
+    weight is then shared evenly among its members.
+    """
+    F = np.asarray(functions, dtype=np.float64)
+    units = F.shape[1] - 1
+    total = units
+    if labels is None:
+        w = fox_minimax(F, total, lower, upper, validate=False)
+        return w, float(F[np.arange(F.shape[0]), w].max())
+    k = int(labels.max()) + 1
+    grid = np.arange(units + 1, dtype=np.float64)
+    members = [np.flatnonzero(labels == c) for c in range(k)]
+    G = np.empty((k, units + 1))
+    for c, idx in enumerate(members):  # one row per cluster
+        base = pooled(idx) if pooled is not None else F[idx].mean(axis=0)  # tilted: ties spread
+        G[c] = np.interp(grid / idx.size, grid, base)
+    clo = np.bincount(labels, weights=lower, minlength=k).astype(np.int64)
+    chi = np.minimum(np.bincount(labels, weights=upper, minlength=k).astype(np.int64), total)
+    W = fox_minimax(G, total, clo, chi, validate=False)
+    w = np.empty(labels.size, dtype=np.int64)
+    for c, idx in enumerate(members):
+        w[idx] = spread(W[c], idx.size)
+    return w, float(G[np.arange(k), W].max())

@@ -1,0 +1,151 @@
+"""``keyshift split``: the weighted split of an ordered, stateless region, as a filter.
+
+One JSON object on stdin, one on stdout (like ``keyshift rebalance``). Either per-connection
+blocking-rate samples, from which the functions are built as the controller builds them
+(blocking-rate §5.1), or the functions themselves; Fox's greedy then picks the weights
+(§5.2), over clusters of similar connections when there are 32 or more (§5.3).
+See docs/split.md for the format.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+from keyshift.cli import UsageError
+from keyshift.split import (
+    BlockingRateModel,
+    SplitInputError,
+    check_problem,
+    cluster_connections,
+)
+from keyshift.split.splitter import solve_weights
+
+
+def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "split",
+        help="weights for an ordered parallel region from blocking rates (JSON in, JSON out)",
+        description="Read one JSON object on stdin (see docs/split.md), print the weights.",
+    )
+    p.add_argument("--input", "-i", help="read this file instead of stdin")
+    p.add_argument("--pretty", action="store_true", help="indent the output")
+    p.set_defaults(func=run)
+    return p
+
+
+def _int(value: Any, field: str, low: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+        raise SplitInputError(field, "must be a whole number")
+    if value < low:
+        raise SplitInputError(field, f"must be ≥ {low}")
+    return int(value)
+
+
+def _number(value: Any, field: str, low: float, high: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low < value < high:
+        raise SplitInputError(field, f"must be a number in ({low}, {high})")
+    return float(value)
+
+
+def _bounds_from(conns: list[dict], total: int) -> tuple[np.ndarray, np.ndarray]:
+    lo = np.array([_int(c.get("min", 0), f"connections[{j}].min") for j, c in enumerate(conns)])
+    hi = np.array([_int(c.get("max", total), f"connections[{j}].max") for j, c in enumerate(conns)])
+    return lo, hi
+
+
+def solve_request(req: Any) -> dict[str, Any]:
+    """The whole command without I/O: request object in, response object out."""
+    if not isinstance(req, dict):
+        raise SplitInputError("input", "must be a JSON object")
+    unknown = set(req) - {"total", "connections", "functions", "min", "max", "cluster",
+                          "cluster_threshold", "delta", "smoothing"}
+    if unknown:
+        raise SplitInputError(sorted(unknown)[0], "unknown field")
+    if ("connections" in req) == ("functions" in req):
+        raise SplitInputError("input", "give exactly one of 'connections' (samples) or 'functions'")
+    delta = _number(req.get("delta", 1e-6), "delta", 0.0, 1.0)
+    threshold = _number(req.get("cluster_threshold", 0.7), "cluster_threshold", 0.0, float("inf"))
+    cluster = req.get("cluster", "auto")
+    if cluster not in ("auto", True, False):
+        raise SplitInputError("cluster", "must be true, false or \"auto\"")
+    started = time.perf_counter()
+    pooled = None
+    if "connections" in req:
+        conns = req["connections"]
+        if not isinstance(conns, list) or not conns or not all(isinstance(c, dict) for c in conns):
+            raise SplitInputError("connections", "must be a non-empty list of objects")
+        total = _int(req.get("total", 1000), "total", 1)
+        samples = []
+        for j, c in enumerate(conns):
+            extra = set(c) - {"samples", "min", "max"}
+            if extra:
+                raise SplitInputError(f"connections[{j}].{sorted(extra)[0]}", "unknown field")
+            pts = c.get("samples", [])
+            if not isinstance(pts, list) or not all(
+                isinstance(p, list) and len(p) == 2 and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in p)
+                for p in pts
+            ):
+                raise SplitInputError(f"connections[{j}].samples", "must be a list of [weight, blocking_rate] pairs")
+            samples.append(np.array(pts, dtype=np.float64).reshape(-1, 2))
+        smoothing = _number(req.get("smoothing", 0.5), "smoothing", 0.0, 1.0 + 1e-12)
+        model = BlockingRateModel.from_samples(samples, total, smoothing, delta)
+        plain, tilted = model.functions(tilt=False), model.functions(tilt=True)
+        lo, hi = _bounds_from(conns, total)
+        pooled = model.pooled
+    else:
+        funcs = req["functions"]
+        if not isinstance(funcs, list) or not funcs or not all(isinstance(f, list) for f in funcs):
+            raise SplitInputError("functions", "must be a non-empty list of lists of numbers")
+        if len({len(f) for f in funcs}) != 1:
+            raise SplitInputError("functions", "must all have the same length (R + 1 weights)")
+        try:
+            plain = np.array(funcs, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise SplitInputError("functions", "must hold numbers only") from None
+        total = _int(req.get("total", plain.shape[1] - 1), "total", 1)
+        n = plain.shape[0]
+        lo = np.array(req.get("min", [0] * n)) if isinstance(req.get("min", []), list) else None
+        hi = np.array(req.get("max", [plain.shape[1] - 1] * n)) if isinstance(req.get("max", []), list) else None
+        if lo is None:
+            raise SplitInputError("min", "must be a list, one per function")
+        if hi is None:
+            raise SplitInputError("max", "must be a list, one per function")
+        tilted = plain + delta * np.arange(plain.shape[1])
+    tilted, total, lo, hi = check_problem(tilted, total, lo, hi)
+    n = tilted.shape[0]
+    use_clusters = (cluster is True) or (cluster == "auto" and n >= 32)
+    labels = cluster_connections(plain, threshold, delta) if use_clusters and n > 1 else None
+    weights, _ = solve_weights(tilted, lo, hi, labels, pooled)
+    elapsed_ms = (time.perf_counter() - started) * 1e3
+    predicted = plain[np.arange(n), np.minimum(weights, plain.shape[1] - 1)]
+    return {
+        "weights": weights.tolist(),
+        "total": total,
+        "max_blocking": float(predicted.max()),
+        "predicted_blocking": predicted.tolist(),
+        "clusters": (labels if labels is not None else np.arange(n)).tolist(),
+        "elapsed_ms": round(elapsed_ms, 3),
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        text = open(args.input, encoding="utf-8").read() if args.input else sys.stdin.read()
+    except OSError as exc:
+        raise UsageError(f"input: cannot read {args.input}: {exc.strerror}") from None
+    try:
+        req = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"input: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    try:
+        out = solve_request(req)
+    except SplitInputError as exc:
+        raise UsageError(str(exc)) from None
+    print(json.dumps(out, indent=2 if args.pretty else None))
+    return 0
