@@ -198,9 +198,10 @@ def summarise(ev: dict[str, Any]) -> list[dict[str, Any]]:
         row = res.summary()
         row["series"] = ev["series"]
         if ref:
+            # None: the static maximum missed nothing, so the ratio is undefined.
             row["missed_vs_static"] = (
                 row["missed_tuples"] / ref["missed_tuples"] if ref["missed_tuples"] > 0
-                else (1.0 if row["missed_tuples"] == 0 else float("inf"))
+                else (1.0 if row["missed_tuples"] == 0 else None)
             )
             row["engine_hours_vs_static"] = row["engine_hours"] / ref["engine_hours"]
             row["cost_vs_static"] = row["total_cost"] / ref["total_cost"]
@@ -235,9 +236,11 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
             "| total cost | × static | scale actions | plan ms (median) |")
     lines = [head, "|" + "---|" * 11]
     for r in rows:
+        ratio = r.get("missed_vs_static", float("nan"))
+        ratio_s = "n/a (static 0)" if ratio is None else f"{ratio:.3g}"
         lines.append(
-            f"| {r['series']} | {r['policy']} | {r['missed_tuples']:.4g} | {r['missed_pct']:.3f} "
-            f"| {r.get('missed_vs_static', float('nan')):.3g} | {r['engine_hours']:.1f} "
+            f"| {r['series']} | {r['policy']} | {r['missed_tuples']:.4g} | {r['missed_pct']:.3g} "
+            f"| {ratio_s} | {r['engine_hours']:.1f} "
             f"| {r.get('engine_hours_vs_static', float('nan')):.2f} | {r['total_cost']:.4g} "
             f"| {r.get('cost_vs_static', float('nan')):.2f} | {r['scale_actions']} "
             f"| {r['planner_ms_median']:.2f} |"
@@ -245,28 +248,34 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def plot_series(ev: dict[str, Any], out: Path) -> Path:
+def plot_series(ev: dict[str, Any], out: Path, zoom_days: float = 7.0) -> Path:
+    """Load and engines over the first ``zoom_days`` (Fig. 14), cumulative cost (Fig. 15) and
+    missed tuples (Fig. 16) over the whole evaluation."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     days = (ev["t"] - ev["t"][0]) / 86_400.0
-    fig, axes = plt.subplots(4, 1, figsize=(11, 11), sharex=True)
-    axes[0].plot(days, ev["in"], color="black", lw=0.7)
+    zoom = days <= zoom_days
+    fig, axes = plt.subplots(4, 1, figsize=(11, 12))
+    axes[0].plot(days[zoom], ev["in"][zoom], color="black", lw=0.9, label="tuples in")
     axes[0].axhline(ev["capacity_k"], color="grey", ls="--", lw=0.8, label="capacity at max engines")
     axes[0].set_ylabel("tuples / window")
     axes[0].legend(loc="upper right", fontsize=8)
     for policy, res in ev["results"].items():
-        axes[1].step(days, res.engines, where="post", lw=0.8, label=policy)
+        axes[1].step(days[zoom], res.engines[zoom], where="post", lw=1.0, label=policy)
         axes[2].plot(days, np.cumsum(res.cost), lw=0.9, label=policy)
         axes[3].plot(days, np.cumsum(res.missed), lw=0.9, label=policy)
+    axes[0].set_title(f"first {zoom_days:g} days of the evaluation", fontsize=9)
     axes[1].set_ylabel("engines (Fig. 14)")
+    axes[1].set_xlabel("days")
     axes[2].set_ylabel("cumulative cost (Fig. 15)")
-    axes[3].set_ylabel("cumulative missed (Fig. 16)")
-    axes[3].set_yscale("symlog")
+    axes[3].set_ylabel("cumulative missed tuples (Fig. 16)")
+    axes[3].set_yscale("symlog", linthresh=1.0)
     axes[3].set_xlabel("days into the evaluation")
     axes[1].legend(loc="upper right", fontsize=8, ncol=3)
+    axes[2].legend(loc="upper left", fontsize=8, ncol=3)
     fig.suptitle(f"{SERIES[ev['series']][1]}: planner vs baselines")
     fig.tight_layout()
     path = out / f"elastic_{ev['series']}.png"
@@ -299,7 +308,7 @@ def plot_timing(rows: list[dict[str, float]], out: Path) -> Path:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of this scenario (the generic --scenario/--json/--seed/--report-dir are the
     simulate command's)."""
-    g = parser.add_argument_group("elastic scenario")
+    g = parser
     g.add_argument("--series", default="all", choices=[*SERIES, "all"])
     g.add_argument("--forecaster", default="seasonal", choices=["seasonal", "gp"])
     g.add_argument("--policies", default=",".join(POLICIES),
@@ -307,7 +316,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--max-engines", type=int, default=16, help="K, the static maximum")
     g.add_argument("--initial", type=int, default=4, help="engines at the start of each part")
     g.add_argument("--horizon", type=int, default=10, help="H windows")
-    g.add_argument("--mc", type=float, default=1.0, help="cost per missed tuple")
+    g.add_argument("--mc", type=float, default=10.0, help="cost per missed tuple")
     g.add_argument("--ec", type=float, default=1.0, help="cost per engine-second")
     g.add_argument("--rc", type=float, default=300.0, help="cost per engine-count change")
     g.add_argument("--theta1", type=float, default=0.0, help="arc cost σ bound (0 off)")
@@ -334,7 +343,8 @@ def _with_defaults(args: argparse.Namespace) -> argparse.Namespace:
         p = argparse.ArgumentParser()
         add_arguments(p)
         _DEFAULTS.update(vars(p.parse_args([])))
-        _DEFAULTS.update({"json": False, "seed": 0, "report_dir": None})
+        _DEFAULTS.update({"json": False, "seed": 0, "report_dir": None, "engines": None,
+                          "policy": None})
     merged = dict(_DEFAULTS)
     merged.update({k: v for k, v in vars(args).items() if v is not None or k not in merged})
     return argparse.Namespace(**merged)
@@ -348,7 +358,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     unknown = [p for p in policies if p not in POLICIES]
     if unknown or not policies:
         raise ElasticInputError("policies", f"unknown {unknown or policies}; known: {', '.join(POLICIES)}")
+    if getattr(args, "policy", None):  # the simulate command's generic --policy: just that one
+        if args.policy not in POLICIES:
+            raise ElasticInputError("policy", f"unknown {args.policy!r}; known: {', '.join(POLICIES)}")
+        policies = [args.policy] if args.policy == "static-max" else ["static-max", args.policy]
     args.policies = policies
+    if getattr(args, "engines", None):  # generic --engines: the maximum K
+        args.max_engines = args.engines
     if args.max_engines < 1 or not 1 <= args.initial <= args.max_engines:
         raise ElasticInputError("initial", f"need 1 <= initial <= max_engines, got {args.initial}, {args.max_engines}")
     if not 0 < args.train_frac < 1:
@@ -356,9 +372,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if not 0 < args.peak_util:
         raise ElasticInputError("peak_util", f"must be > 0, got {args.peak_util}")
     names = list(SERIES) if args.series == "all" else [args.series]
-    report = Path(args.report_dir) if args.report_dir else None
-    if report is not None:
-        report.mkdir(parents=True, exist_ok=True)
+    from keyshift.experiments.report import report_dir
+
+    report = report_dir(args.report_dir, "elastic")
 
     from rich.progress import Progress
 
@@ -377,10 +393,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             fits[name] = {"window_s": ev["window_s"], "train_windows": ev["train_windows"],
                           "test_windows": int(ev["in"].size),
                           "latency_fit_s": {"a": ev["lat_fit"][0], "b_per_engine": ev["lat_fit"][1]}}
-            if report is not None:
-                plots.append(str(plot_series(ev, report)))
+            plots.append(str(plot_series(ev, report)))
     timing = planner_timing() if args.timing else []
-    if report is not None and timing:
+    if timing:
         plots.append(str(plot_timing(timing, report)))
     out = {"scenario": "elastic", "forecaster": args.forecaster, "rows": rows, "series": fits,
            "planner_timing": timing, "plots": plots,
@@ -395,7 +410,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 print(f"| {r['horizon']} | {r['states']} | {r['median_ms']:.3f} |")
         for p in plots:
             print(f"plot: {p}")
-    if report is not None:
-        (report / "elastic.json").write_text(json.dumps(out, indent=2, default=float))
+    (report / "elastic.json").write_text(json.dumps(out, indent=2, default=float))
     return out
 
