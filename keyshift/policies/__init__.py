@@ -22,6 +22,7 @@ REGISTRY: dict[str, str] = {
     "pkg": "keyshift.policies.pkg:PartialKeyGrouping",
     "elb": "keyshift.policies.elb:EagerLoadBalancing",
     "clb": "keyshift.policies.clb:CorrelationLoadBalancing",
+    "optimal": "keyshift.policies.optimal:ExactReference",
 }
 
 
