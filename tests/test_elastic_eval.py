@@ -153,3 +153,20 @@ def test_planner_timing_rows():
     rows = elastic.planner_timing(horizons=(10, 20), states=(8,), repeats=2)
     assert [(r["horizon"], r["states"]) for r in rows] == [(10, 8), (20, 8)]
     assert all(r["median_ms"] > 0 for r in rows)
+
+
+def test_simulate_command_dispatches_the_scenario(shared_data, tmp_path, capsys):
+    from keyshift.cli import main
+
+    status = main(["simulate", "--scenario", "elastic", "--series", "bikes", "--windows", "120",
+                   "--no-timing", "--json", "--report-dir", str(tmp_path), "--policy", "ds2",
+                   "--engines", "12", "--data-dir", str(shared_data)])
+    out, err = capsys.readouterr()
+    assert status == 0, err
+    doc = json.loads(out)
+    assert {r["policy"] for r in doc["rows"]} == {"static-max", "ds2"}
+    assert doc["params"]["max_engines"] == 12
+    status = main(["simulate", "--scenario", "elastic", "--initial", "40", "--no-timing",
+                   "--report-dir", str(tmp_path), "--data-dir", str(shared_data)])
+    _, err = capsys.readouterr()
+    assert status == 2 and "initial" in err and err.count("\n") == 1
