@@ -52,7 +52,7 @@ def fit_function(
 def _curve(xs: np.ndarray, ys: np.ndarray, weights: np.ndarray, units: int, delta: float) -> np.ndarray:
     """Monotone regression of sorted samples, then linear inter/extrapolation on 0..units."""
     grid = np.arange(units + 1, dtype=np.float64)
-    if xs.size > 1:
+    if xs.size > 1 and (np.diff(ys) < 0).any():  # usually already monotone: skip the solver
         ys = isotonic_regression(ys, weights=weights, increasing=True).x
         ys[0] = 0.0 if ys[0] > 0.0 else ys[0]
         ys = np.maximum.accumulate(ys)
@@ -87,6 +87,8 @@ class BlockingRateModel:
         self.delta = float(delta)
         self.raw = np.full((connections, self.units + 1), np.nan)
         self.raw[:, 0] = 0.0
+        self._fitted = np.zeros_like(self.raw)
+        self._dirty = np.ones(connections, dtype=bool)  # rows whose samples changed since the fit
 
     @classmethod
     def from_samples(
@@ -111,6 +113,7 @@ class BlockingRateModel:
             counts = np.bincount(cols[keep], minlength=units + 1)
             seen = counts > 0
             model.raw[j, seen] = sums[seen] / counts[seen]
+        model._dirty[:] = True
         return model
 
     @property
@@ -128,14 +131,17 @@ class BlockingRateModel:
         rows = np.flatnonzero(w > 0)  # weight 0 sends nothing, so it says nothing
         cols = w[rows]
         old = self.raw[rows, cols]
-        new = b[rows]
-        self.raw[rows, cols] = np.where(np.isnan(old), new, (1 - self.smoothing) * old + self.smoothing * new)
+        new = np.where(np.isnan(old), b[rows], (1 - self.smoothing) * old + self.smoothing * b[rows])
+        self._dirty[rows[~(old == new)]] = True
+        self.raw[rows, cols] = new
 
     def decay(self, weights: np.ndarray, fraction: float) -> None:
         """Lower every raw sample beyond each connection's current weight by ``fraction``."""
         if fraction <= 0:
             return
         beyond = np.arange(self.units + 1)[None, :] > np.asarray(weights, dtype=np.int64)[:, None]
+        beyond &= self.raw > 0  # NaN and zero samples do not change
+        self._dirty |= beyond.any(axis=1)
         self.raw[beyond] *= 1.0 - fraction
 
     def pooled(self, members: np.ndarray) -> np.ndarray:
@@ -148,10 +154,16 @@ class BlockingRateModel:
         return _curve(cols.astype(np.float64), means, counts[cols].astype(np.float64), self.units, self.delta)
 
     def functions(self, tilt: bool = True) -> np.ndarray:
-        """F_j on 0..units for every connection, shape (N, units + 1)."""
-        delta = self.delta if tilt else 0.0
-        out = np.empty_like(self.raw)
-        for j, row in enumerate(self.raw):  # one row per connection, never per tuple
+        """F_j on 0..units for every connection, shape (N, units + 1).
+
+        Only rows whose samples changed since the last call are refitted: most connections
+        see no blocking in most intervals (drafting), so most rows stay as they were.
+        """
+        for j in np.flatnonzero(self._dirty):  # one row per connection, never per tuple
+            row = self.raw[j]
             cols = np.flatnonzero(~np.isnan(row))
-            out[j] = _curve(cols.astype(np.float64), row[cols], np.ones(cols.size), self.units, delta)
-        return out
+            self._fitted[j] = _curve(cols.astype(np.float64), row[cols], np.ones(cols.size), self.units, 0.0)
+        self._dirty[:] = False
+        if tilt and self.delta:
+            return self._fitted + self.delta * np.arange(self.units + 1)
+        return self._fitted.copy()

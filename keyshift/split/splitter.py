@@ -112,11 +112,11 @@ class WeightedSplit:
         n = self.model_.connections
         lo, hi = self._bounds()
         labels = None
+        plain = self.model_.functions(tilt=False)
         if n >= self.cluster_from:
-            labels = cluster_connections(self.model_.functions(tilt=False), self.cluster_threshold, self.delta)
-        w, self.max_blocking_ = solve_weights(
-            self.model_.functions(tilt=labels is None), lo, hi, labels, self.model_.pooled
-        )
+            labels = cluster_connections(plain, self.cluster_threshold, self.delta)
+        tilted = plain + self.delta * np.arange(self.units + 1)
+        w, self.max_blocking_ = solve_weights(tilted, lo, hi, labels, self.model_.pooled)
         self.labels_ = np.arange(n, dtype=np.int64) if labels is None else labels
         return w
 
