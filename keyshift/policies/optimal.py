@@ -90,6 +90,14 @@ class ExactReference(Policy):
                 "objective", f"must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}"
             )
         theta = check_theta(self.theta)
+        for field in ("time_limit", "tol"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise PolicyInputError(field, f"must be a number > 0, got {value!r}")
+        for field in ("max_groups", "max_engines", "max_rounds"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise PolicyInputError(field, f"must be an integer >= 1, got {value!r}")
         budget = self.budget
         if budget is not None:
             try:
