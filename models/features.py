@@ -1,0 +1,118 @@
+"""Feature vectors of the two forecasters (elastic-cep §III-B), built in ONE place so that the
+nightly training job and the online planner see exactly the same columns in the same units.
+
+Input rate GP:  x = (timestamp, time of day, day of week)
+Latency GP:     x = (timestamp, time of day, day of week, engines)
+
+The timestamp lets the GP follow the short-term trend; time of day and day of week tie a
+future window to the same hour of earlier days and weeks (the paper's argument for them); the
+engine count is in the latency model only, because latency depends on it and the input rate
+does not. Units are plain (epoch seconds, hours, days, engines): the GPs standardise their
+inputs themselves, so a stored model never depends on how a caller scaled its features.
+Times are read as UTC.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from keyshift.schemas import TABLES
+
+RATE_FEATURES: tuple[str, ...] = ("timestamp", "time_of_day", "day_of_week")
+LATENCY_FEATURES: tuple[str, ...] = RATE_FEATURES + ("engines",)
+TIMESTAMP_COLUMN = 0  # index of the timestamp in both feature vectors (seasonal models use it)
+
+_METRICS_NEEDED = ("window_start", "input_rate", "latency_s", "engines")
+_DAY_S = 86_400.0
+
+
+class FeatureError(ValueError):
+    """Input to feature building is unusable; the message names the field."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+def to_epoch_seconds(timestamps: Any, field: str = "timestamps") -> np.ndarray:
+    """Epoch seconds (float64, UTC) from datetimes, ISO strings or numbers (already seconds)."""
+    arr = timestamps.to_numpy() if isinstance(timestamps, (pd.Series, pd.Index)) else timestamps
+    arr = np.asarray(arr)
+    if arr.ndim != 1:
+        arr = arr.reshape(-1)
+    if arr.size == 0:
+        return np.empty(0, dtype=np.float64)
+    if np.issubdtype(arr.dtype, np.number) and not np.issubdtype(arr.dtype, np.timedelta64):
+        secs = arr.astype(np.float64)
+    else:
+        try:
+            parsed = pd.to_datetime(pd.Series(arr), utc=True)
+        except (ValueError, TypeError) as exc:
+            raise FeatureError(field, f"not parseable as times ({exc})") from None
+        if parsed.isna().any():
+            raise FeatureError(field, f"{int(parsed.isna().sum())} missing time value(s)")
+        secs = (parsed - pd.Timestamp(0, tz="UTC")).dt.total_seconds().to_numpy(np.float64)
+    if not np.isfinite(secs).all():
+        raise FeatureError(field, "contains NaN or infinite times")
+    return secs
+
+
+def rate_features(timestamps: Any) -> np.ndarray:
+    """Features of the input-rate GP for the given window start times, shape (n, 3)."""
+    t = to_epoch_seconds(timestamps)
+    tod_h = np.mod(t, _DAY_S) / 3600.0
+    # 1970-01-01 was a Thursday: shift so that Monday is 0, as pandas' dayofweek.
+    dow = np.mod(np.floor(t / _DAY_S) + 3.0, 7.0)
+    return np.column_stack([t, tod_h, dow]).astype(np.float64)
+
+
+def latency_features(timestamps: Any, engines: Any) -> np.ndarray:
+    """Features of the latency GP: rate features plus the number of live engines, (n, 4)."""
+    base = rate_features(timestamps)
+    eng = np.asarray(engines, dtype=np.float64).reshape(-1)
+    if eng.size == 1 and base.shape[0] != 1:
+        eng = np.full(base.shape[0], eng[0])
+    if eng.shape[0] != base.shape[0]:
+        raise FeatureError("engines", f"{eng.shape[0]} values for {base.shape[0]} timestamps")
+    if not np.isfinite(eng).all() or (eng < 1).any():
+        raise FeatureError("engines", "must be finite and >= 1")
+    return np.column_stack([base, eng])
+
+
+def build_features(
+    metrics: pd.DataFrame,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(X_rate, y_rate, X_lat, y_lat) from rows of the Delta ``metrics`` table.
+
+    Rows are ordered by ``window_start`` so a held-out tail is the most recent history.
+    Rows whose target is missing or not finite are dropped (a window that crashed mid-way
+    must not poison a nightly fit); a missing column is an error naming it.
+    """
+    if not isinstance(metrics, pd.DataFrame):
+        raise FeatureError("metrics", f"expected a pandas DataFrame, got {type(metrics).__name__}")
+    known = set(TABLES["metrics"].names)
+    for col in _METRICS_NEEDED:
+        if col not in known:  # guards against a schema change behind our back
+            raise FeatureError(col, "is no longer a column of the metrics table schema")
+        if col not in metrics.columns:
+            raise FeatureError(col, "missing from the metrics rows")
+    frame = metrics.loc[:, list(_METRICS_NEEDED)].copy()
+    for col in ("input_rate", "latency_s", "engines"):
+        frame[col] = pd.to_numeric(frame[col], errors="coerce")
+    frame = frame.dropna(subset=["window_start", "engines"])
+    frame = frame[np.isfinite(frame["engines"].to_numpy(np.float64))]
+    frame = frame.assign(_t=to_epoch_seconds(frame["window_start"], "window_start"))
+    frame = frame.sort_values("_t", kind="stable")
+
+    rate_ok = np.isfinite(frame["input_rate"].to_numpy(np.float64))
+    lat_ok = np.isfinite(frame["latency_s"].to_numpy(np.float64)) & (frame["engines"] >= 1)
+    rate = frame[rate_ok]
+    lat = frame[lat_ok.to_numpy()]
+    X_rate = rate_features(rate["_t"].to_numpy())
+    y_rate = rate["input_rate"].to_numpy(np.float64)
+    X_lat = latency_features(lat["_t"].to_numpy(), lat["engines"].to_numpy())
+    y_lat = lat["latency_s"].to_numpy(np.float64)
+    return X_rate, y_rate, X_lat, y_lat

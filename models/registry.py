@@ -1,0 +1,205 @@
+"""MLflow side of the forecasters: the pyfunc wrapper, logging, the registry and the champion.
+
+A GP is logged as an ``mlflow.pyfunc`` model whose artifact is the forecaster's own byte
+blob (parameters, scaling, training rows and state dict: an exact GP needs its training rows
+to predict). The pyfunc takes a DataFrame of the feature columns of ``models.features`` and
+returns ``mean`` and ``std`` columns, so any MLflow client can serve it; keyshift itself
+unwraps the forecaster to keep ``predict`` / ``add_observations``.
+
+Every failure to reach the store, find a model or alias, or read a model becomes one
+:class:`RegistryError` with a message fit for a log line: the caller (controller, planner)
+falls back to its reactive rule instead of crashing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+import mlflow
+import numpy as np
+import pandas as pd
+from mlflow import MlflowClient
+from mlflow.exceptions import MlflowException
+from mlflow.models import infer_signature
+
+from keyshift.config import Config
+from models.gp import GPForecaster
+
+EXPERIMENT = "keyshift-forecasters"
+Which = Literal["input_rate", "latency"]
+WHICH: tuple[str, ...] = ("input_rate", "latency")
+
+
+class RegistryError(RuntimeError):
+    """The tracking store, a registered model, its alias or its artifact is not usable."""
+
+
+class GPPyfuncModel(mlflow.pyfunc.PythonModel):
+    """pyfunc face of a :class:`models.gp.GPForecaster` (artifact ``gp``: its byte blob)."""
+
+    def load_context(self, context) -> None:
+        self.gp = GPForecaster.from_bytes(Path(context.artifacts["gp"]).read_bytes())
+
+    def predict(self, context, model_input, params=None):
+        names = list(self.gp.feature_names)
+        missing = [c for c in names if c not in model_input.columns]
+        if missing:
+            raise ValueError(f"model_input: missing feature columns {missing}")
+        mean, std = self.gp.predict(model_input[names].to_numpy(np.float64))
+        return pd.DataFrame({"mean": mean, "std": std})
+
+
+class Forecaster:
+    """A loaded registry version: ``predict(X) -> (mean, std)`` plus ``add_observations``
+    for the online updates between retrains (paper step 2)."""
+
+    def __init__(self, gp: GPForecaster, name: str, version: str) -> None:
+        self.gp = gp
+        self.name = name
+        self.version = version
+
+    @property
+    def feature_names(self) -> tuple[str, ...]:
+        return self.gp.feature_names
+
+    def predict(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
+        return self.gp.predict(X)
+
+    def add_observations(self, X: Any, y: Any) -> Forecaster:
+        self.gp.add_observations(X, y)
+        return self
+
+    def __repr__(self) -> str:
+        return f"Forecaster({self.name!r}, version={self.version})"
+
+
+def model_name(cfg: Config, which: str) -> str:
+    if which not in WHICH:
+        raise RegistryError(f"which: {which!r} is not one of {WHICH}")
+    return cfg.mlflow.input_rate_model if which == "input_rate" else cfg.mlflow.latency_model
+
+
+@contextlib.contextmanager
+def tracking(cfg: Config) -> Iterator[MlflowClient]:
+    """Point MLflow at ``cfg``'s store for the block and probe it; restore the previous URIs.
+
+    The probe turns "the store is down" into a RegistryError at once, instead of an HTTP
+    retry loop or an SQLAlchemy stack trace halfway through a training run.
+    """
+    uri = cfg.mlflow_tracking_uri
+    if uri.startswith("sqlite:///") and not cfg.mlflow.tracking_uri:
+        cfg.home_path.mkdir(parents=True, exist_ok=True)  # the default store lives in home
+    previous = (mlflow.get_tracking_uri(), mlflow.get_registry_uri())
+    saved_env = {k: os.environ.get(k) for k in
+                 ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT")}
+    try:
+        os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = saved_env[
+            "MLFLOW_HTTP_REQUEST_MAX_RETRIES"] or "0"
+        os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = saved_env["MLFLOW_HTTP_REQUEST_TIMEOUT"] or "10"
+        try:
+            mlflow.set_tracking_uri(uri)
+            mlflow.set_registry_uri(uri)
+            client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+            client.search_experiments(max_results=1)
+        except Exception as exc:  # any driver/HTTP error means the same thing to the caller
+            raise RegistryError(f"MLflow tracking store {uri} is unreachable: "
+                                f"{_first_line(exc)}") from exc
+        yield client
+    finally:
+        for key, value in saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        mlflow.set_tracking_uri(previous[0])
+        mlflow.set_registry_uri(previous[1])
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else type(exc).__name__
+
+
+def ensure_experiment(client: MlflowClient, cfg: Config, name: str = EXPERIMENT) -> str:
+    """The experiment's id, created with its artifacts under ``cfg.mlflow_artifact_root``."""
+    found = client.get_experiment_by_name(name)
+    if found is not None:
+        return found.experiment_id
+    root = cfg.mlflow_artifact_root
+    root.mkdir(parents=True, exist_ok=True)
+    return client.create_experiment(name, artifact_location=root.as_uri())
+
+
+def feature_frame(gp: GPForecaster, X: np.ndarray) -> pd.DataFrame:
+    return pd.DataFrame(np.asarray(X, dtype=np.float64), columns=list(gp.feature_names))
+
+
+def log_forecaster(gp: GPForecaster, artifact_name: str, registered_name: str,
+                   X_example: np.ndarray) -> str:
+    """Log ``gp`` in the active run with a signature, register it; return the new version."""
+    example = feature_frame(gp, X_example[:5])
+    mean, std = gp.predict(example.to_numpy())
+    signature = infer_signature(example, pd.DataFrame({"mean": mean, "std": std}))
+    with tempfile.TemporaryDirectory() as tmp:
+        blob = Path(tmp) / "gp.pt"
+        blob.write_bytes(gp.to_bytes())
+        info = mlflow.pyfunc.log_model(
+            name=artifact_name,
+            python_model=GPPyfuncModel(),
+            artifacts={"gp": str(blob)},
+            signature=signature,
+            input_example=example,
+            registered_model_name=registered_name,
+            pip_requirements=["torch", "gpytorch", "pandas", "numpy"],
+        )
+    if info.registered_model_version is None:
+        raise RegistryError(f"{registered_name}: registration returned no version")
+    return str(info.registered_model_version)
+
+
+def alias_version(client: MlflowClient, name: str, alias: str) -> str | None:
+    """The version behind ``name@alias``, or None when the model or the alias is missing."""
+    try:
+        return str(client.get_model_version_by_alias(name, alias).version)
+    except MlflowException:
+        return None
+
+
+def _load(uri: str, name: str, version: str) -> Forecaster:
+    try:
+        pyfunc = mlflow.pyfunc.load_model(uri)
+        gp = pyfunc.unwrap_python_model().gp
+    except Exception as exc:
+        raise RegistryError(f"cannot load {uri}: {_first_line(exc)}") from exc
+    return Forecaster(gp, name, version)
+
+
+def load_version(cfg: Config, which: str, version: str) -> Forecaster:
+    name = model_name(cfg, which)
+    with tracking(cfg):
+        return _load(f"models:/{name}/{version}", name, str(version))
+
+
+def load_champion(cfg: Config, which: str) -> Forecaster:
+    """The version of ``which`` behind ``cfg.mlflow.alias`` (default ``champion``).
+
+    Raises RegistryError when the store is unreachable, the model is not registered, the
+    alias is not set, or the artifact cannot be read — the caller falls back.
+    """
+    name = model_name(cfg, which)
+    alias = cfg.mlflow.alias
+    with tracking(cfg) as client:
+        try:
+            client.get_registered_model(name)
+        except MlflowException:
+            raise RegistryError(f"no registered model {name!r} at {cfg.mlflow_tracking_uri}; "
+                                "run the nightly retrain first") from None
+        version = alias_version(client, name, alias)
+        if version is None:
+            raise RegistryError(f"registered model {name!r} has no alias {alias!r}")
+        return _load(f"models:/{name}@{alias}", name, version)

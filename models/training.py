@@ -1,0 +1,129 @@
+"""The nightly retrain (DESIGN.md "Batch layer"): metrics history → features → both GPs →
+MLflow run (params, held-out metrics, models with signatures) → registry → champion alias.
+
+Champion rule: the new version takes the alias only if its RMSE on this run's held-out tail is
+lower than the current champion's RMSE on the SAME tail (the champion is re-scored here, never
+compared through numbers it logged on other data). A champion that cannot be loaded any more
+loses to any new version. The registered model is exactly the one that was scored (fitted on
+the head); serving adds the windows since then through ``add_observations``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import mlflow
+import numpy as np
+import pandas as pd
+
+from keyshift.config import Config
+from models.evaluation import score, split_tail
+from models.features import build_features
+from models.gp import GPForecaster, InputRateGP, LatencyGP
+from models.registry import (
+    EXPERIMENT,
+    RegistryError,
+    alias_version,
+    ensure_experiment,
+    load_version,
+    log_forecaster,
+    model_name,
+    tracking,
+)
+
+DEFAULT_MIN_ROWS = 48
+
+
+def _champion_decision(cfg: Config, client, which: str, new_rmse: float,
+                       X_test: np.ndarray, y_test: np.ndarray) -> dict[str, Any]:
+    name = model_name(cfg, which)
+    current = alias_version(client, name, cfg.mlflow.alias)
+    if current is None:
+        return {"move": True, "previous": None, "champion_rmse": None,
+                "reason": f"no {cfg.mlflow.alias} yet"}
+    try:
+        champion = load_version(cfg, which, current)
+        champion_rmse = score(y_test, champion.predict(X_test)[0])["rmse"]
+    except RegistryError as exc:
+        return {"move": True, "previous": current, "champion_rmse": None,
+                "reason": f"current {cfg.mlflow.alias} v{current} unreadable: {exc}"}
+    better = new_rmse < champion_rmse
+    verdict = "beats" if better else "does not beat"
+    return {"move": better, "previous": current, "champion_rmse": champion_rmse,
+            "reason": f"new RMSE {new_rmse:.6g} {verdict} v{current}'s {champion_rmse:.6g} "
+                      "on the same held-out tail"}
+
+
+def train_and_register(
+    metrics: pd.DataFrame,
+    cfg: Config,
+    test_fraction: float = 0.2,
+    min_rows: int = DEFAULT_MIN_ROWS,
+    kernel: str = "auto",
+    iters: int = 60,
+    experiment: str = EXPERIMENT,
+) -> dict[str, Any]:
+    """Fit, log, register and maybe promote both forecasters; return a summary.
+
+    Too little history (fewer than ``min_rows`` usable windows for either model) returns
+    ``{"skipped": reason}``: a fresh deployment is not a failure. An unreachable store raises
+    :class:`RegistryError` before any model is fitted.
+    """
+    if not 0 < test_fraction < 1:
+        raise ValueError(f"test_fraction: must be in (0, 1), got {test_fraction!r}")
+    if min_rows < 4:
+        raise ValueError(f"min_rows: must be >= 4, got {min_rows!r}")
+    X_rate, y_rate, X_lat, y_lat = build_features(metrics)
+    usable = min(len(y_rate), len(y_lat))
+    if usable < min_rows:
+        return {"skipped": f"{usable} usable metrics rows, need at least {min_rows}",
+                "rows": int(len(metrics))}
+    jobs: list[tuple[str, type[GPForecaster], np.ndarray, np.ndarray]] = [
+        ("input_rate", InputRateGP, X_rate, y_rate),
+        ("latency", LatencyGP, X_lat, y_lat),
+    ]
+    summary: dict[str, Any] = {"rows": int(len(metrics)), "models": {}}
+    with tracking(cfg) as client:
+        experiment_id = ensure_experiment(client, cfg, experiment)
+        run_name = f"retrain-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+        with mlflow.start_run(experiment_id=experiment_id, run_name=run_name) as run:
+            summary["run_id"] = run.info.run_id
+            mlflow.log_params({"test_fraction": test_fraction, "rows": len(metrics),
+                               "kernel_requested": kernel, "iters": iters})
+            for which, cls, X, y in jobs:
+                cut = split_tail(len(y), test_fraction, min_train=3, min_test=2)
+                gp = cls(kernel=kernel, iters=iters).fit(X[:cut], y[:cut])
+                held_out = score(y[cut:], gp.predict(X[cut:])[0])
+                held_out["train_s"] = gp.train_seconds_
+                mlflow.log_params({f"{which}.{k}": v for k, v in gp.get_params().items()})
+                mlflow.log_params({f"{which}.kernel": gp.kernel_, f"{which}.n_train": cut,
+                                   f"{which}.n_test": len(y) - cut})
+                mlflow.log_metrics({f"{which}_{k}": float(v) for k, v in held_out.items()})
+                mlflow.log_metrics({f"{which}_hp_{k}": v
+                                    for k, v in gp.hyperparameters().items()})
+                name = model_name(cfg, which)
+                version = log_forecaster(gp, which, name, X[cut:])
+                decision = _champion_decision(cfg, client, which, held_out["rmse"],
+                                              X[cut:], y[cut:])
+                if decision["champion_rmse"] is not None:
+                    mlflow.log_metric(f"{which}_champion_rmse", decision["champion_rmse"])
+                if decision["move"]:
+                    client.set_registered_model_alias(name, cfg.mlflow.alias, version)
+                client.set_model_version_tag(name, version, "holdout_rmse",
+                                             f"{held_out['rmse']:.6g}")
+                client.set_model_version_tag(name, version, "champion_decision",
+                                             decision["reason"])
+                mlflow.set_tag(f"{which}.champion", decision["reason"])
+                summary["models"][which] = {
+                    "name": name,
+                    "version": version,
+                    "metrics": held_out,
+                    "kernel": gp.kernel_,
+                    "champion_moved": bool(decision["move"]),
+                    "previous_champion": decision["previous"],
+                    "champion_rmse": decision["champion_rmse"],
+                    "reason": decision["reason"],
+                }
+    return summary
+
