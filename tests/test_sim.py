@@ -329,3 +329,15 @@ def test_trigger_rstd_skips_balanced_windows() -> None:
     assert calls == []
     Simulator(FixedWorkload([10.0, 1.0]), Spy(), cfg).run(5)
     assert len(calls) == 5
+
+
+def test_policy_that_changes_the_engine_count() -> None:
+    # ELB with an absolute band [v, u] sets π = ⌈2w/(u+v)⌉: 4 engines for this load
+    wl = zipf_workload(0.0, rate=3600.0, keys=256, groups=256)
+    cfg = SimConfig(engines=2, tick_s=0.5, window_s=1.0, service_rate=3000.0)
+    sim = Simulator(wl, make_policy("elb", band=(800.0, 1200.0)), cfg, seed=0)
+    res = sim.run(6)
+    assert res.windows[0].engines == 2
+    assert res.windows[-1].engines == 4
+    assert sim.plan.engines >= 4
+    assert conserved(sim) == pytest.approx(0.0, abs=1e-6 * res.generated)

@@ -80,3 +80,44 @@ def test_bad_trace_header(capsys: pytest.CaptureFixture[str], tmp_path: Path,
     trace.write_text("time,user\n1,a\n")
     assert main(["simulate", "--trace", str(trace)]) == 2
     assert "ts and key" in capsys.readouterr().err
+
+
+def test_heterogeneous_hosts_and_external_load(capsys: pytest.CaptureFixture[str],
+                                               ks_home: Path) -> None:
+    base = ["--engines", "2", "--groups", "64", "--zipf", "0", "--rate", "1000",
+            "--duration", "20", "--window", "1"]
+    even = run_json(capsys, *base, "--service-rates", "600,600")
+    slow = run_json(capsys, *base, "--service-rates", "600,300")
+    tenant = run_json(capsys, *base, "--service-rates", "600,600", "--external", "1:5:15:0.8")
+    assert even["missed"] < slow["missed"]
+    assert even["missed"] < tenant["missed"]
+
+
+@pytest.mark.parametrize(
+    "argv,needle",
+    [
+        (["--external", "0:1:x"], "--external"),
+        (["--external", "0:1:2:5"], "share"),
+        (["--service-rates", "1,a"], "--service-rates"),
+    ],
+)
+def test_bad_host_options(capsys: pytest.CaptureFixture[str], argv: list[str], needle: str,
+                          ks_home: Path) -> None:
+    assert main(["simulate", *argv]) == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_replay_of_a_real_access_log(shared_data: Path, tmp_path: Path,
+                                     capsys: pytest.CaptureFixture[str], ks_home: Path) -> None:
+    # NASA-HTTP log (README of the shared data): unix seconds and host, 30,969 requests
+    lines = (shared_data / "nasa_19950801.tsv").read_text().splitlines()
+    header = lines[0].split("\t")
+    i_ts, i_host = header.index("time"), header.index("host")
+    rows = [line.split("\t") for line in lines[1:]]
+    trace = tmp_path / "nasa.csv"
+    trace.write_text("ts,key\n" + "\n".join(f"{r[i_ts]},{r[i_host]}" for r in rows) + "\n")
+    out = run_json(capsys, "--trace", str(trace), "--speedup", "120", "--engines", "4",
+                   "--policy", "dlb-h", "--window", "5", "--groups", "512")
+    assert out["generated"] == len(rows)
+    assert out["processed"] + out["missed"] + out["queued_end"] == pytest.approx(len(rows))
+    assert out["rebalances"] > 0

@@ -50,6 +50,11 @@ def add_generic_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--zipf", type=float, help="Zipf exponent of the synthetic keys (default 1.0)")
     s.add_argument("--service-rate", type=float,
                    help="tuples/s per engine (default 1.2 × rate / engines)")
+    s.add_argument("--service-rates", help="comma list, one tuples/s per engine "
+                   "(heterogeneous hosts; overrides --service-rate)")
+    s.add_argument("--external", action="append", default=[], metavar="ENGINE:START:STOP:SHARE",
+                   help="another tenant takes SHARE (0..1) of an engine's capacity from START "
+                   "to STOP seconds (repeatable)")
     s.add_argument("--queue-limit", type=float, help="tuples per engine queue (default ∞)")
     s.add_argument("--overload", choices=["miss", "backpressure"], help="default miss")
     s.add_argument("--state", choices=["time", "length"], help="state model (default time)")
@@ -127,6 +132,36 @@ def check_generic(args: argparse.Namespace) -> None:
         raise UsageError(f"--zipf: must be >= 0, got {args.zipf}")
     if getattr(args, "pause_per_state", None) is not None and not (args.pause_per_state >= 0):
         raise UsageError(f"--pause-per-state: must be >= 0, got {args.pause_per_state}")
+
+
+def service_rates(args: argparse.Namespace, default: float) -> float | list[float]:
+    if not args.service_rates:
+        return args.service_rate or default
+    try:
+        return [float(x) for x in args.service_rates.split(",")]
+    except ValueError:
+        raise UsageError(f"--service-rates: expected numbers, got {args.service_rates!r}") from None
+
+
+def external_loads(specs: list[str]) -> tuple:
+    from keyshift.sim import ExternalLoad
+
+    out = []
+    for spec in specs:
+        parts = spec.split(":")
+        try:
+            engine, start, stop, share = int(parts[0]), *map(float, parts[1:])
+        except (ValueError, TypeError, IndexError):
+            raise UsageError(
+                f"--external: expected ENGINE:START:STOP:SHARE, got {spec!r}"
+            ) from None
+        if len(parts) != 4:
+            raise UsageError(f"--external: expected ENGINE:START:STOP:SHARE, got {spec!r}")
+        try:
+            out.append(ExternalLoad(engine, start, stop, share))
+        except ValueError as exc:
+            raise UsageError(f"--external: {exc}") from None
+    return tuple(out)
 
 
 def policy_params(pairs: list[str]) -> dict[str, Any]:
@@ -219,7 +254,8 @@ def _plain(args: argparse.Namespace) -> int:
             engines=engines,
             tick_s=tick,
             window_s=window,
-            service_rate=args.service_rate or 1.2 * rate / engines,
+            service_rate=service_rates(args, 1.2 * rate / engines),
+            external=external_loads(args.external),
             queue_limit=args.queue_limit or math.inf,
             overload=args.overload or "miss",
             state_model=args.state or "time",
