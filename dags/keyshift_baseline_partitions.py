@@ -1,0 +1,59 @@
+"""LPTF and CLB baseline plans from the Delta ``key_loads`` history → Delta ``plans``.
+
+Runs daily an hour after the nightly retrain, or on demand with params
+(``{"engines": 8, "days": 3}``). Scheduling only: the work is ``jobs.baseline_partitions``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from airflow.sdk import Param, dag, get_current_context, task
+
+DEFAULT_ARGS = {
+    "owner": "keyshift",
+    "retries": 2,
+    "retry_delay": timedelta(minutes=2),
+    "retry_exponential_backoff": 2.0,
+    "max_retry_delay": timedelta(minutes=30),
+}
+
+
+@dag(
+    dag_id="keyshift_baseline_partitions",
+    description="Offline LPTF and CLB plans on the key-load history, with expected RSTD",
+    schedule="0 3 * * *",
+    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+    catchup=False,
+    max_active_runs=1,
+    default_args=DEFAULT_ARGS,
+    tags=["keyshift", "batch", "plans"],
+    params={
+        "engines": Param(None, type=["null", "integer"], minimum=1,
+                         description="engine count of the plans; empty: engines.initial"),
+        "days": Param(7, type="integer", minimum=1, description="look-back in whole days"),
+        "to": Param(None, type=["null", "string"], format="date",
+                    description="last day (UTC); empty: the day before the run"),
+    },
+    doc_md=__doc__,
+)
+def keyshift_baseline_partitions():
+    @task
+    def baseline_partitions() -> dict:
+        from jobs.airflow_tasks import baselines
+
+        ctx = get_current_context()
+        run_date = ctx.get("logical_date") or ctx["dag_run"].run_after
+        p = ctx["params"]
+        return baselines(run_date, p["days"], p["engines"], p["to"])
+
+    @task
+    def report(result: dict) -> str:
+        from jobs.airflow_tasks import report as summarise
+
+        return summarise(result)
+
+    report(baseline_partitions())
+
+
+keyshift_baseline_partitions()

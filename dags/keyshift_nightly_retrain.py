@@ -1,0 +1,56 @@
+"""Nightly retrain of the input-rate and latency GPs on the Delta ``metrics`` history.
+
+Scheduling only: the work is ``jobs.retrain_models`` (see ``jobs.airflow_tasks``).
+Trigger with config ``{"days": 7, "to": "2026-11-25"}`` to retrain on another range.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from airflow.sdk import Param, dag, get_current_context, task
+
+DEFAULT_ARGS = {
+    "owner": "keyshift",
+    "retries": 2,
+    "retry_delay": timedelta(minutes=2),
+    "retry_exponential_backoff": 2.0,
+    "max_retry_delay": timedelta(minutes=30),
+}
+
+
+@dag(
+    dag_id="keyshift_nightly_retrain",
+    description="Refit GP(input rate) and GP(latency) on the metrics history; MLflow champion",
+    schedule="0 2 * * *",
+    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+    catchup=False,
+    max_active_runs=1,
+    default_args=DEFAULT_ARGS,
+    tags=["keyshift", "batch", "models"],
+    params={
+        "days": Param(14, type="integer", minimum=1, description="look-back in whole days"),
+        "to": Param(None, type=["null", "string"], format="date",
+                    description="last day (UTC); empty: the day before the run"),
+    },
+    doc_md=__doc__,
+)
+def keyshift_nightly_retrain():
+    @task
+    def retrain_models() -> dict:
+        from jobs.airflow_tasks import retrain
+
+        ctx = get_current_context()
+        run_date = ctx.get("logical_date") or ctx["dag_run"].run_after
+        return retrain(run_date, ctx["params"]["days"], ctx["params"]["to"])
+
+    @task
+    def report(result: dict) -> str:
+        from jobs.airflow_tasks import report as summarise
+
+        return summarise(result)
+
+    report(retrain_models())
+
+
+keyshift_nightly_retrain()

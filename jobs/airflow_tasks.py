@@ -1,0 +1,92 @@
+"""What the DAGs' tasks do, so that the DAG files only schedule (DESIGN.md, batch layer).
+
+Each function maps a job's outcome onto Airflow's task states, because that mapping is the
+operator's interface at night:
+
+* ``skipped`` result (empty range, too little history) → ``AirflowSkipException`` with the
+  reason: the task shows as skipped, the run still succeeds, nobody is paged;
+* a mistake no retry can fix (missing Delta table, bad parameter or configuration) →
+  ``AirflowFailException``: fails at once, without burning the retries;
+* anything else (an unreachable tracking server, a Spark hiccup) → re-raised, so Airflow
+  retries it with exponential back-off.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import date, datetime, timedelta
+from typing import Any
+
+from jobs.history import DayRange, HistoryError, parse_day
+from keyshift.config import ConfigError, load_config
+
+log = logging.getLogger(__name__)
+
+
+def nightly_range(run_date: datetime | date, days: int, last: str | None = None) -> DayRange:
+    """The ``days`` whole days before the run's date, or ending with ``last`` when given.
+
+    A run at 02:00 on the 26th covers days up to the 25th: the day that just closed,
+    never the one still being written.
+    """
+    from airflow.sdk.exceptions import AirflowFailException
+
+    try:
+        end = parse_day(last, "to") if last else _as_date(run_date) - timedelta(days=1)
+        return DayRange.ending(end, int(days))
+    except ValueError as exc:
+        raise AirflowFailException(f"params.{exc}") from None
+
+
+def _as_date(value: datetime | date) -> date:
+    return value.date() if isinstance(value, datetime) else value
+
+
+def _run(job: str, call: Any) -> dict[str, Any]:
+    from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+    try:
+        result = call()
+    except (HistoryError, ConfigError, ValueError) as exc:
+        raise AirflowFailException(f"{job}: {exc}") from None
+    if result.get("status") == "skipped":
+        log.warning("%s skipped: %s", job, result["reason"])
+        raise AirflowSkipException(f"{job} skipped: {result['reason']}")
+    return result
+
+
+def retrain(run_date: datetime | date, days: int, last: str | None = None) -> dict[str, Any]:
+    """The nightly retrain over the look-back window; returns the job's summary (XCom)."""
+    from jobs import retrain_models
+
+    span = nightly_range(run_date, days, last)
+    return _run("retrain_models", lambda: retrain_models.run(load_config(), span))
+
+
+def baselines(
+    run_date: datetime | date, days: int, engines: int | None = None, last: str | None = None
+) -> dict[str, Any]:
+    """LPTF and CLB plans over the look-back window; returns the job's summary (XCom)."""
+    from jobs import baseline_partitions
+
+    span = nightly_range(run_date, days, last)
+    return _run(
+        "baseline_partitions",
+        lambda: baseline_partitions.run(load_config(), span, engines=engines),
+    )
+
+
+def report(result: dict[str, Any]) -> str:
+    """One human line per run for the task log and the run's XCom (what the night produced)."""
+    if result.get("job") == "baseline_partitions":
+        kg = result["kg"]["expected_rstd"]
+        parts = [
+            f"{p['policy']} v{p['version']}{' (new)' if p['new'] else ''}: "
+            f"RSTD {p['expected_rstd']:.1f}% (KG {kg:.1f}%), moves {p['moved_groups_from_kg']}"
+            for p in result["plans"]
+        ]
+        line = f"baselines on {result['range']}, {result['engines']} engines: " + "; ".join(parts)
+    else:
+        line = f"retrain on {result['range']} ({result['windows']} windows): {result['models']}"
+    log.info("%s", line)
+    return line

@@ -1,0 +1,281 @@
+"""Batch job: offline LPTF and CLB plans from the ``key_loads`` history → Delta ``plans``.
+
+Why offline plans at all: LPTF is the offline baseline of dlb §5 (train on yesterday's load,
+apply today) and CLB (elb-clb Algorithm 2) needs the covariance of every group's load
+series over many windows — both are too heavy, or too history-hungry, for the per-window
+controller. The job writes each as a new version in scope ``baseline`` together with the
+history range it saw and the imbalance it would have had there (mean per-window RSTD and
+var(L)), beside KG's, so the speed layer and a person can compare them before using one.
+
+Idempotent: a re-run over the same range with the same engine count finds the same plan
+already stored (same policy, source range, engines and assignment) and adds nothing.
+
+Run by hand::
+
+    python -m jobs.baseline_partitions --from 2026-11-01 --to 2026-11-25 [--engines 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from jobs.history import (
+    DayRange,
+    HistoryError,
+    LoadHistory,
+    add_range_arguments,
+    imbalance_on_history,
+    range_from_args,
+    read_key_loads,
+    table_exists,
+    write_frame_rows,
+)
+from keyshift.config import Config, ConfigError, load_config
+from keyshift.plan import Plan
+from keyshift.policies import Window, make_policy
+from keyshift.schemas import SCHEMA_VERSION, TABLES
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+SCOPE = "baseline"
+POLICIES = ("lptf", "clb")
+DEFAULT_DAYS = 7
+
+
+@dataclass(frozen=True)
+class BaselinePlan:
+    """One computed plan with what it would have done on the history."""
+
+    policy: str
+    plan: Plan
+    expected: dict[str, float]
+    moved_groups: int
+    elapsed_ms: float
+
+
+def compute_baselines(
+    history: LoadHistory,
+    engines: int,
+    policies: Sequence[str] = POLICIES,
+    policy_params: dict[str, dict[str, Any]] | None = None,
+) -> tuple[dict[str, float], list[BaselinePlan]]:
+    """KG's imbalance on the history, and each policy's plan with its own.
+
+    Every policy starts from KG (``Plan.hashed``), the plan a deployment begins with, so
+    ``moved_groups`` says how much state adopting the plan would move. LPTF sees the range's
+    total load per group; CLB sees the per-bucket series (its covariance input) with the
+    last bucket as the current window.
+    """
+    if engines < 1:
+        raise ValueError(f"engines: must be >= 1, got {engines}")
+    params = policy_params or {}
+    start = Plan.hashed(history.groups, engines)
+    kg = imbalance_on_history(start, history.loads)
+    out = []
+    for name in policies:
+        if name == "clb":
+            window = Window(history.loads[-1], history.state, history.loads[:-1])
+        else:
+            window = Window(history.loads.sum(axis=0), history.state)
+        decision = make_policy(name, **params.get(name, {})).decide(start, window)
+        out.append(
+            BaselinePlan(
+                policy=name,
+                plan=decision.plan,
+                expected=imbalance_on_history(decision.plan, history.loads),
+                moved_groups=len(decision.moves),
+                elapsed_ms=decision.elapsed_ms,
+            )
+        )
+    return kg, out
+
+
+def _stored_plans(spark: SparkSession, cfg: Config) -> list[dict[str, Any]]:
+    if not table_exists(spark, cfg.table_path("plans")):
+        return []
+    from pyspark.sql import functions as F
+
+    rows = (
+        spark.read.format("delta").load(cfg.table_path("plans"))
+        .where(F.col("scope") == SCOPE)
+        .select("version", "policy", "engines", "assignment", "source_from", "source_to")
+        .collect()
+    )
+    return [r.asDict() for r in rows]
+
+
+def _same(row: dict[str, Any], candidate: BaselinePlan, history: LoadHistory) -> bool:
+    return (
+        row["policy"] == candidate.policy
+        and row["engines"] == candidate.plan.engines
+        and _utc(row["source_from"]) == history.source_from
+        and _utc(row["source_to"]) == history.source_to
+        and np.array_equal(np.asarray(row["assignment"]), candidate.plan.assignment)
+    )
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    if value is None:
+        return None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def run(
+    cfg: Config,
+    days: DayRange,
+    engines: int | None = None,
+    policies: Sequence[str] = POLICIES,
+    bucket_s: int = 3600,
+    spark: SparkSession | None = None,
+) -> dict[str, Any]:
+    """Compute and store the baseline plans for ``days``; returns a JSON-able summary.
+
+    ``status`` is ``written`` (at least one new version), ``unchanged`` (all already
+    stored) or ``skipped`` (no key-load windows in the range). A missing ``key_loads``
+    table raises :class:`jobs.history.HistoryError`.
+    """
+    engines = cfg.engines.initial if engines is None else int(engines)
+    if not 1 <= engines <= cfg.engines.max:
+        raise ValueError(f"engines: must be in 1..{cfg.engines.max} (engines.max), got {engines}")
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown:
+        raise ValueError(f"policies: unknown {', '.join(unknown)}; choose from lptf, clb")
+    if spark is None:
+        from streaming.session import get_spark
+
+        spark = get_spark(cfg, app_name="keyshift-baseline-partitions")
+    history = read_key_loads(spark, cfg, days, bucket_s=bucket_s)
+    summary: dict[str, Any] = {"job": "baseline_partitions", "range": str(days),
+                               "engines": engines, "scope": SCOPE}
+    if history is None:
+        return {**summary, "status": "skipped",
+                "reason": f"key_loads holds no windows in {days}: nothing to plan on"}
+    kg, plans = compute_baselines(history, engines, policies)
+    stored = _stored_plans(spark, cfg)
+    version = max((r["version"] for r in stored), default=0)
+    now = datetime.now(UTC)
+    rows, results = [], []
+    for bp in plans:
+        existing = next((r for r in stored if _same(r, bp, history)), None)
+        if existing is None:
+            version += 1
+            rows.append(_row(bp, version, history, cfg, now))
+        results.append({
+            "policy": bp.policy,
+            "version": int(existing["version"] if existing else version),
+            "new": existing is None,
+            "expected_rstd": bp.expected["rstd"],
+            "expected_var": bp.expected["var"],
+            "rstd_max": bp.expected["rstd_max"],
+            "moved_groups_from_kg": bp.moved_groups,
+            "elapsed_ms": bp.elapsed_ms,
+        })
+    if rows:
+        write_frame_rows(spark, cfg, "plans", rows)
+    return {
+        **summary,
+        "status": "written" if rows else "unchanged",
+        "windows": history.windows,
+        "bucket_s": bucket_s,
+        "source_from": history.source_from.isoformat(),
+        "source_to": history.source_to.isoformat(),
+        "kg": {"expected_rstd": kg["rstd"], "expected_var": kg["var"],
+               "rstd_max": kg["rstd_max"]},
+        "plans": results,
+    }
+
+
+def _row(bp: BaselinePlan, version: int, history: LoadHistory, cfg: Config,
+         now: datetime) -> tuple:
+    values = {
+        "schema_version": SCHEMA_VERSION,
+        "version": version,
+        "scope": SCOPE,
+        "created_at": now,
+        "policy": bp.policy,
+        "groups": bp.plan.groups,
+        "engines": bp.plan.engines,
+        "live": bp.plan.live.tolist(),
+        "assignment": bp.plan.assignment.astype(int).tolist(),
+        "source_from": history.source_from,
+        "source_to": history.source_to,
+        "expected_rstd": bp.expected["rstd"],
+        "expected_var": bp.expected["var"],
+        "reason": (
+            f"offline {bp.policy} on {history.windows} buckets of {history.bucket_s}s; "
+            f"mean per-window RSTD {bp.expected['rstd']:.1f}% "
+            f"(max {bp.expected['rstd_max']:.1f}%); {bp.moved_groups} groups move from KG"
+        ),
+    }
+    return tuple(values[c] for c in TABLES["plans"].names)
+
+
+def print_summary(result: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if result["status"] == "skipped":
+        console.print(f"[yellow]baseline_partitions skipped[/]: {result['reason']}")
+        return
+    t = Table(title=f"baseline plans on {result['range']} ({result['windows']} buckets, "
+                    f"{result['engines']} engines) — {result['status']}")
+    for col in ("policy", "version", "mean RSTD %", "max RSTD %", "var(L)", "moved vs KG",
+                "ratio to KG"):
+        t.add_column(col, justify="right" if col != "policy" else "left")
+    kg = result["kg"]
+    t.add_row("kg (reference)", "-", f"{kg['expected_rstd']:.2f}", f"{kg['rstd_max']:.2f}",
+              f"{kg['expected_var']:.4g}", "0", "1.00")
+    for p in result["plans"]:
+        ratio = p["expected_rstd"] / kg["expected_rstd"] if kg["expected_rstd"] else float("nan")
+        t.add_row(p["policy"], f"{p['version']}{' (new)' if p['new'] else ''}",
+                  f"{p['expected_rstd']:.2f}", f"{p['rstd_max']:.2f}",
+                  f"{p['expected_var']:.4g}", str(p["moved_groups_from_kg"]), f"{ratio:.2f}")
+    console.print(t)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_range_arguments(p)
+    p.add_argument("--engines", type=int, default=None,
+                   help="engine count of the plans (default: engines.initial)")
+    p.add_argument("--policies", default=",".join(POLICIES),
+                   help="comma-separated subset of lptf,clb (default: both)")
+    p.add_argument("--bucket-s", type=int, default=3600,
+                   help="aggregate statistic windows into buckets of this many seconds")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+
+def run_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    cfg = load_config(args.config)
+    days = range_from_args(args, DEFAULT_DAYS)
+    policies = [s.strip() for s in args.policies.split(",") if s.strip()]
+    return run(cfg, days, engines=args.engines, policies=policies, bucket_s=args.bucket_s)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from jobs.report import emit, one_line_error
+
+    p = argparse.ArgumentParser(prog="python -m jobs.baseline_partitions",
+                                description=__doc__.split("\n")[0])
+    add_arguments(p)
+    args = p.parse_args(argv)
+    try:
+        result = run_from_args(args)
+    except (ValueError, ConfigError) as exc:
+        return one_line_error("baseline_partitions", exc, status=2)
+    except HistoryError as exc:
+        return one_line_error("baseline_partitions", exc, status=1)
+    emit(result, args.json, print_summary)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""``keyshift job retrain|baselines|history``: the batch jobs by hand, same code as the DAGs.
+
+``history`` writes a synthetic ``metrics`` + ``key_loads`` history (daily cycle, Zipf keys)
+into the configured warehouse, so the nightly DAGs have something to chew on before a
+streaming job has run for days.
+"""
+
+from __future__ import annotations
+
+import argparse
+from datetime import UTC, datetime, timedelta
+
+from keyshift.cli import UsageError
+from keyshift.config import ConfigError, load_config
+
+
+def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    from jobs import baseline_partitions, retrain_models
+
+    p = sub.add_parser("job", help="run a batch job of the nightly layer by hand")
+    jobs = p.add_subparsers(dest="job", metavar="JOB", required=True)
+    r = jobs.add_parser("retrain", help="refit both GPs on the metrics history → MLflow")
+    retrain_models.add_arguments(r)
+    r.set_defaults(func=run, job_run=retrain_models.run_from_args,
+                   job_print=retrain_models.print_summary)
+    b = jobs.add_parser("baselines", help="LPTF and CLB plans from key_loads → Delta plans")
+    baseline_partitions.add_arguments(b)
+    b.set_defaults(func=run, job_run=baseline_partitions.run_from_args,
+                   job_print=baseline_partitions.print_summary)
+    h = jobs.add_parser("history", help="write a synthetic metrics + key_loads history")
+    h.add_argument("--to", dest="last", metavar="YYYY-MM-DD",
+                   help="last day of the history (default: yesterday, UTC)")
+    h.add_argument("--days", type=int, default=3)
+    h.add_argument("--window-s", type=int, default=600, help="statistic window length")
+    h.add_argument("--engines", type=int, default=None, help="default: engines.initial")
+    h.add_argument("--seed", type=int, default=7)
+    h.add_argument("--config", help="TOML file (default: $KEYSHIFT_CONFIG or built-in)")
+    h.add_argument("--json", action="store_true")
+    h.set_defaults(func=run, job_run=_history, job_print=_print_history)
+    return p
+
+
+def _history(args: argparse.Namespace) -> dict:
+    from jobs.history import SyntheticHistory, parse_day, write_synthetic_history
+    from streaming.session import get_spark
+
+    cfg = load_config(args.config)
+    last = (parse_day(args.last, "to") if args.last
+            else datetime.now(UTC).date() - timedelta(days=1))
+    spec = SyntheticHistory(days=args.days, window_s=args.window_s, seed=args.seed,
+                            engines=args.engines or cfg.engines.initial)
+    return write_synthetic_history(get_spark(cfg, app_name="keyshift-history"), cfg, last, spec)
+
+
+def _print_history(result: dict) -> None:
+    print(f"wrote {result['metrics_rows']} metrics and {result['key_loads_rows']} key_loads rows "
+          f"for {result['days']} into {result['warehouse']}")
+
+
+def run(args: argparse.Namespace) -> int:
+    from jobs.history import HistoryError
+    from jobs.report import emit
+    from jobs.retrain_models import TrackingStoreError
+
+    try:
+        result = args.job_run(args)
+    except (ValueError, ConfigError) as exc:
+        raise UsageError(str(exc)) from None
+    except (HistoryError, TrackingStoreError) as exc:
+        print(f"keyshift job {args.job}: {exc}", flush=True)
+        return 1
+    emit(result, args.json, args.job_print)
+    return 0

@@ -1,0 +1,204 @@
+"""Batch job: retrain both forecasters on the ``metrics`` history of a date range.
+
+The nightly half of elastic-cep §III: the GPs for input rate and latency are refitted on the
+recent windows the speed layer wrote, logged to MLflow, registered, and the ``champion``
+alias moves only when the new version beats the current one on the same held-out tail
+(that rule lives in :func:`models.training.train_and_register`; this job feeds it).
+
+Three outcomes an operator can tell apart: ``trained`` (new versions registered);
+``skipped`` with the reason (an empty range or too little history — a quiet night, not a
+failure, and never a model fitted on nothing); or an exception whose message names the
+missing table or the unreachable tracking store. The tracking store is checked *before*
+Spark reads and the GPs train, so a broken MLflow costs seconds, not a training run.
+
+Run by hand::
+
+    python -m jobs.retrain_models --from 2026-11-01 --to 2026-11-25 [--config F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
+
+from jobs.history import DayRange, HistoryError, add_range_arguments, range_from_args, read_metrics
+from keyshift.config import Config, ConfigError, load_config
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+DEFAULT_DAYS = 14
+TEST_FRACTION = 0.2
+
+
+class TrackingStoreError(RuntimeError):
+    """The MLflow tracking store named by ``mlflow.tracking_uri`` cannot be used."""
+
+
+def check_tracking_store(uri: str, timeout_s: float = 5.0) -> None:
+    """Fail fast, naming the config key, when the tracking store is unreachable.
+
+    MLflow's own client retries HTTP for minutes before giving up; a nightly task should
+    say within seconds that the server is down. Local stores are checked for a usable
+    folder; database URLs other than SQLite are left to MLflow's own connection error.
+    """
+    parsed = urlparse(uri)
+    if parsed.scheme in ("http", "https"):
+        url = uri.rstrip("/") + "/health"
+        try:
+            with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310
+                if resp.status >= 400:
+                    raise TrackingStoreError(
+                        f"mlflow.tracking_uri: {uri} answered {resp.status} on /health"
+                    )
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise TrackingStoreError(
+                f"mlflow.tracking_uri: cannot reach the tracking server {uri} ({reason})"
+            ) from None
+    elif parsed.scheme == "sqlite":
+        db = Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
+        if db is not None and not _creatable(db.parent):
+            raise TrackingStoreError(
+                f"mlflow.tracking_uri: folder {db.parent} of {uri} cannot be created or written"
+            )
+    elif parsed.scheme in ("", "file"):
+        folder = Path(parsed.path if parsed.scheme == "file" else uri)
+        if not _creatable(folder):
+            raise TrackingStoreError(
+                f"mlflow.tracking_uri: folder {folder} cannot be created or written"
+            )
+
+
+def _creatable(folder: Path) -> bool:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return False
+    probe = folder / ".keyshift-write-probe"
+    try:
+        probe.write_text("")
+        probe.unlink()
+    except OSError:
+        return False
+    return True
+
+
+def run(
+    cfg: Config,
+    days: DayRange,
+    test_fraction: float = TEST_FRACTION,
+    min_rows: int | None = None,
+    spark: SparkSession | None = None,
+) -> dict[str, Any]:
+    """Retrain on ``days``; returns a JSON-able summary with ``status`` trained|skipped."""
+    if not 0.0 < test_fraction < 1.0:
+        raise ValueError(f"test_fraction: must be in (0, 1), got {test_fraction}")
+    summary: dict[str, Any] = {"job": "retrain_models", "range": str(days),
+                               "tracking_uri": cfg.mlflow_tracking_uri}
+    check_tracking_store(cfg.mlflow_tracking_uri)
+    if spark is None:
+        from streaming.session import get_spark
+
+        spark = get_spark(cfg, app_name="keyshift-retrain-models")
+    metrics = read_metrics(spark, cfg, days)
+    summary["windows"] = int(len(metrics))
+    if metrics.empty:
+        return {**summary, "status": "skipped",
+                "reason": f"metrics holds no windows in {days}: nothing to train on"}
+    from models.training import train_and_register
+
+    kwargs: dict[str, Any] = {"test_fraction": test_fraction}
+    if min_rows is not None:
+        kwargs["min_rows"] = min_rows
+    result = _jsonable(train_and_register(metrics, cfg, **kwargs))
+    if isinstance(result, dict) and result.get("skipped"):
+        return {**summary, "status": "skipped", "reason": str(result["skipped"]),
+                "models": result}
+    return {**summary, "status": "trained", "models": result}
+
+
+def _jsonable(value: Any) -> Any:
+    """XCom and ``--json`` need plain values; the training result may hold numpy scalars."""
+    import numpy as np
+
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    return str(value)
+
+
+def print_summary(result: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if result["status"] == "skipped":
+        console.print(f"[yellow]retrain_models skipped[/] ({result['range']}, "
+                      f"{result.get('windows', 0)} windows): {result['reason']}")
+        return
+    t = Table(title=f"retrain on {result['range']} ({result['windows']} windows) → "
+                    f"{result['tracking_uri']}")
+    t.add_column("field")
+    t.add_column("value")
+    for key, value in _flatten(result["models"]):
+        t.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
+    console.print(t)
+
+
+def _flatten(value: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    if isinstance(value, dict):
+        out = []
+        for k, v in value.items():
+            out.extend(_flatten(v, f"{prefix}{k}."))
+        return out
+    return [(prefix.rstrip("."), value)]
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_range_arguments(p)
+    p.add_argument("--test-fraction", type=float, default=TEST_FRACTION,
+                   help="held-out tail used to compare with the champion (default 0.2)")
+    p.add_argument("--min-rows", type=int, default=None,
+                   help="fewer windows than this → skip (default: the models' own minimum)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+
+def run_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    cfg = load_config(args.config)
+    days = range_from_args(args, DEFAULT_DAYS)
+    return run(cfg, days, test_fraction=args.test_fraction, min_rows=args.min_rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from jobs.report import emit, one_line_error
+    from models.registry import RegistryError
+
+    p = argparse.ArgumentParser(prog="python -m jobs.retrain_models",
+                                description=__doc__.split("\n")[0])
+    add_arguments(p)
+    args = p.parse_args(argv)
+    try:
+        result = run_from_args(args)
+    except (ValueError, ConfigError) as exc:
+        return one_line_error("retrain_models", exc, status=2)
+    except (HistoryError, TrackingStoreError, RegistryError) as exc:
+        return one_line_error("retrain_models", exc, status=1)
+    emit(result, args.json, print_summary)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
