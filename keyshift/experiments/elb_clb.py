@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from keyshift.experiments.report import (
-    markdown_table, plot_bars, plot_series, report_dir, show_progress,
+    markdown_table, plot_bars, plot_series, report_dir, show_progress, time_series_plots,
 )
 from keyshift.plan import Plan
 from keyshift.policies import REGISTRY, make_policy
@@ -235,11 +235,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 out / f"elb_clb_{stream}_var.png", x, {k: r.series("var") for k, r in runs.items()},
                 f"elb-clb {stream}, n = {ref_n}: var(L_t)", "var(L) (tuples²)", logy=True,
             ))
-            plots.append(plot_series(
-                out / f"elb_clb_{stream}_rstd.png", x,
-                {k: r.series("rstd") for k, r in runs.items()},
-                f"elb-clb {stream}, n = {ref_n}: RSTD", "RSTD (%)",
-            ))
+            plots.extend(time_series_plots(out, f"elb_clb_{stream}_n{ref_n}", runs,
+                                           first.window_s))
     if available:
         plots.append(plot_bars(
             out / "elb_clb_movement.png", available,
