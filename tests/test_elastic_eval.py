@@ -27,9 +27,10 @@ def daily(days, noise=0.0, seed=0):
     return t, y
 
 
-def test_seasonal_profile_learns_the_daily_cycle():
+@pytest.mark.parametrize("period_s", [None, DAY_S])
+def test_seasonal_profile_learns_the_daily_cycle(period_s):
     t, y = daily(10, noise=20)
-    f = SeasonalProfile().fit(t[:-24], y[:-24])
+    f = SeasonalProfile(period_s=period_s).fit(t[:-24], y[:-24])
     assert isinstance(f, Forecaster)
     mean, std = f.predict(t[-24:])
     assert np.abs(mean - y[-24:]).max() < 100
@@ -60,6 +61,8 @@ def test_seasonal_profile_errors():
         SeasonalProfile().predict(np.array([1.0]))
     with pytest.raises(ElasticInputError, match="phi"):
         SeasonalProfile(phi=1.5).fit(*daily(3))
+    with pytest.raises(ElasticInputError, match="period_s"):
+        SeasonalProfile(period_s=1.0).fit(*daily(3))
     with pytest.raises(ElasticInputError, match="t:"):
         SeasonalProfile().fit(np.arange(3.0), np.arange(4.0))
 

@@ -58,8 +58,10 @@ class SeasonalProfile:
     ``slot_s`` defaults to the median spacing of the training timestamps.
     """
 
-    def __init__(self, slot_s: float | None = None, phi: float | None = None, alpha: float = 0.3) -> None:
+    def __init__(self, slot_s: float | None = None, phi: float | None = None, alpha: float = 0.3,
+                 period_s: float | None = None) -> None:
         self.slot_s = slot_s
+        self.period_s = period_s
         self.phi = phi
         self.alpha = alpha
 
@@ -73,7 +75,9 @@ class SeasonalProfile:
         if not slot > 0:
             raise ElasticInputError("slot_s", f"must be > 0, got {slot}")
         self.slot_ = slot
-        self.period_ = WEEK_S if t[-1] - t[0] >= 2 * WEEK_S else DAY_S
+        if self.period_s is not None and not self.period_s >= slot:
+            raise ElasticInputError("period_s", f"must be >= slot_s {slot}, got {self.period_s}")
+        self.period_ = self.period_s or (WEEK_S if t[-1] - t[0] >= 2 * WEEK_S else DAY_S)
         n = max(int(round(self.period_ / slot)), 1)
         self.n_slots_ = n
         idx = self._slot(t)

@@ -113,6 +113,8 @@ class _GPRate:
 def make_forecaster(kind: str):
     if kind == "seasonal":
         return SeasonalProfile()
+    if kind == "seasonal-daily":
+        return SeasonalProfile(period_s=86_400.0)
     if kind == "gp":
         try:
             importlib.import_module("models.gp")
@@ -310,7 +312,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     simulate command's)."""
     g = parser
     g.add_argument("--series", default="all", choices=[*SERIES, "all"])
-    g.add_argument("--forecaster", default="seasonal", choices=["seasonal", "gp"])
+    g.add_argument("--forecaster", default="seasonal", choices=["seasonal", "seasonal-daily", "gp"],
+                   help="seasonal: weekly cycle (daily if under two weeks of history); "
+                        "seasonal-daily: daily cycle; gp: models.gp InputRateGP")
     g.add_argument("--policies", default=",".join(POLICIES),
                    help=f"comma-separated subset of {', '.join(POLICIES)}")
     g.add_argument("--max-engines", type=int, default=16, help="K, the static maximum")
