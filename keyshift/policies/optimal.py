@@ -154,6 +154,13 @@ class ExactReference(Policy):
         points = list(mu * _CUT_FRACTIONS)
         lower = np.zeros(nx + n)
         upper = np.r_[np.ones(nx), np.full(n, np.inf)]
+        if self.objective == "min_imbalance" and (budget is None or budget >= float(d.sum())):
+            # Nothing ties a group to an engine: engines are interchangeable, so keep only
+            # plans whose engines are numbered in order of first use (group g on an engine
+            # ≤ g). Every plan has such a renaming, and HiGHS stops exploring n! copies.
+            g, e = np.meshgrid(np.arange(min(p, n)), np.arange(n), indexing="ij")
+            upper[(g * n + e)[e > g]] = 0.0
+            info["symmetry_broken"] = True
         integrality = np.r_[np.ones(nx), np.zeros(n)]
         tol = float(self.tol) * mu * mu * n
         best = None
