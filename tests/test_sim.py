@@ -341,3 +341,27 @@ def test_policy_that_changes_the_engine_count() -> None:
     assert res.windows[-1].engines == 4
     assert sim.plan.engines >= 4
     assert conserved(sim) == pytest.approx(0.0, abs=1e-6 * res.generated)
+
+
+def test_length_state_counts_keys_a_trace_reveals(tmp_path: Any) -> None:
+    from keyshift.sim import TraceWorkload
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("ts,key\n0.1,a\n0.2,a\n0.3,a\n1.1,b\n1.2,b\n1.3,b\n")
+    cfg = SimConfig(engines=1, tick_s=0.5, window_s=1.0, state_model="length", length_h=2)
+    sim = Simulator(TraceWorkload(trace, groups=1), make_policy("kg"), cfg)
+    sim.step_window()
+    assert sim.state[0] == 2.0  # one key seen: H = 2 tuples
+    sim.step_window()
+    assert sim.state[0] == 4.0  # two keys seen
+
+
+def test_trace_out_of_order_names_the_line(tmp_path: Any) -> None:
+    from keyshift.sim import TraceWorkload
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("ts,key\n10,a\n20,b\n5,c\n")
+    sim = Simulator(TraceWorkload(trace, groups=4), make_policy("kg"),
+                    SimConfig(engines=1, tick_s=1.0, window_s=1.0))
+    with pytest.raises(WorkloadError, match="line 4"):
+        sim.run(20)

@@ -195,7 +195,6 @@ class Simulator:
         self._backlog = np.zeros(p)
         self._recent = np.zeros((max(cfg.state_windows, cfg.history_windows, 1), p))
         self._cumulative = np.zeros(p)
-        self._keys_per_group: np.ndarray | None = None
         self.state = np.zeros(p)
         self._latency_hist = np.zeros(cfg.ages)
         self.result = SimResult(tick_s=cfg.tick_s, window_s=cfg.window_s)
@@ -361,9 +360,9 @@ class Simulator:
         if cfg.state_model == "time":
             self.state = cfg.state_per_tuple * self._recent[-cfg.state_windows :].sum(axis=0)
         else:
-            if self._keys_per_group is None or not self.workload.open_loop:
-                self._keys_per_group = self.workload.keys_per_group()
-            self.state = np.minimum(cfg.length_h * self._keys_per_group, self._cumulative)
+            # asked every window: a trace discovers its keys as it goes
+            keys = self.workload.keys_per_group()
+            self.state = np.minimum(cfg.length_h * keys, self._cumulative)
 
     def history(self) -> np.ndarray | None:
         """The last ``history_windows`` histograms, oldest first (CLB's covariance input)."""

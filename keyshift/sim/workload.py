@@ -82,6 +82,7 @@ class KeyDistribution(ABC):
         self._key_to_group = key_to_group
         self._cache: dict[float, np.ndarray] = {}
         self._cdf: dict[float, np.ndarray] = {}
+        self._keys_per_group: np.ndarray | None = None
 
     @property
     def key_to_group(self) -> np.ndarray:
@@ -96,7 +97,9 @@ class KeyDistribution(ABC):
 
     @property
     def keys_per_group(self) -> np.ndarray:
-        return np.bincount(self.key_to_group, minlength=self.groups)
+        if self._keys_per_group is None:
+            self._keys_per_group = np.bincount(self.key_to_group, minlength=self.groups)
+        return self._keys_per_group
 
     def group_pmf(self, param: float) -> np.ndarray:
         pmf = self._cache.get(param)
@@ -231,7 +234,7 @@ class TraceWorkload(Workload):
         if rate is not None and (rate <= 0 or not math.isfinite(rate)):
             raise WorkloadError("rate", f"must be > 0, got {rate}")
         self._rows: Iterator[tuple[int, float, str]] | None = None
-        self._pending: tuple[float, int] | None = None
+        self._pending: tuple[float, str] | None = None
         self._group_cache: dict[str, int] = {}
         self._done = False
         self._last_ts = -math.inf
@@ -297,7 +300,7 @@ class TraceWorkload(Workload):
         if self._pending is not None:
             if self._pending[0] >= end:
                 return self._scaled(np.zeros(self.groups), rng)
-            out.append(self._pending[1])
+            out.append(self._group(self._pending[1]))
             self._pending = None
         slack = dt * self.speedup
         for line, ts, key in self._rows:
@@ -307,7 +310,7 @@ class TraceWorkload(Workload):
                 )
             self._last_ts = max(self._last_ts, ts)
             if ts >= end:
-                self._pending = (ts, self._group(key))
+                self._pending = (ts, key)
                 break
             out.append(self._group(key))
         else:
