@@ -59,6 +59,7 @@ class BaselinePlan:
     expected: dict[str, float]
     moved_groups: int
     elapsed_ms: float
+    info: dict[str, Any]
 
 
 def compute_baselines(
@@ -72,7 +73,7 @@ def compute_baselines(
     Every policy starts from KG (``Plan.hashed``), the plan a deployment begins with, so
     ``moved_groups`` says how much state adopting the plan would move. LPTF sees the range's
     total load per group; CLB sees the per-bucket series (its covariance input) with the
-    last bucket as the current window.
+    mean bucket as the current window (only the before/after report reads it).
     """
     if engines < 1:
         raise ValueError(f"engines: must be >= 1, got {engines}")
@@ -82,7 +83,7 @@ def compute_baselines(
     out = []
     for name in policies:
         if name == "clb":
-            window = Window(history.loads[-1], history.state, history.loads[:-1])
+            window = Window(history.loads.mean(axis=0), history.state, history.loads)
         else:
             window = Window(history.loads.sum(axis=0), history.state)
         decision = make_policy(name, **params.get(name, {})).decide(start, window)
@@ -93,6 +94,7 @@ def compute_baselines(
                 expected=imbalance_on_history(decision.plan, history.loads),
                 moved_groups=len(decision.moves),
                 elapsed_ms=decision.elapsed_ms,
+                info=decision.to_dict()["info"],
             )
         )
     return kg, out
@@ -158,7 +160,14 @@ def run(
     if history is None:
         return {**summary, "status": "skipped",
                 "reason": f"key_loads holds no windows in {days}: nothing to plan on"}
-    kg, plans = compute_baselines(history, engines, policies)
+    skipped = {}
+    if "clb" in policies and history.windows < 2:
+        skipped["clb"] = (f"CLB needs the load series of at least 2 buckets, the range has "
+                          f"{history.windows}; use a longer range or a smaller --bucket-s")
+        policies = [p for p in policies if p != "clb"]
+    params = {"clb": {"threshold": cfg.controller.clb_theta,
+                      "subsets": cfg.controller.clb_subsets or None}}
+    kg, plans = compute_baselines(history, engines, policies, params)
     stored = _stored_plans(spark, cfg)
     version = max((r["version"] for r in stored), default=0)
     now = datetime.now(UTC)
@@ -177,7 +186,10 @@ def run(
             "rstd_max": bp.expected["rstd_max"],
             "moved_groups_from_kg": bp.moved_groups,
             "elapsed_ms": bp.elapsed_ms,
+            "info": bp.info,
         })
+    if not plans:
+        return {**summary, "status": "skipped", "reason": "; ".join(skipped.values())}
     if rows:
         write_frame_rows(spark, cfg, "plans", rows)
     return {
@@ -190,6 +202,7 @@ def run(
         "kg": {"expected_rstd": kg["rstd"], "expected_var": kg["var"],
                "rstd_max": kg["rstd_max"]},
         "plans": results,
+        "skipped_policies": skipped,
     }
 
 
@@ -228,11 +241,10 @@ def print_summary(result: dict[str, Any]) -> None:
         return
     t = Table(title=f"baseline plans on {result['range']} ({result['windows']} buckets, "
                     f"{result['engines']} engines) — {result['status']}")
-    for col in ("policy", "version", "mean RSTD %", "max RSTD %", "var(L)", "moved vs KG",
-                "ratio to KG"):
+    for col in ("policy", "version", "RSTD%", "max%", "var(L)", "moved", "vs KG"):
         t.add_column(col, justify="right" if col != "policy" else "left")
     kg = result["kg"]
-    t.add_row("kg (reference)", "-", f"{kg['expected_rstd']:.2f}", f"{kg['rstd_max']:.2f}",
+    t.add_row("kg", "-", f"{kg['expected_rstd']:.2f}", f"{kg['rstd_max']:.2f}",
               f"{kg['expected_var']:.4g}", "0", "1.00")
     for p in result["plans"]:
         ratio = p["expected_rstd"] / kg["expected_rstd"] if kg["expected_rstd"] else float("nan")
@@ -240,6 +252,10 @@ def print_summary(result: dict[str, Any]) -> None:
                   f"{p['expected_rstd']:.2f}", f"{p['rstd_max']:.2f}",
                   f"{p['expected_var']:.4g}", str(p["moved_groups_from_kg"]), f"{ratio:.2f}")
     console.print(t)
+    console.print("RSTD%: mean per-bucket imbalance (dlb Eq. 2) on the history; max%: worst "
+                  "bucket; moved: groups moved from KG; vs KG: RSTD ratio.")
+    for name, why in result.get("skipped_policies", {}).items():
+        console.print(f"[yellow]{name} skipped[/]: {why}")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -238,3 +238,23 @@ def test_cli_bad_input_is_one_line_exit_2(argv: list[str], message: str) -> None
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_clb_baseline_is_reported_on_the_history_it_was_computed_on() -> None:
+    """Two anti-correlated blocks of groups (day and night peaks), KG keeps each block on
+    two engines. The job must report CLB's plan with the imbalance that plan really has on
+    the history and CLB's own objective (ħ before/after), whatever CLB decides."""
+    rng = np.random.default_rng(2)
+    hours = np.arange(48)
+    day = 100 * (1 + np.sin(2 * np.pi * hours / 24))
+    night = 100 * (1 + np.cos(2 * np.pi * hours / 24 + np.pi / 3))
+    g = np.arange(32)
+    loads = rng.poisson(np.where((g % 4 < 2)[None, :], day[:, None], night[:, None]))
+    loads = loads.astype(float)
+    kg, plans = compute_baselines(_history(loads), engines=4, policies=["lptf", "clb"])
+    by = {p.policy: p for p in plans}
+    assert set(by) == {"lptf", "clb"}
+    clb = by["clb"]
+    assert clb.expected == imbalance_on_history(clb.plan, loads)
+    assert clb.info["windows"] == 48 and "hbar_after" in clb.info
+    assert by["lptf"].expected["var"] < kg["var"]  # LPTF mixes the blocks: less variance
