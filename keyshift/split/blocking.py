@@ -120,15 +120,20 @@ class BlockingRateModel:
     def connections(self) -> int:
         return int(self.raw.shape[0])
 
-    def observe(self, weights: np.ndarray, rates: np.ndarray) -> None:
-        """Smooth one interval's blocking rates in, each at its connection's current weight."""
+    def observe(self, weights: np.ndarray, rates: np.ndarray, zeros: bool = False) -> None:
+        """Smooth one interval's blocking rates in, each at its connection's current weight.
+
+        A connection that did not block says little under drafting (it may merely have been
+        drafting behind the leader), so zero readings are skipped unless ``zeros``: as in the
+        paper, an interval usually yields one new sample, the draft leader's.
+        """
         w = np.asarray(weights, dtype=np.int64)
         b = np.asarray(rates, dtype=np.float64)
         if w.shape != (self.connections,) or b.shape != (self.connections,):
             raise SplitInputError("rates", f"needs one value per connection ({self.connections})")
         if not np.isfinite(b).all() or (b < 0).any():
             raise SplitInputError("rates", "must be finite and ≥ 0")
-        rows = np.flatnonzero(w > 0)  # weight 0 sends nothing, so it says nothing
+        rows = np.flatnonzero((w > 0) & ((b > 0) | zeros))  # weight 0 sends nothing
         cols = w[rows]
         old = self.raw[rows, cols]
         new = np.where(np.isnan(old), b[rows], (1 - self.smoothing) * old + self.smoothing * b[rows])
@@ -145,8 +150,14 @@ class BlockingRateModel:
         self.raw[beyond] *= 1.0 - fraction
 
     def pooled(self, members: np.ndarray) -> np.ndarray:
-        """One function from the samples of several connections (clustering, §5.3)."""
+        """One function from the samples of several connections (clustering, §5.3).
+
+        At each weight the members' blocking samples are averaged; zero samples count only
+        where no member blocked: under drafting, the members that did not block were
+        probably drafting behind the one that did, and they run at the same speed.
+        """
         raw = self.raw[np.asarray(members)]
+        raw = np.where((raw == 0) & (raw > 0).any(axis=0) & (np.arange(raw.shape[1]) > 0), np.nan, raw)
         seen = ~np.isnan(raw)
         counts = seen.sum(axis=0)
         cols = np.flatnonzero(counts)

@@ -40,6 +40,14 @@ class WeightedSplit:
     smoothing: weight of a new blocking-rate sample against the old one at the same weight.
     decay: fraction removed per interval from samples beyond the current weight (paper: 0.1).
     max_step: most units a connection's weight may move in one interval (None = no bound).
+    zero_samples: record intervals without blocking as samples of 0. None (default) = only
+        below ``cluster_from`` connections. The zeros give each function its knee, which
+        helps a few connections settle; with many, most slow connections are drafting behind
+        one leader in any interval and their zeros wash out the rare evidence that they are
+        slow, so there (as in the paper) only blocking readings are samples.
+    min_weight: units every connection keeps (the paper's m_j). With 1, even a connection that
+        cannot keep up still gets tuples, so its blocking sample at its current weight stays
+        fresh instead of decaying: it is re-explored only when it stops blocking.
     cluster_from: cluster connections when there are at least this many (paper: 32).
     cluster_threshold: agglomerative-clustering cut on the paper's Distance.
     delta: strict-monotonicity tilt of the functions (also sets the Distance's alpha).
@@ -51,6 +59,8 @@ class WeightedSplit:
         smoothing: float = 0.5,
         decay: float = 0.1,
         max_step: int | None = 100,
+        min_weight: int = 0,
+        zero_samples: bool | None = None,
         cluster_from: int = 32,
         cluster_threshold: float = 0.7,
         delta: float = 1e-6,
@@ -59,6 +69,8 @@ class WeightedSplit:
         self.smoothing = smoothing
         self.decay = decay
         self.max_step = max_step
+        self.min_weight = min_weight
+        self.zero_samples = zero_samples
         self.cluster_from = cluster_from
         self.cluster_threshold = cluster_threshold
         self.delta = delta
@@ -74,6 +86,8 @@ class WeightedSplit:
             raise SplitInputError("max_step", "must be ≥ 1 or None")
         if self.cluster_from < 2:
             raise SplitInputError("cluster_from", "must be ≥ 2")
+        if int(self.min_weight) != self.min_weight or not 0 <= self.min_weight * connections <= self.units:
+            raise SplitInputError("min_weight", f"must be a whole number in [0, units / connections = {self.units // connections}]")
 
     def start(self, connections: int, weights: np.ndarray | None = None) -> np.ndarray:
         """Begin with round-robin (or given) weights and no evidence; returns the weights."""
@@ -94,17 +108,20 @@ class WeightedSplit:
         """Take one interval's blocking rates (one per connection), return the new weights."""
         if not hasattr(self, "model_"):
             raise SplitInputError("rates", "call start() before update()")
-        self.model_.observe(self.weights_, rates)
+        zeros = self.zero_samples
+        if zeros is None:
+            zeros = self.model_.connections < self.cluster_from
+        self.model_.observe(self.weights_, rates, zeros=bool(zeros))
         self.model_.decay(self.weights_, self.decay)
         self.weights_ = self.solve()
         return self.weights_.copy()
 
     def _bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        n, floor = self.weights_.size, int(self.min_weight)
         if self.max_step is None:
-            n = self.weights_.size
-            return np.zeros(n, np.int64), np.full(n, self.units, np.int64)
-        lo = np.maximum(self.weights_ - self.max_step, 0)
-        hi = np.minimum(self.weights_ + self.max_step, self.units)
+            return np.full(n, floor, np.int64), np.full(n, self.units, np.int64)
+        lo = np.maximum(self.weights_ - self.max_step, floor)
+        hi = np.maximum(np.minimum(self.weights_ + self.max_step, self.units), lo)
         return lo, hi
 
     def solve(self) -> np.ndarray:
