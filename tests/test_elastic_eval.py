@@ -173,3 +173,21 @@ def test_simulate_command_dispatches_the_scenario(shared_data, tmp_path, capsys)
                    "--report-dir", str(tmp_path), "--data-dir", str(shared_data)])
     _, err = capsys.readouterr()
     assert status == 2 and "initial" in err and err.count("\n") == 1
+
+
+def test_scaler_drives_the_tick_level_simulator():
+    from keyshift.elastic.sim_bridge import run_in_simulator
+
+    # 60 s windows at 2 ms per tuple: 30,000 tuples per engine-window.
+    ins = np.concatenate([np.full(6, 60_000.0), np.full(6, 200_000.0), np.full(6, 60_000.0)])
+    res = run_in_simulator(ins, ThresholdScaler(max_engines=12), window_s=60, lat_s=0.002,
+                           costs=Costs(), initial_engines=3, groups=64)
+    assert res.engines[11] > res.engines[0]
+    assert res.engines[-1] < res.engines[11]
+    assert res.in_tuples.sum() == pytest.approx(ins.sum(), rel=0.02)
+    assert res.summary()["scale_actions"] == int(res.changes.sum()) > 0
+    static = run_in_simulator(ins, StaticMax(max_engines=12), window_s=60, lat_s=0.002,
+                              costs=Costs(), initial_engines=3, groups=64)
+    assert static.missed.sum() < res.missed.sum()
+    with pytest.raises(ElasticInputError, match="lat_s"):
+        run_in_simulator(ins, StaticMax(max_engines=2), 60, 0.0, Costs(), 1)

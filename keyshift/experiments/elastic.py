@@ -44,12 +44,15 @@ from keyshift.elastic.errors import ElasticInputError
 from keyshift.elastic.forecast import EngineLatency, SeasonalProfile
 from keyshift.elastic.replay import ReplayResult, replay
 from keyshift.elastic.scaler import Scaler
+from keyshift.elastic.sim_bridge import run_in_simulator
 
 SERIES = {
     "taxi": ("nab_nyc_taxi.csv", "NYC taxi passengers / 30 min (NAB)"),
     "tweets": ("nab_Twitter_volume_AAPL.csv", "AAPL tweet volume / 5 min (NAB)"),
     "bikes": ("bike_sharing_hour.csv", "DC bike rentals / hour (Fanaee-T & Gama 2013)"),
 }
+SIM_WINDOWS = 672
+"""Default evaluation length inside the tick-level simulator (two weeks of the taxi series)."""
 POLICIES = ("planner", "planner-expected", "static-max", "qt", "threshold", "ds2")
 
 
@@ -147,7 +150,10 @@ def evaluate_series(name: str, args: argparse.Namespace, progress=None) -> dict[
     """Train on the head of one series, replay every policy on its tail; results and series."""
     t, value = load_series(name, _data_dir(args.data_dir))
     window_s = float(np.median(np.diff(t)))
-    truth = LatencyModel(base_s=args.base_latency, overhead=args.overhead, cv=args.latency_cv)
+    in_sim = args.engine_model == "sim"
+    # The simulator's engines serve at one fixed rate: no per-engine overhead, no noise.
+    truth = (LatencyModel(base_s=args.base_latency, overhead=0.0, cv=0.0) if in_sim else
+             LatencyModel(base_s=args.base_latency, overhead=args.overhead, cv=args.latency_cv))
     k = args.max_engines
     n_train = int(len(t) * args.train_frac)
     if n_train < 48 or len(t) - n_train < args.horizon:
@@ -156,7 +162,8 @@ def evaluate_series(name: str, args: argparse.Namespace, progress=None) -> dict[
     rate = value / value[:n_train].max() * args.peak_util * float(truth.rate(k))
     tuples = rate * window_s
     costs = Costs(args.mc, args.ec, args.rc)
-    stop = len(t) if not args.windows else min(len(t), n_train + args.windows)
+    windows = args.windows or (SIM_WINDOWS if in_sim else 0)
+    stop = len(t) if not windows else min(len(t), n_train + windows)
 
     history = replay(tuples[:n_train], ThresholdScaler(max_engines=k), truth, window_s, costs,
                      initial_engines=args.initial, seed=args.seed)
@@ -180,11 +187,20 @@ def evaluate_series(name: str, args: argparse.Namespace, progress=None) -> dict[
 
         scaler = make_scaler(policy, args, window_s)
         is_planner = policy.startswith("planner")
-        results[policy] = replay(
-            y_test, scaler, truth, window_s, costs, initial_engines=args.initial,
-            forecast=forecast if is_planner else None, observe=observe if is_planner else None,
-            pause_s=args.pause_s, seed=args.seed + 1,
-        )
+        if in_sim:
+            results[policy] = run_in_simulator(
+                y_test, scaler, window_s, args.base_latency, costs, args.initial,
+                forecast=forecast if is_planner else None,
+                observe=observe if is_planner else None,
+                policy=args.sim_policy, seed=args.seed + 1,
+            )
+        else:
+            results[policy] = replay(
+                y_test, scaler, truth, window_s, costs, initial_engines=args.initial,
+                forecast=forecast if is_planner else None,
+                observe=observe if is_planner else None,
+                pause_s=args.pause_s, seed=args.seed + 1,
+            )
         if progress is not None:
             progress(name, policy)
     return {"series": name, "window_s": window_s, "t": t_test, "in": y_test,
@@ -334,6 +350,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--latency-cv", type=float, default=0.05)
     g.add_argument("--pause-s", type=float, default=5.0, help="processing pause per change")
     g.add_argument("--data-dir", default=None, help="folder of the shared data sets")
+    g.add_argument("--engine-model", default="replay", choices=["replay", "sim"],
+                   help="replay: per-window model (keyshift.elastic.replay); sim: the tick-level "
+                        f"cluster simulator with key groups and queues (first {SIM_WINDOWS} "
+                        "evaluation windows unless --windows)")
+    g.add_argument("--sim-policy", default="dlb-h",
+                   help="balancing policy inside the simulator (--engine-model sim)")
     g.add_argument("--timing", action=argparse.BooleanOptionalAction, default=True,
                    help="also time the planner for H = 10..100, 16..64 states (Fig. 17)")
 
@@ -401,7 +423,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     timing = planner_timing() if args.timing else []
     if timing:
         plots.append(str(plot_timing(timing, report)))
-    out = {"scenario": "elastic", "forecaster": args.forecaster, "rows": rows, "series": fits,
+    out = {"scenario": "elastic", "forecaster": args.forecaster,
+           "engine_model": args.engine_model, "rows": rows, "series": fits,
            "planner_timing": timing, "plots": plots,
            "params": {k: getattr(args, k) for k in ("max_engines", "horizon", "mc", "ec", "rc",
                                                    "theta1", "theta2", "peak_util", "pause_s")}}
