@@ -7,6 +7,7 @@
 - :mod:`baselines` — static maximum, QT (M/M/c), thresholds 80/40 %, DS2-style.
 - :mod:`forecast` — the forecaster protocol and a pure-numpy seasonal baseline.
 - :mod:`capacity` and :mod:`replay` — the per-window engine model the evaluation runs in.
+- :mod:`sim_bridge` — the same scalers inside the tick-level simulator (``keyshift.sim``).
 
 Pure numpy/scipy: the GP forecasters of ``models/`` plug in through the protocol.
 """
