@@ -31,6 +31,7 @@ property tests and the event log can replay the decision.
 
 from __future__ import annotations
 
+import heapq
 from typing import Any, ClassVar
 
 import numpy as np
@@ -91,42 +92,61 @@ class DynamicLoadBalancing(Policy):
             return plan, info, None
 
         index = EngineIndex(engine_of, loads, n)
-        # engine a can help iff its smallest positive group x satisfies x < L_a − L_min,
-        # i.e. iff its headroom L_a − x exceeds L_min; kept up to date per move.
-        headroom = eng - index.smallest_positive()
+        # engine a can help iff its smallest positive group x satisfies x < L_a − L_min;
+        # ``small`` is kept exact per move (only a's bucket is ever searched for it: an
+        # engine that receives x simply takes min(small, x)).
+        small = index.smallest_positive().tolist()
+        load = eng.tolist()
         new_engine = engine_of.copy()
         steps: list[tuple[int, int, int]] = []
         reason = "no move improves imbScore"
         heavy = self.pick == "heavy"
         exact_every = 256  # re-derive Σ(L−μ)² now and then so rounding cannot accumulate
+        # Two heaps with lazy deletion instead of O(n) scans per move: the least loaded
+        # engine, and the most loaded engine that can help. L_min never falls (a move of
+        # x < L_a − L_min leaves a above the old minimum), so an unchanged engine that
+        # cannot help now never can again: it is dropped until its own load changes.
+        # Ties break on the lower engine id, exactly as argmin/argmax would.
+        version = [0] * n
+        lows = [(load[e], e, 0) for e in range(n)]
+        highs = [(-load[e], e, 0) for e in range(n)]
+        heapq.heapify(lows)
+        heapq.heapify(highs)
         while dev2 > bound:
             if len(steps) >= limit:
                 reason = "max_moves reached"
                 break
-            b = int(np.argmin(eng))
-            low = eng[b]
-            candidates = np.where(headroom > low, eng, -np.inf)
-            a = int(np.argmax(candidates))
-            if candidates[a] == -np.inf:
+            while lows[0][2] != version[lows[0][1]]:
+                heapq.heappop(lows)
+            low, b, _ = lows[0]
+            while highs:
+                _, a, v = highs[0]
+                if v == version[a] and load[a] - small[a] > low:
+                    break
+                heapq.heappop(highs)
+            else:
                 break
-            gap = eng[a] - low
+            gap = load[a] - low
             found = index.largest_below(a, gap) if heavy else index.smallest(a)
-            if found is None:  # defensive: the headroom says a group exists
+            if found is None:  # defensive: ``small`` says a helping group exists
                 break
             x, g, handle = found
             index.take(a, handle)
             index.put(b, x, g)
-            eng[a] -= x
-            eng[b] += x
+            load[a] -= x
+            load[b] += x
             dev2 += 2.0 * x * (x - gap)
             new_engine[g] = b
             steps.append((g, int(slots[a]), int(slots[b])))
             if len(steps) % exact_every == 0:
-                dev2 = float(((eng - mean) ** 2).sum())
+                dev2 = float(((np.asarray(load) - mean) ** 2).sum())
             nxt = index.smallest(a)
-            headroom[a] = eng[a] - (nxt[0] if nxt is not None else np.inf)
-            nxt = index.smallest(b)
-            headroom[b] = eng[b] - nxt[0]
+            small[a] = nxt[0] if nxt is not None else np.inf
+            small[b] = min(small[b], x)
+            for e in (a, b):
+                version[e] += 1
+                heapq.heappush(lows, (load[e], e, version[e]))
+                heapq.heappush(highs, (-load[e], e, version[e]))
         else:
             reason = "imbScore within theta"
         info.update(reason=reason, steps=np.array(steps, dtype=np.int64).reshape(-1, 3))

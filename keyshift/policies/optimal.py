@@ -132,6 +132,9 @@ class ExactReference(Policy):
             info.update(optimal=True, value=0.0, lower_bound=0.0, rounds=0)
             return plan, info, None
 
+        # Work in units of the mean load (μ = 1): HiGHS is numerically happier with O(1)
+        # coefficients than with squared tuple counts.
+        ys = y / mu
         nx = p * n
         stay = np.zeros(nx + n)
         stay[np.arange(p) * n + here] = d  # Σ d_g x_g,here(g) = state that stays
@@ -142,16 +145,32 @@ class ExactReference(Policy):
         )
         fixed: list[LinearConstraint] = [assign]
         cost = np.zeros(nx + n)
-        radius2 = n * (theta * mu / 100.0) ** 2
+        radius2 = n * (theta / 100.0) ** 2
+        best, best_dev2 = None, np.inf
         if self.objective == "min_moved_state":
             cost -= stay  # min ψ = Σd − Σ d·x_here
             fixed.append(LinearConstraint(np.r_[np.zeros(nx), np.ones(n)][None, :], -np.inf, radius2))
+            reach2 = radius2
         else:
             cost[nx:] = 1.0
             if budget is not None:
                 fixed.append(LinearConstraint(-stay[None, :], -np.inf, budget - float(d.sum())))
+            # incumbents: the current plan (ψ = 0), and LPT if the budget affords it
+            for choice in (here, self._lpt(plan, window, dense)):
+                if budget is None or float(d[choice != here].sum()) <= budget:
+                    dev2 = float(((np.bincount(choice, weights=ys, minlength=n) - 1.0) ** 2).sum())
+                    if dev2 < best_dev2:
+                        best, best_dev2 = choice, dev2
+            reach2 = best_dev2
+        # Σ_e (L_e − 1)² ≤ D with Σ_e (L_e − 1) = 0 bounds each |L_e − 1| by √(D(n−1)/n):
+        # a valid box that makes the relaxation far tighter than the tangents alone.
+        reach = np.sqrt(reach2 * (n - 1) / n) + 1e-9
+        box = csr_matrix((np.tile(ys, n), (np.repeat(np.arange(n), p),
+                          (np.arange(p)[None, :] * n + np.arange(n)[:, None]).ravel())),
+                         shape=(n, nx + n))
+        fixed.append(LinearConstraint(box, 1.0 - reach, 1.0 + reach))
 
-        points = list(mu * _CUT_FRACTIONS)
+        points = list(_CUT_FRACTIONS)
         lower = np.zeros(nx + n)
         upper = np.r_[np.ones(nx), np.full(n, np.inf)]
         if self.objective == "min_imbalance" and (budget is None or budget >= float(d.sum())):
@@ -162,14 +181,14 @@ class ExactReference(Policy):
             upper[(g * n + e)[e > g]] = 0.0
             info["symmetry_broken"] = True
         integrality = np.r_[np.ones(nx), np.zeros(n)]
-        tol = float(self.tol) * mu * mu * n
-        best = None
+        tol = float(self.tol) * n
+        bound = 0.0
         for rounds in range(1, int(self.max_rounds) + 1):
             problem = {
                 "c": cost,
                 "integrality": integrality,
                 "bounds": Bounds(lower, upper),
-                "constraints": [*fixed, self._cuts(points, y, mu, p, n)],
+                "constraints": [*fixed, self._cuts(points, ys, 1.0, p, n)],
             }
             options = {"time_limit": float(self.time_limit), "mip_rel_gap": 0.0}
             with _native_stdout_silenced():
@@ -182,22 +201,26 @@ class ExactReference(Policy):
                     if self.objective == "min_moved_state"
                     else f"infeasible (budget={budget})",
                 )
+            if res.x is None and best is not None:  # keep the incumbent, say it is unproven
+                proven = done = False
+                info["solver"] = res.message
+                break
             if res.x is None:
                 raise PolicyInputError(
                     "time_limit", f"HiGHS found no solution in {self.time_limit} s ({res.message})"
                 )
             x = res.x[:nx].reshape(p, n)
             choice = np.argmax(x, axis=1)
-            loads = np.bincount(choice, weights=y, minlength=n)
-            dev2 = float(((loads - mu) ** 2).sum())
+            loads = np.bincount(choice, weights=ys, minlength=n)
+            dev2 = float(((loads - 1.0) ** 2).sum())
             moved = float(d[choice != here].sum())
             proven = res.status == 0
             if self.objective == "min_moved_state":
                 done = dev2 <= radius2 * (1 + 1e-9) + 1e-12
                 best, bound = choice, moved
             else:
-                bound = float(res.x[nx:].sum())
-                if best is None or dev2 < best_dev2:
+                bound = max(bound, float(res.x[nx:].sum()))
+                if dev2 < best_dev2:
                     best, best_dev2 = choice, dev2
                 done = best_dev2 - bound <= tol
             if done:
@@ -205,11 +228,11 @@ class ExactReference(Policy):
             points.extend(loads.tolist())
         else:
             proven = False
-        value = moved if self.objective == "min_moved_state" else best_dev2 / n
+        value = moved if self.objective == "min_moved_state" else best_dev2 * mu * mu / n
         info.update(
             optimal=bool(proven and done),
             value=value,
-            lower_bound=bound if self.objective == "min_moved_state" else bound / n,
+            lower_bound=bound if self.objective == "min_moved_state" else bound * mu * mu / n,
             rounds=rounds,
             cuts=len(points),
         )
@@ -218,6 +241,14 @@ class ExactReference(Policy):
         else:
             info["var"] = value
         return plan.with_assignment(slots[best]), info, None
+
+    @staticmethod
+    def _lpt(plan: Plan, window: Window, dense: np.ndarray) -> np.ndarray:
+        from keyshift.policies.lptf import lpt_partition
+        from keyshift.policies.relabel import match_to_plan
+
+        labels = lpt_partition(window.loads, plan.parallelism)
+        return dense[match_to_plan(labels, plan.parallelism, plan, window.state)]
 
     @staticmethod
     def _cuts(points: list[float], y: np.ndarray, mu: float, p: int, n: int) -> LinearConstraint:
