@@ -79,6 +79,15 @@ def test_elb_scales_in_by_removing_the_least_loaded_engines():
     assert ((after >= 8) & (after <= 12)).all()
 
 
+def test_elb_band_fraction_is_relative_to_the_mean_load():
+    loads = np.ones(40)  # mean per engine 10 on 4 engines; [0.4, 0.6]·10 -> centre 5 -> pi 8
+    d = make_policy("elb", band_fraction=[0.4, 0.6]).decide(Plan.hashed(40, 4), Window(loads))
+    assert d.info["band"] == [4.0, 6.0] and d.plan.parallelism == 8
+    with pytest.raises(PolicyInputError) as exc:
+        make_policy("elb", band=[1, 2], band_fraction=[1, 2]).decide(Plan.hashed(4, 2), Window(np.ones(4)))
+    assert exc.value.field == "band_fraction"
+
+
 def test_elb_does_nothing_inside_the_band():
     plan = Plan([0, 1], 2)
     d = make_policy("elb").decide(plan, Window([10, 11]))

@@ -5,10 +5,11 @@ which admits plans that move far less state. ELB may change the parallelism π.
 
 Semantics chosen against Algorithm 1's lines, and why:
 
-* **Band.** ``band=(v, u)`` in load units (tuples per window). Without it, the band is
-  derived from the current mean load μ over the live engines: [μ(1 − θ/100), μ(1 + θ/100)]
-  with ``theta`` (default 15, DLB's threshold), so π stays put and ELB only rebalances.
-  The controller passes an absolute band when it wants ELB to scale.
+* **Band.** ``band=(v, u)`` in load units (tuples per window), or ``band_fraction=(a, b)``
+  as fractions of the current mean load μ over the live engines (the controller's
+  ``band_low``/``band_high``): [aμ, bμ]. With neither, [μ(1 − θ/100), μ(1 + θ/100)] with
+  ``theta`` (default 15, DLB's threshold), so π stays put and ELB only rebalances.
+  An absolute band (or a fractional one not centred on 1) lets ELB scale.
 * **Line 4.** π = ⌈2w/(u+v)⌉ (clipped to [min_engines, max_engines]), l̄ = w/π. The
   ceiling is taken with a 1e-9 relative tolerance so that w/μ = n does not round up to
   n+1 through floating-point noise.
@@ -50,15 +51,15 @@ from keyshift.policies.dlb import check_theta
 from keyshift.policies.engine_index import radix_key
 
 
-def check_band(band: Any) -> tuple[float, float] | None:
+def check_band(band: Any, field: str = "band") -> tuple[float, float] | None:
     if band is None:
         return None
     try:
         v, u = (float(x) for x in band)
     except (TypeError, ValueError):
-        raise PolicyInputError("band", f"must be two numbers [v, u], got {band!r}") from None
+        raise PolicyInputError(field, f"must be two numbers [v, u], got {band!r}") from None
     if not (math.isfinite(v) and math.isfinite(u)) or v < 0 or u <= 0 or v > u:
-        raise PolicyInputError("band", f"needs 0 <= v <= u and u > 0, got {band!r}")
+        raise PolicyInputError(field, f"needs 0 <= v <= u and u > 0, got {band!r}")
     return v, u
 
 
@@ -92,11 +93,13 @@ class EagerLoadBalancing(Policy):
     def __init__(
         self,
         band: tuple[float, float] | None = None,
+        band_fraction: tuple[float, float] | None = None,
         theta: float = 15.0,
         min_engines: int = 1,
         max_engines: int | None = None,
     ) -> None:
         self.band = band
+        self.band_fraction = band_fraction
         self.theta = theta
         self.min_engines = min_engines
         self.max_engines = max_engines
@@ -113,6 +116,9 @@ class EagerLoadBalancing(Policy):
 
     def _decide(self, plan: Plan, window: Window) -> tuple[Plan, dict[str, Any], np.ndarray | None]:
         band = check_band(self.band)
+        fraction = check_band(self.band_fraction, "band_fraction")
+        if band is not None and fraction is not None:
+            raise PolicyInputError("band_fraction", "give either band or band_fraction, not both")
         theta = check_theta(self.theta)
         lo_engines, hi_engines = self._bounds()
         slots = plan.live_engines
@@ -125,8 +131,10 @@ class EagerLoadBalancing(Policy):
         w = float(eng.sum())
         if w <= 0:
             return plan, {"reason": "no load", "pi": n}, None
-        if band is None:
-            mean = w / n
+        mean = w / n
+        if fraction is not None:
+            band = (mean * fraction[0], mean * fraction[1])
+        elif band is None:
             band = (mean * (1 - theta / 100.0), mean * (1 + theta / 100.0))
         v, u = band
         centre = (u + v) / 2.0
