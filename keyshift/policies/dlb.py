@@ -100,7 +100,7 @@ class DynamicLoadBalancing(Policy):
         # engine that receives x simply takes min(small, x)).
         small = index.smallest_positive().tolist()
         load = eng.tolist()
-        new_engine = engine_of.copy()
+        slot_of = slots.tolist()
         steps: list[tuple[int, int, int]] = []
         reason = "no move improves imbScore"
         heavy = self.pick == "heavy"
@@ -139,23 +139,28 @@ class DynamicLoadBalancing(Policy):
             load[a] -= x
             load[b] += x
             dev2 += 2.0 * x * (x - gap)
-            new_engine[g] = b
-            steps.append((g, int(slots[a]), int(slots[b])))
+            steps.append((g, slot_of[a], slot_of[b]))
             if len(steps) % exact_every == 0:
                 dev2 = float(((np.asarray(load) - mean) ** 2).sum())
             nxt = index.smallest(a)
             small[a] = nxt[0] if nxt is not None else np.inf
-            small[b] = min(small[b], x)
+            if x < small[b]:
+                small[b] = x
             for e in (a, b):
                 version[e] += 1
                 heapq.heappush(lows, (load[e], e, version[e]))
                 heapq.heappush(highs, (-load[e], e, version[e]))
         else:
             reason = "imbScore within theta"
-        info.update(reason=reason, steps=np.array(steps, dtype=np.int64).reshape(-1, 3))
+        done = np.array(steps, dtype=np.int64).reshape(-1, 3)
+        info.update(reason=reason, steps=done)
         if not steps:
             return plan, info, None
-        return plan.with_assignment(slots[new_engine]), info, None
+        assignment = plan.assignment.copy()
+        latest = done[::-1]  # a group may move twice: its last move decides
+        groups, first = np.unique(latest[:, 0], return_index=True)
+        assignment[groups] = latest[first, 2]
+        return plan.with_assignment(assignment), info, None
 
 
 class DLBHeavy(DynamicLoadBalancing):
