@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import statistics
 import time
 from pathlib import Path
@@ -199,6 +200,16 @@ def plot(time_rows: list[dict], qual: dict, path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def machine_note() -> str:
+    """Timings on a shared machine mean little without its state: print the load average
+    and a reference cost measured in this process (a 10⁶-float sort, ~60–80 ms on an idle
+    laptop core), so a reader can scale the table."""
+    data = np.random.default_rng(0).random(10**6)
+    ref = median_ms(lambda: np.sort(data), 3)
+    load = os.getloadavg()[0]
+    return f"machine: {os.cpu_count()} cores, load average {load:.1f}; reference 10⁶-float sort {ref:.0f} ms"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="skip 10⁶ × 1,000; 40 quality instances")
@@ -210,6 +221,7 @@ def main() -> None:
     instances = args.instances or (40 if args.quick else 200)
     console = Console(width=150)
 
+    console.print(machine_note())
     time_rows = timing(console, args.quick, repeats)
     t = Table(title=f"Decision time per window (median of {repeats}; θ = {THETA}%)")
     for col in ["policy", "groups × engines", "median ms", "target ms", "÷ target",
