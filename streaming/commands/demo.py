@@ -1,0 +1,217 @@
+"""``keyshift demo``: broker, topic, a producer with a skew schedule, the streaming job with a
+balancing policy, then a summary and an HTML report in the run folder.
+
+    keyshift demo                                  # a few minutes, DLB-H, first story detection
+    keyshift demo --duration 60 --policy kg --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+import uuid
+from typing import Any
+
+from keyshift.cli import UsageError
+from keyshift.config import ConfigError, load_config
+
+POLICIES = ("dlb-h", "dlb-l", "elb", "kg", "lptf", "clb")
+APPS = ("fsd", "traffic", "clicks", "wordcount")
+
+
+def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "demo", help="run broker + producer + streaming job with a balancer, then report",
+        description="Start the local Kafka broker, create a topic, produce events whose key "
+        "skew changes over time, run the streaming job with a balancing policy, and print a "
+        "summary; an HTML report with plots goes to <home>/runs/<run id>/.",
+    )
+    p.add_argument("--config", help="TOML file (default: $KEYSHIFT_CONFIG or built-in)")
+    p.add_argument("--duration", type=float, default=180.0,
+                   help="seconds of input to produce (default 180)")
+    p.add_argument("--policy", default=None, help=f"one of {', '.join(POLICIES)} "
+                   "(default: controller.policy)")
+    p.add_argument("--app", default=None, help=f"one of {', '.join(APPS)} "
+                   "(default: controller.app)")
+    p.add_argument("--rate", type=float, default=300.0, help="events per second (default 300)")
+    p.add_argument("--skew", default=None,
+                   help="skew schedule (default: zipf:0.2, then 1.5 from a third of the run)")
+    p.add_argument("--engines", type=int, default=None, help="initial engines (engines.initial)")
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    p.set_defaults(func=run)
+    return p
+
+
+def _validate(args: argparse.Namespace, cfg) -> tuple[str, str]:
+    if not args.duration > 0:
+        raise UsageError(f"--duration: must be > 0 seconds, got {args.duration}")
+    if not args.rate > 0:
+        raise UsageError(f"--rate: must be > 0 events/s, got {args.rate}")
+    policy = args.policy or cfg.controller.policy
+    if policy not in POLICIES:
+        raise UsageError(f"--policy: unknown policy {policy!r}; choose one of "
+                         f"{', '.join(POLICIES)}")
+    app = args.app or cfg.controller.app
+    if app not in APPS:
+        raise UsageError(f"--app: unknown application {app!r}; choose one of {', '.join(APPS)}")
+    if args.engines is not None and not cfg.engines.min <= args.engines <= cfg.engines.max:
+        raise UsageError(f"--engines: must be in {cfg.engines.min}..{cfg.engines.max}, "
+                         f"got {args.engines}")
+    if args.skew is not None:
+        from keyshift.workloads import SkewSchedule, WorkloadInputError
+
+        try:
+            SkewSchedule.parse(args.skew)
+        except WorkloadInputError as exc:
+            raise UsageError(f"--{exc}") from None
+    return policy, app
+
+
+class _Stop(Exception):
+    pass
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        cfg = load_config(args.config)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    policy, app = _validate(args, cfg)
+    say = (lambda *a: print(*a, file=sys.stderr)) if args.json else print
+    skew = args.skew or f"zipf:0.2@0,1.5@{args.duration / 3:g}"
+    run_id = time.strftime("demo-%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
+
+    from streaming.broker import Broker, BrokerError, create_topic
+
+    broker = Broker.from_config(cfg)
+    started_broker = False
+    stop = threading.Event()
+    produced: dict[str, Any] = {}
+    job = None
+    try:
+        try:
+            was_up = broker.healthy(timeout_s=3)
+            say(f"broker: {broker.start()}")
+            started_broker = not was_up
+            topic = f"{cfg.kafka.topic}-{run_id}"
+            say(create_topic(cfg.kafka.bootstrap, topic, cfg.kafka.partitions))
+        except BrokerError as exc:
+            raise UsageError(f"kafka: {exc}") from None
+
+        from streaming.job import JobOptions, StreamJob
+        from streaming.session import get_spark
+
+        say("starting Spark (first start resolves jars, later ones reuse the cache) ...")
+        spark = get_spark(cfg)
+        job = StreamJob(spark, cfg, JobOptions(app=app, policy=policy, run_id=run_id, topic=topic,
+                                               engines=args.engines))
+        thread = threading.Thread(target=_produce, daemon=True, args=(
+            cfg, topic, app, skew, args.rate, args.duration, stop, produced))
+        job.start()
+        t0 = time.monotonic()
+        thread.start()
+        say(f"run {run_id}: {app} with {policy}, {args.rate:g} events/s for {args.duration:g} s, "
+            f"skew {skew}; Ctrl-C stops")
+        _watch(job, thread, args.duration, say, produced)
+        wall = time.monotonic() - t0
+        job.stop()
+        if "error" in produced:
+            raise UsageError(f"producer: {produced['error']}")
+        from streaming.report import summarize, write_report
+
+        summary = summarize(spark, cfg, run_id, wall, job.totals.records)
+        summary.update({"app": app, "policy": policy, "produced": produced.get("sent", 0),
+                        "run_dir": str(job.run_dir)})
+        page = write_report(spark, cfg, run_id, job.run_dir, summary, app)
+        summary["report"] = str(page)
+        if args.json:
+            print(json.dumps(summary))
+        else:
+            _print_summary(summary)
+        return 0
+    except KeyboardInterrupt:
+        say("interrupted: stopping producer, streaming job and broker ...")
+        return 130
+    finally:
+        stop.set()
+        if job is not None:
+            job.stop()
+        if started_broker:
+            broker.stop()
+
+
+def _produce(cfg, topic: str, app: str, skew: str, rate: float, duration: float,
+             stop: threading.Event, out: dict) -> None:
+    from keyshift.workloads.events import make_generator
+    from streaming.producer import connect, produce
+
+    gen = make_generator(app, skew=skew, seed=0, producer_id=topic[-4:])
+
+    class Stoppable:
+        def batch(self, n: int, t_s: float, now_ms: int):
+            if stop.is_set():
+                raise _Stop
+            return gen.batch(n, t_s, now_ms)
+
+    try:
+        stats = produce(connect(cfg.kafka.bootstrap), topic, Stoppable(), rate=rate,
+                        duration_s=duration)
+        out["sent"] = stats.sent
+    except _Stop:
+        out["sent"] = -1
+    except Exception as exc:  # reported by the main thread as one line
+        out["error"] = repr(exc)
+    finally:
+        out["done"] = True
+
+
+def _watch(job, thread: threading.Thread, duration: float, say, produced: dict) -> None:
+    """Progress until the producer is done and the job has taken everything it sent."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                  TextColumn("{task.fields[info]}"), transient=True,
+                  console=None if say is print else _stderr_console()) as bar:
+        task = bar.add_task("streaming", total=duration, info="")
+        t0 = time.monotonic()
+        while True:
+            if job.query.exception() is not None:
+                raise UsageError(f"stream: the query failed: {job.query.exception()}")
+            t = job.totals
+            bar.update(task, completed=min(duration, time.monotonic() - t0),
+                       info=f"batches {t.batches}  in {t.records}  out {t.complex_events}  "
+                            f"migrations {t.migrations}")
+            if produced.get("done"):
+                sent = produced.get("sent", 0)
+                if "error" in produced or t.records >= sent:
+                    return
+                if time.monotonic() - t0 > duration + 600:
+                    say(f"stopping with {sent - t.records} records not yet consumed")
+                    return
+            time.sleep(0.5)
+
+
+def _stderr_console():
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def _print_summary(s: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"keyshift demo {s['run_id']} ({s['app']}, {s['policy']})")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for k in ("events_in", "processed", "dead_letter", "complex_events", "batches",
+              "migrations", "moved_groups", "moved_bytes", "rstd_mean", "rstd_max",
+              "events_per_s", "batch_p50_s", "batch_p95_s", "engines_final"):
+        v = s[k]
+        table.add_row(k, f"{v:.2f}" if isinstance(v, float) else str(v))
+    console = Console()
+    console.print(table)
+    console.print(f"report: {s['report']}\nwarehouse: {s['warehouse']}")

@@ -1,0 +1,274 @@
+"""The online controller: collect → evaluate → decide → realize → record, once per window.
+
+It follows the shape of the Flink Kubernetes autoscaler: a collector (per-batch group loads
+from the engines), an evaluator (imbScore of the window), a decision step (the configured
+policy through ``make_policy``), a realizer (a new plan version; the engines migrate in the
+next batch) and an event log (``decisions``), with its state in Delta:
+
+* the plan in force for batch b is the plan of the newest decision made at a batch < b
+  (``decisions`` + ``plans``), so a restarted job routes a re-executed batch exactly as the
+  first attempt did;
+* a statistic window is ``batches_per_window`` consecutive batches (round(Δ / trigger)); a
+  window's loads come from ``key_loads``, so a decision taken again after a crash sees the
+  same histogram and, policies being deterministic, takes the same decision;
+* migrations are complete within their batch or are redone by re-executing it (see
+  :mod:`streaming.migration`), so nothing else is pending across a restart.
+
+Fixed-plan policies (kg, and the batch layer's lptf / clb from ``plans`` scope
+``baseline``) never decide; online ones (dlb-h, dlb-l, elb) decide every window.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from keyshift.config import Config
+from keyshift.metrics import Balance, live_loads
+from keyshift.plan import Plan
+from keyshift.policies import Decision, Policy, Window, make_policy, policy_class
+
+from .txn import append
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+ONLINE = ("dlb-h", "dlb-l", "elb")
+FROM_PLANS = ("lptf", "clb", "uhlb")
+
+
+class ControllerError(ValueError):
+    """Bad controller configuration; the message starts with the config key."""
+
+
+def policy_params(cfg: Config, name: str) -> dict[str, Any]:
+    """The controller config keys this policy's constructor accepts (by parameter name)."""
+    c = cfg.controller
+    offered = {
+        "theta": c.theta,
+        # ELB's band in events per engine per window; unset = derived from the mean (no scaling)
+        "band": (c.band_low, c.band_high) if c.band_high > 0 else None,
+        "min_engines": cfg.engines.min,
+        "max_engines": cfg.engines.max,
+    }
+    accepted = inspect.signature(policy_class(name).__init__).parameters
+    return {k: v for k, v in offered.items() if k in accepted and v is not None}
+
+
+@dataclass
+class WindowStats:
+    """What the collector accumulates over one statistic window."""
+
+    first_batch: int
+    loads: np.ndarray
+    state: np.ndarray
+
+    @classmethod
+    def empty(cls, first_batch: int, groups: int) -> WindowStats:
+        return cls(first_batch, np.zeros(groups), np.zeros(groups))
+
+
+class Controller:
+    """Decides plans for one run; all durable state goes through :class:`ControlLog`."""
+
+    def __init__(
+        self, cfg: Config, run_id: str, policy: str, groups: int, engines: int,
+        batches_per_window: int, log: ControlLog, params: dict[str, Any] | None = None,
+    ) -> None:
+        if batches_per_window < 1:
+            raise ControllerError(f"controller.window_s: gives {batches_per_window} batches")
+        self.cfg = cfg
+        self.run_id = run_id
+        self.policy_name = policy
+        self.groups = groups
+        self.engines = engines
+        self.batches_per_window = batches_per_window
+        self.log = log
+        self.params = dict(params or {})
+        self._policy: Policy | None = None
+        self._plans: dict[int, Plan] = {}
+        self._decided: list[tuple[int, int]] = []  # (batch_id, plan_version), ascending
+        self._window: WindowStats | None = None
+        self.decide_s = 0.0
+
+    # -- state ------------------------------------------------------------------------
+    def recover(self, batch_id: int) -> None:
+        """Load plans, decisions and the open window's loads from Delta (start / restart)."""
+        if self.policy_name in ONLINE:
+            self._policy = make_policy(
+                self.policy_name, **{**policy_params(self.cfg, self.policy_name), **self.params})
+        initial = self._initial_plan()
+        self._plans = {p.version: p for p in self.log.plans(self.groups)}
+        if initial.version not in self._plans:
+            self.log.write_plan(initial, self.policy_name, "initial plan", batch_id=-1)
+            self._plans[initial.version] = initial
+        self._decided = self.log.plan_changes(before=batch_id)
+        start = batch_id - batch_id % self.batches_per_window
+        w = WindowStats.empty(start, self.groups)
+        if start < batch_id:
+            loads, state = self.log.window_loads(start, batch_id, self.groups)
+            w.loads += loads
+            w.state = np.maximum(w.state, state)
+        self._window = w
+
+    def _initial_plan(self) -> Plan:
+        if self.policy_name in FROM_PLANS:
+            plan = self.log.baseline_plan(self.policy_name, self.groups)
+            if plan is None:
+                raise ControllerError(
+                    f"controller.policy: no '{self.policy_name}' plan with scope 'baseline' "
+                    f"and {self.groups} groups in Delta plans; compute it with the batch layer "
+                    "first (keyshift job baseline)"
+                )
+            return plan
+        return Plan.hashed(self.groups, self.engines, version=0)
+
+    def plan_for(self, batch_id: int) -> Plan:
+        """The plan that routes batch ``batch_id``."""
+        version = 0 if not self._plans else min(self._plans)
+        for b, v in self._decided:
+            if b < batch_id:
+                version = v
+        return self._plans[version]
+
+    # -- the loop -------------------------------------------------------------------------
+    def collect(self, batch_id: int, loads: np.ndarray, state: np.ndarray) -> None:
+        assert self._window is not None, "recover() first"
+        self._window.loads += loads
+        np.maximum(self._window.state, state, out=self._window.state, where=state > 0)
+
+    def end_of_batch(self, batch_id: int) -> Decision | None:
+        """Evaluate and decide when ``batch_id`` closes a window; realize and record."""
+        if (batch_id + 1) % self.batches_per_window:
+            return None
+        assert self._window is not None
+        t0 = time.perf_counter()
+        plan = self.plan_for(batch_id + 1)
+        w, self._window = self._window, WindowStats.empty(batch_id + 1, self.groups)
+        window = Window(loads=w.loads, state=np.where(w.state > 0, w.state, 0.0))
+        if self._policy is None:
+            loads = live_loads(plan.assignment, w.loads, plan.live)
+            decision = None
+            row = self._row(batch_id, "none", f"{self.policy_name} is a fixed plan",
+                            Balance.of(loads), Balance.of(loads), 0, 0.0, plan, plan, None)
+        else:
+            decision = self._policy.decide(plan, window)
+            new = decision.plan
+            if decision.changed:
+                new = Plan(new.assignment, new.engines, plan.version + 1, new.live)
+                decision = Decision(new, decision.moves, decision.before, decision.after,
+                                    decision.elapsed_ms, decision.info)
+                self.log.write_plan(new, self.policy_name, _reason(decision), batch_id)
+                self._plans[new.version] = new
+                self._decided.append((batch_id, new.version))
+            action = _action(plan, new) if decision.changed else "none"
+            row = self._row(batch_id, action, _reason(decision), decision.before, decision.after,
+                            len(decision.moves), decision.moves.total_state, plan, new,
+                            new.version if decision.changed else None)
+        self.log.write_decision(row, batch_id)
+        self.decide_s = time.perf_counter() - t0
+        return decision
+
+    def _row(self, batch_id: int, action: str, reason: str, before: Balance, after: Balance,
+             moved: int, psi: float, old: Plan, new: Plan, version: int | None) -> dict:
+        return {
+            "run_id": self.run_id, "batch_id": batch_id, "decided_at": datetime.now(UTC),
+            "component": "balancer", "policy": self.policy_name, "action": action,
+            "reason": reason, "rstd_before": before.rstd, "rstd_after": after.rstd,
+            "moved_groups": moved, "moved_state": psi, "engines_before": old.parallelism,
+            "engines_after": new.parallelism, "plan_version": version,
+        }
+
+
+def _action(old: Plan, new: Plan) -> str:
+    if new.parallelism > old.parallelism:
+        return "scale_out"
+    if new.parallelism < old.parallelism:
+        return "scale_in"
+    return "rebalance"
+
+
+def _reason(d: Decision) -> str:
+    why = d.info.get("reason") or d.info.get("stop") or ""
+    text = (f"imbScore {d.before.rstd:.1f}% -> {d.after.rstd:.1f}%, "
+            f"{len(d.moves)} groups moved, psi={d.moves.total_state:.0f}")
+    return f"{text}; {why}" if why else text
+
+
+class ControlLog:
+    """The controller's durable state in Delta: ``plans`` (scope = run id) and ``decisions``."""
+
+    def __init__(self, spark: SparkSession, cfg: Config, run_id: str) -> None:
+        self.spark = spark
+        self.cfg = cfg
+        self.run_id = run_id
+
+    def _read(self, name: str):
+        return self.spark.read.format("delta").load(self.cfg.table_path(name))
+
+    def plans(self, groups: int) -> list[Plan]:
+        from pyspark.sql import functions as F
+
+        rows = self._read("plans").where(F.col("scope") == self.run_id).collect()
+        return [_plan(r) for r in rows if r.groups == groups]
+
+    def baseline_plan(self, policy: str, groups: int) -> Plan | None:
+        from pyspark.sql import functions as F
+
+        rows = (
+            self._read("plans")
+            .where((F.col("scope") == "baseline") & (F.col("policy") == policy)
+                   & (F.col("groups") == groups))
+            .orderBy(F.col("version").desc(), F.col("created_at").desc()).limit(1).collect()
+        )
+        return _plan(rows[0]) if rows else None
+
+    def plan_changes(self, before: int) -> list[tuple[int, int]]:
+        from pyspark.sql import functions as F
+
+        rows = (
+            self._read("decisions")
+            .where((F.col("run_id") == self.run_id) & (F.col("batch_id") < before)
+                   & F.col("plan_version").isNotNull())
+            .select("batch_id", "plan_version").collect()
+        )
+        return sorted((int(r.batch_id), int(r.plan_version)) for r in rows)
+
+    def window_loads(self, start: int, end: int, groups: int) -> tuple[np.ndarray, np.ndarray]:
+        from pyspark.sql import functions as F
+
+        rows = (
+            self._read("key_loads")
+            .where((F.col("run_id") == self.run_id) & (F.col("batch_id") >= start)
+                   & (F.col("batch_id") < end))
+            .groupBy("group").agg(F.sum("load").alias("load"), F.max("state_bytes").alias("s"))
+            .collect()
+        )
+        loads, state = np.zeros(groups), np.zeros(groups)
+        for r in rows:
+            if 0 <= r.group < groups:
+                loads[r.group] = r.load
+                state[r.group] = r.s or 0
+        return loads, state
+
+    def write_plan(self, plan: Plan, policy: str, reason: str, batch_id: int) -> None:
+        row = {
+            "version": plan.version, "scope": self.run_id, "created_at": datetime.now(UTC),
+            "policy": policy, "groups": plan.groups, "engines": plan.engines,
+            "live": plan.live.tolist(), "assignment": plan.assignment.tolist(),
+            "reason": reason,
+        }
+        append(self.spark, self.cfg, "plans", [row], f"{self.run_id}/plans", batch_id + 1)
+
+    def write_decision(self, row: dict, batch_id: int) -> None:
+        append(self.spark, self.cfg, "decisions", [row], f"{self.run_id}/decisions", batch_id)
+
+
+def _plan(r: Any) -> Plan:
+    return Plan(np.asarray(r.assignment, dtype=np.int64), int(r.engines), int(r.version),
+                np.asarray(r.live, dtype=bool))

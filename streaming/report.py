@@ -1,0 +1,157 @@
+"""The demo's summary and HTML report, from what the run wrote to Delta.
+
+Everything here is read back from the warehouse (``metrics``, ``decisions``, ``migrations``,
+``events_out``) rather than from the job's memory, so the report of a run that was
+interrupted and restarted still tells the whole story.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from keyshift.apps import TopK
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from pyspark.sql import SparkSession
+
+    from keyshift.config import Config
+
+
+def _frame(spark: SparkSession, cfg: Config, name: str, run_id: str) -> pd.DataFrame:
+    return (spark.read.format("delta").load(cfg.table_path(name))
+            .where(f"run_id = '{run_id}'").toPandas())
+
+
+def summarize(spark: SparkSession, cfg: Config, run_id: str, wall_s: float,
+              records: int) -> dict[str, Any]:
+    """The summary object of ``keyshift demo`` (``--json`` prints it as is)."""
+    m = _frame(spark, cfg, "metrics", run_id).sort_values("batch_id")
+    mig = _frame(spark, cfg, "migrations", run_id)
+    done = mig[mig.status == "completed"] if len(mig) else mig
+    busy = m[m.events_in > 0] if len(m) else m
+    durations = m.batch_duration_s.to_numpy() if len(m) else np.zeros(0)
+    processed = int(m.processed.sum()) if len(m) else 0
+    return {
+        "run_id": run_id,
+        "events_in": int(records),
+        "valid": int(m.events_in.sum()) if len(m) else 0,
+        "processed": processed,
+        "dead_letter": int(m.dead_letter.sum()) if len(m) else 0,
+        "complex_events": int(m.out_events.sum()) if len(m) else 0,
+        "batches": int(len(m)),
+        "migrations": int(len(done)),
+        "moved_groups": int(sum(len(g) for g in done.groups)) if len(done) else 0,
+        "moved_bytes": int(done["bytes"].sum()) if len(done) else 0,
+        "rstd_mean": float(busy.rstd.mean()) if len(busy) else 0.0,
+        "rstd_max": float(busy.rstd.max()) if len(busy) else 0.0,
+        "events_per_s": processed / wall_s if wall_s > 0 else 0.0,
+        "batch_p50_s": float(np.percentile(durations, 50)) if durations.size else 0.0,
+        "batch_p95_s": float(np.percentile(durations, 95)) if durations.size else 0.0,
+        "engines_final": int(m.engines.iloc[-1]) if len(m) else 0,
+        "warehouse": str(cfg.warehouse_path),
+    }
+
+
+def write_report(spark: SparkSession, cfg: Config, run_id: str, folder: Path,
+                 summary: dict[str, Any], app: str) -> Path:
+    """PNG plots and ``report.html`` in the run folder; returns the HTML path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    folder.mkdir(parents=True, exist_ok=True)
+    m = _frame(spark, cfg, "metrics", run_id).sort_values("batch_id")
+    d = _frame(spark, cfg, "decisions", run_id).sort_values("batch_id")
+    mig = _frame(spark, cfg, "migrations", run_id)
+    images = []
+    if len(m):
+        t = (m.window_end - m.window_end.iloc[0]).dt.total_seconds().to_numpy()
+        fig, ax = plt.subplots(3, 1, figsize=(9, 9), sharex=True)
+        ax[0].plot(t, m.rstd, marker=".", label="imbScore / RSTD (%)")
+        moved_at = d[d.moved_groups.fillna(0) > 0] if len(d) else d
+        for _, row in moved_at.iterrows():
+            hit = m.batch_id == row.batch_id
+            if hit.any():
+                ax[0].axvline(t[hit.to_numpy()][0], color="tab:red", alpha=0.3)
+        ax[0].set_ylabel("RSTD (%)")
+        ax[0].set_title("Load imbalance per batch (red: a rebalance was decided)")
+        ax[1].plot(t, m.processed / m.batch_duration_s.clip(lower=1e-3), marker=".")
+        ax[1].set_ylabel("events/s (per batch)")
+        ax[2].plot(t, m.batch_duration_s, marker=".", label="batch duration")
+        ax[2].plot(t, m.latency_s, marker=".", label="mean latency")
+        ax[2].set_ylabel("seconds")
+        ax[2].set_xlabel("seconds since the first batch")
+        ax[2].legend()
+        fig.tight_layout()
+        fig.savefig(folder / "timeline.png", dpi=90)
+        plt.close(fig)
+        images.append(("timeline.png", "RSTD, throughput and batch duration over time"))
+
+        loads = np.array([np.asarray(x, dtype=float) for x in m.engine_loads], dtype=object)
+        width = max(len(x) for x in loads)
+        grid = np.zeros((len(loads), width))
+        for i, x in enumerate(loads):
+            grid[i, : len(x)] = x
+        fig, ax = plt.subplots(figsize=(9, 3.5))
+        ax.stackplot(t, grid.T, labels=[f"engine {e}" for e in range(width)])
+        ax.set_ylabel("events per batch")
+        ax.set_xlabel("seconds since the first batch")
+        ax.legend(loc="upper left", fontsize=7, ncol=4)
+        ax.set_title("Load per engine slot")
+        fig.tight_layout()
+        fig.savefig(folder / "engine_loads.png", dpi=90)
+        plt.close(fig)
+        images.append(("engine_loads.png", "events per engine per batch"))
+
+    extra = ""
+    if app == "clicks":
+        out = _frame(spark, cfg, "events_out", run_id)
+        top = TopK(10)
+        top.update(json.loads(x)["pattern"] for x in out.detail)
+        extra = _table(["pattern", "count"], top.top(), "Top-10 click patterns (top-k operator)")
+    rows = [(k, v) for k, v in summary.items()]
+    dec_rows = [] if not len(d) else [
+        (r.batch_id, r.action, f"{r.rstd_before:.1f}" if r.rstd_before == r.rstd_before else "",
+         f"{r.rstd_after:.1f}" if r.rstd_after == r.rstd_after else "",
+         r.moved_groups, r.reason)
+        for r in d[d.action != "none"].itertuples()
+    ]
+    mig_rows = [] if not len(mig) else [
+        (r.migration_id, len(r.groups), r.bytes, r.status,
+         (r.ended_at - r.started_at).total_seconds() if r.ended_at is not None else "")
+        for r in mig[mig.status == "completed"].itertuples()
+    ]
+    body = (
+        f"<h1>keyshift demo run {html.escape(run_id)}</h1>"
+        + _table(["metric", "value"], rows, "Summary")
+        + "".join(f'<h2>{html.escape(c)}</h2><img src="{f}" alt="{html.escape(c)}">'
+                  for f, c in images)
+        + _table(["batch", "action", "RSTD before", "RSTD after", "moved groups", "reason"],
+                 dec_rows, "Decisions that changed the plan")
+        + _table(["migration", "groups", "bytes", "status", "seconds"], mig_rows, "Migrations")
+        + extra
+    )
+    page = folder / "report.html"
+    page.write_text(
+        "<!doctype html><html><head><meta charset='utf-8'><title>keyshift demo</title>"
+        "<style>body{font-family:sans-serif;max-width:60em;margin:auto}"
+        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}</style>"
+        f"</head><body>{body}</body></html>"
+    )
+    (folder / "summary.json").write_text(json.dumps(summary, indent=2))
+    return page
+
+
+def _table(head: list[str], rows: list, title: str) -> str:
+    th = "".join(f"<th>{html.escape(str(h))}</th>" for h in head)
+    tr = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in r) + "</tr>" for r in rows
+    )
+    return f"<h2>{html.escape(title)}</h2><table><tr>{th}</tr>{tr or '<tr><td>none</td></tr>'}</table>"

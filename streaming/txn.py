@@ -1,0 +1,49 @@
+"""Idempotent Delta appends from inside a micro-batch.
+
+Every append of the streaming job carries Delta's transaction identifier (``txnAppId`` =
+run id + table + purpose, ``txnVersion`` = batch id). When a batch is executed again after a
+crash, Delta skips the appends the first attempt already committed, so each row lands once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from keyshift.config import Config
+from keyshift.schemas import SCHEMA_VERSION, table
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def append(
+    spark: SparkSession,
+    cfg: Config,
+    name: str,
+    rows: Sequence[Mapping[str, Any]],
+    txn_app: str,
+    txn_version: int,
+) -> int:
+    """Append rows (dicts by column name) to table ``name`` once per (txn_app, txn_version).
+
+    ``schema_version`` is filled in when the table has it. Returns the rows handed to Delta
+    (0 when there were none; an already committed (app, version) is skipped by Delta itself).
+    """
+    if not rows:
+        return 0
+    schema = table(name)
+    names = schema.names
+    data = []
+    for r in rows:
+        full = {"schema_version": SCHEMA_VERSION, **r} if "schema_version" in names else r
+        data.append(tuple(full.get(c) for c in names))
+    df = spark.createDataFrame(data, schema.ddl())
+    (
+        df.write.format("delta")
+        .mode("append")
+        .option("txnAppId", txn_app)
+        .option("txnVersion", int(txn_version))
+        .save(cfg.table_path(name))
+    )
+    return len(data)
