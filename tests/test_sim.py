@@ -365,3 +365,19 @@ def test_trace_out_of_order_names_the_line(tmp_path: Any) -> None:
                     SimConfig(engines=1, tick_s=1.0, window_s=1.0))
     with pytest.raises(WorkloadError, match="line 4"):
         sim.run(20)
+
+
+def test_scale_out_while_a_migration_is_paused() -> None:
+    """Regression: growing the cluster during a migration pause used to break the capacity
+    arithmetic (the pause's per-engine work vector had the old engine count)."""
+    cfg = SimConfig(engines=2, tick_s=0.5, window_s=1.0, service_rate=500.0,
+                    pause_fixed_s=3.0)
+    sim = Simulator(zipf_workload(1.2, groups=32), MoveHottest(), cfg, seed=3)
+
+    def hook(s: Simulator, stats: Any) -> None:
+        if stats.index == 1:
+            s.set_engines(5, reason="grow during pause")
+
+    res = sim.run(8, hook=hook)
+    assert res.windows[-1].engines == 5
+    assert conserved(sim) == pytest.approx(0.0, abs=1e-6 * res.generated)

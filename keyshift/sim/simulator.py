@@ -220,7 +220,9 @@ class Simulator:
                 cap[ext.engine] *= 1.0 - ext.share
         for mig in self._migrations.values():
             if t < mig.end_s:
-                cap -= mig.work_rate[:n] * dt
+                # a pause started before a scale-out has no work on the slots added since
+                work = mig.work_rate[:n]
+                cap[: work.size] -= work * dt
         # a dead slot keeps draining what was queued before it was removed
         draining = ~self.plan.live & (self._queues.lengths()[:n] > 0)
         cap[~self.plan.live & ~draining] = 0.0
