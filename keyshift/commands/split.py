@@ -70,7 +70,7 @@ def solve_request(req: Any) -> dict[str, Any]:
     if ("connections" in req) == ("functions" in req):
         raise SplitInputError("input", "give exactly one of 'connections' (samples) or 'functions'")
     delta = _number(req.get("delta", 1e-6), "delta", 0.0, 1.0)
-    threshold = _number(req.get("cluster_threshold", 0.7), "cluster_threshold", 0.0, float("inf"))
+    threshold = _number(req.get("cluster_threshold", 1.2), "cluster_threshold", 0.0, float("inf"))
     cluster = req.get("cluster", "auto")
     if cluster not in ("auto", True, False):
         raise SplitInputError("cluster", "must be true, false or \"auto\"")

@@ -39,7 +39,11 @@ class WeightedSplit:
     units: resolution R of the weights (1000 = steps of 0.1 %).
     smoothing: weight of a new blocking-rate sample against the old one at the same weight.
     decay: fraction removed per interval from samples beyond the current weight (paper: 0.1).
-    max_step: most units a connection's weight may move in one interval (None = no bound).
+    max_step: most units a connection's weight may move in one interval (None = no bound),
+        and never more than ``fair_step`` × its fair share units / N: with many connections a
+        fixed step would be several times a connection's whole weight, and a cluster of c
+        members would jump c steps at once.
+    fair_step: see ``max_step``.
     zero_samples: record intervals without blocking as samples of 0. None (default) = only
         below ``cluster_from`` connections. The zeros give each function its knee, which
         helps a few connections settle; with many, most slow connections are drafting behind
@@ -59,16 +63,18 @@ class WeightedSplit:
         smoothing: float = 0.5,
         decay: float = 0.1,
         max_step: int | None = 100,
+        fair_step: float = 0.5,
         min_weight: int = 0,
         zero_samples: bool | None = None,
         cluster_from: int = 32,
-        cluster_threshold: float = 0.7,
+        cluster_threshold: float = 1.2,
         delta: float = 1e-6,
     ) -> None:
         self.units = units
         self.smoothing = smoothing
         self.decay = decay
         self.max_step = max_step
+        self.fair_step = fair_step
         self.min_weight = min_weight
         self.zero_samples = zero_samples
         self.cluster_from = cluster_from
@@ -84,6 +90,8 @@ class WeightedSplit:
             raise SplitInputError("decay", "must be in [0, 1)")
         if self.max_step is not None and self.max_step < 1:
             raise SplitInputError("max_step", "must be ≥ 1 or None")
+        if not self.fair_step > 0:
+            raise SplitInputError("fair_step", "must be > 0")
         if self.cluster_from < 2:
             raise SplitInputError("cluster_from", "must be ≥ 2")
         if int(self.min_weight) != self.min_weight or not 0 <= self.min_weight * connections <= self.units:
@@ -120,8 +128,9 @@ class WeightedSplit:
         n, floor = self.weights_.size, int(self.min_weight)
         if self.max_step is None:
             return np.full(n, floor, np.int64), np.full(n, self.units, np.int64)
-        lo = np.maximum(self.weights_ - self.max_step, floor)
-        hi = np.maximum(np.minimum(self.weights_ + self.max_step, self.units), lo)
+        step = int(min(self.max_step, max(1, self.fair_step * self.units // n)))
+        lo = np.maximum(self.weights_ - step, floor)
+        hi = np.maximum(np.minimum(self.weights_ + step, self.units), lo)
         return lo, hi
 
     def solve(self) -> np.ndarray:
