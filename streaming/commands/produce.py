@@ -1,0 +1,155 @@
+"""``keyshift produce``: synthetic events at a rate with a changing skew, or a real-data replay.
+
+    keyshift produce --app wordcount --rate 2000 --duration 60 --skew zipf:0.2@0,1.5@20,0.2@40
+    keyshift produce --replay ../shared/data/dublin_siri_20130131_first10k.csv --speedup 600
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+from keyshift.cli import UsageError
+from keyshift.config import ConfigError, load_config
+from keyshift.workloads import GENERATORS, REPLAYS, SkewSchedule, WorkloadInputError
+
+
+def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "produce", help="send events to Kafka (generator or real-data replay)",
+        description="Send synthetic events at a controlled rate with a key skew that can "
+        "change over time, or replay a real data set with time compression.",
+    )
+    p.add_argument("--config", help="TOML file (default: $KEYSHIFT_CONFIG or built-in)")
+    p.add_argument("--topic", help="Kafka topic (default: kafka.topic)")
+    p.add_argument("--app", choices=sorted(GENERATORS), help="application (default: controller.app)")
+    p.add_argument("--rate", type=float, default=1000.0, help="events per second (default 1000)")
+    p.add_argument("--duration", type=float, help="seconds to run (default 30 unless --count)")
+    p.add_argument("--count", type=int, help="send exactly this many events")
+    p.add_argument("--skew", default="zipf:1.0",
+                   help="key skew over time: 'uniform', 'zipf:S' or 'zipf:S@T,S@T,...' "
+                        "(exponent S from second T; default zipf:1.0)")
+    p.add_argument("--keys", type=int, help="size of the key domain (default: per app)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--producer-id", default=None, help="prefix of event ids (default: random)")
+    bad = p.add_mutually_exclusive_group()
+    bad.add_argument("--malformed", type=int, default=0,
+                     help="mix exactly K bad records into the run (spread evenly)")
+    bad.add_argument("--bad-fraction", type=float, default=0.0,
+                     help="each record is bad with this probability")
+    p.add_argument("--replay", metavar="FILE", help="replay a real data file instead")
+    p.add_argument("--format", choices=sorted(REPLAYS), help="replay format (default: by name)")
+    p.add_argument("--speedup", type=float, default=60.0, help="replay time compression")
+    p.add_argument("--limit", type=int, help="replay at most this many events")
+    p.add_argument("--keep-ts", action="store_true",
+                   help="replay with the original event times (default: shifted to now)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+    return p
+
+
+def _validate(args: argparse.Namespace) -> None:
+    if not (args.rate > 0 and math.isfinite(args.rate)):
+        raise UsageError(f"--rate: must be a positive number, got {args.rate}")
+    if args.duration is not None and not args.duration > 0:
+        raise UsageError(f"--duration: must be > 0 seconds, got {args.duration}")
+    if args.count is not None and args.count < 1:
+        raise UsageError(f"--count: must be >= 1, got {args.count}")
+    if args.malformed < 0:
+        raise UsageError(f"--malformed: must be >= 0, got {args.malformed}")
+    if not 0.0 <= args.bad_fraction <= 1.0:
+        raise UsageError(f"--bad-fraction: must be in [0, 1], got {args.bad_fraction}")
+    if args.speedup <= 0:
+        raise UsageError(f"--speedup: must be > 0, got {args.speedup}")
+    if args.limit is not None and args.limit < 1:
+        raise UsageError(f"--limit: must be >= 1, got {args.limit}")
+    if args.keys is not None and args.keys < 1:
+        raise UsageError(f"--keys: must be >= 1, got {args.keys}")
+    try:
+        SkewSchedule.parse(args.skew)
+    except WorkloadInputError as exc:
+        raise UsageError(f"--{exc}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    import uuid
+
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.table import Table
+
+    from keyshift.workloads import make_generator, replay_events
+    from streaming.broker import BrokerError, create_topic
+    from streaming.producer import ProducerError, connect, produce, replay
+
+    _validate(args)
+    try:
+        cfg = load_config(args.config)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    topic = args.topic or cfg.kafka.topic
+    console = Console(stderr=True)
+    try:
+        if args.replay:
+            app, events = replay_events(args.replay, args.format)
+            total = args.limit
+        else:
+            app = args.app or cfg.controller.app
+            gen = make_generator(app, keys=args.keys, skew=args.skew, seed=args.seed,
+                                 producer_id=args.producer_id or uuid.uuid4().hex[:8])
+            total = args.count if args.count is not None else int(
+                round(args.rate * (args.duration or 30.0)))
+            if args.malformed > total:
+                raise UsageError(f"--malformed: {args.malformed} exceeds the {total} events sent")
+    except WorkloadInputError as exc:
+        raise UsageError(f"--{exc}") from None
+    try:
+        create_topic(cfg.kafka.bootstrap, topic, cfg.kafka.partitions, timeout_s=10)
+    except BrokerError as exc:
+        if "already exists" not in str(exc):
+            print(f"keyshift produce: {exc}", file=sys.stderr)
+            return 1
+    try:
+        producer = connect(cfg.kafka.bootstrap)
+    except ProducerError as exc:
+        print(f"keyshift produce: {exc}", file=sys.stderr)
+        return 1
+
+    with Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed:,.0f}"),
+        TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
+        console=console, disable=args.no_progress, transient=False,
+    ) as bar:
+        task = bar.add_task(f"{app} → {topic}", total=total, info="")
+
+        def show(stats) -> None:
+            bar.update(task, completed=stats.sent,
+                       info=f"{stats.rate:,.0f}/s bad {stats.bad_total}")
+
+        try:
+            if args.replay:
+                stats = replay(producer, topic, events, speedup=args.speedup, limit=args.limit,
+                               keep_ts=args.keep_ts, progress=show)
+            else:
+                stats = produce(producer, topic, gen, rate=args.rate, duration_s=args.duration,
+                                count=total, malformed=args.malformed,
+                                bad_fraction=args.bad_fraction, seed=args.seed, progress=show)
+        except ProducerError as exc:
+            print(f"keyshift produce: {exc}", file=sys.stderr)
+            return 1
+        show(stats)
+
+    table = Table(title=f"keyshift produce: {app} → {topic} at {cfg.kafka.bootstrap}")
+    for col in ("sent", "valid", "bad", "failed", "seconds", "events/s"):
+        table.add_column(col, justify="right")
+    bad_text = str(stats.bad_total) + (
+        f" ({', '.join(f'{k} {v}' for k, v in sorted(stats.bad.items()))})" if stats.bad else "")
+    table.add_row(f"{stats.sent:,}", f"{stats.good:,}", bad_text, f"{stats.failed:,}",
+                  f"{stats.elapsed_s:.1f}", f"{stats.rate:,.0f}")
+    Console().print(table)
+    if stats.failed:
+        print(f"keyshift produce: {stats.failed} records were not delivered; first error: "
+              f"{stats.first_error}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,244 @@
+"""Kafka producers: synthetic events at a controlled rate with a changing key skew, and
+time-compressed replays of the real data sets.
+
+Rate control is a token bucket refilled at ``rate`` events/s and drained in chunks of about
+1/20 s of traffic, so the producer keeps the rate over any window longer than a chunk without
+a sleep per event. Events are keyed by their ``key`` (Kafka partitions by it), their value is
+one JSON object. Bad records are mixed in on request, spread evenly over the run, so a test
+knows exactly how many the ingestion job must reject.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from keyshift.workloads import BAD_KINDS, EventGenerator, bad_record
+
+
+class ProducerError(RuntimeError):
+    """The broker cannot be reached or refuses the records; the message says which."""
+
+
+@dataclass
+class ProduceStats:
+    """What a producer run did: counts by outcome and kind, and how long it took."""
+
+    sent: int = 0
+    good: int = 0
+    bad: Counter = field(default_factory=Counter)
+    failed: int = 0
+    elapsed_s: float = 0.0
+    first_error: str | None = None
+
+    @property
+    def bad_total(self) -> int:
+        return sum(self.bad.values())
+
+    @property
+    def rate(self) -> float:
+        return self.sent / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+
+class TokenBucket:
+    """Allows ``rate`` tokens per second with bursts up to ``burst`` tokens."""
+
+    def __init__(self, rate: float, burst: float, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        if rate <= 0:
+            raise ValueError(f"rate must be > 0, got {rate}")
+        self.rate = rate
+        self.burst = max(burst, 1.0)
+        self._clock = clock
+        self._sleep = sleep
+        self._tokens = 0.0
+        self._last = clock()
+
+    def take(self, n: float) -> None:
+        """Block until ``n`` tokens are available, then spend them."""
+        while True:
+            now = self._clock()
+            self._tokens = min(self.burst, self._tokens + (now - self._last) * self.rate)
+            self._last = now
+            if self._tokens >= n or n > self.burst and self._tokens >= self.burst:
+                self._tokens -= n
+                return
+            self._sleep((min(n, self.burst) - self._tokens) / self.rate)
+
+
+def connect(bootstrap: str, timeout_s: float = 10.0, **config: Any):
+    """A KafkaProducer, or a ProducerError within ``timeout_s`` when no broker answers."""
+    from kafka import KafkaProducer
+    from kafka.errors import KafkaError
+
+    try:
+        return KafkaProducer(
+            bootstrap_servers=bootstrap,
+            bootstrap_timeout_ms=int(timeout_s * 1000),
+            max_block_ms=int(timeout_s * 1000),
+            linger_ms=5, batch_size=256 * 1024, acks=1,
+            max_request_size=2 * 1024 * 1024,
+            **config,
+        )
+    except (KafkaError, OSError) as exc:
+        raise ProducerError(
+            f"no Kafka broker answers at {bootstrap} within {timeout_s:g}s "
+            f"(run 'keyshift kafka start'): {exc!r}"
+        ) from None
+
+
+def _bad_slots(total: int, bad: int) -> Callable[[int], bool]:
+    """Is record i bad? ``bad`` of ``total`` records, evenly spread (Bresenham)."""
+    if bad <= 0 or total <= 0:
+        return lambda i: False
+    return lambda i: i < total and (i + 1) * bad // total > i * bad // total
+
+
+class _Sender:
+    """Sends records and counts deliveries; async errors are counted, not raised mid-run."""
+
+    def __init__(self, producer, topic: str, stats: ProduceStats) -> None:
+        self.producer = producer
+        self.topic = topic
+        self.stats = stats
+
+    def _failed(self, exc: BaseException) -> None:
+        self.stats.failed += 1
+        if self.stats.first_error is None:
+            self.stats.first_error = repr(exc)
+
+    def send(self, key: str | None, value: bytes) -> None:
+        from kafka.errors import KafkaError
+
+        try:
+            fut = self.producer.send(
+                self.topic, key=key.encode() if key is not None else None, value=value)
+        except KafkaError as exc:
+            raise ProducerError(f"sending to topic {self.topic} failed: {exc!r}") from None
+        fut.add_errback(self._failed)
+        self.stats.sent += 1
+
+    def close(self, timeout_s: float) -> None:
+        from kafka.errors import KafkaError
+
+        try:
+            self.producer.flush(timeout=timeout_s)
+        except KafkaError as exc:
+            raise ProducerError(f"flushing to topic {self.topic} failed: {exc!r}") from None
+        finally:
+            self.producer.close(timeout=timeout_s)
+
+
+def produce(
+    producer,
+    topic: str,
+    generator: EventGenerator,
+    *,
+    rate: float,
+    duration_s: float | None = None,
+    count: int | None = None,
+    malformed: int = 0,
+    bad_fraction: float = 0.0,
+    seed: int = 0,
+    progress: Callable[[ProduceStats], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> ProduceStats:
+    """Send ``count`` events (or ``rate × duration_s``) at ``rate`` events/s.
+
+    ``malformed`` exact bad records are spread evenly over the run, or each record is bad
+    with probability ``bad_fraction``; bad kinds cycle through :data:`BAD_KINDS`.
+    """
+    import numpy as np
+
+    if rate <= 0:
+        raise ValueError(f"rate must be > 0, got {rate}")
+    total = count if count is not None else int(round(rate * (duration_s or 0)))
+    if total <= 0:
+        raise ValueError("nothing to send: give a count or a positive duration")
+    is_bad = _bad_slots(total, malformed)
+    rng = np.random.default_rng(seed)
+    chunk = max(1, min(int(rate / 20) or 1, 2000))
+    bucket = TokenBucket(rate, burst=chunk, clock=clock)
+    stats = ProduceStats()
+    sender = _Sender(producer, topic, stats)
+    start = clock()
+    kinds = 0
+    i = 0
+    try:
+        while i < total:
+            n = min(chunk, total - i)
+            bucket.take(n)
+            now = clock()
+            events = generator.batch(n, now - start, int(time.time() * 1000))
+            coin = rng.random(n) < bad_fraction if bad_fraction > 0 else None
+            for j, e in enumerate(events):
+                if is_bad(i + j) or (coin is not None and coin[j]):
+                    kind = BAD_KINDS[kinds % len(BAD_KINDS)]
+                    kinds += 1
+                    stats.bad[kind] += 1
+                    sender.send(e["key"], bad_record(kind, e))
+                else:
+                    stats.good += 1
+                    sender.send(e["key"], json.dumps(e, separators=(",", ":")).encode())
+            i += n
+            stats.elapsed_s = clock() - start
+            if progress is not None:
+                progress(stats)
+    finally:
+        sender.close(timeout_s=30)
+    stats.elapsed_s = clock() - start
+    return stats
+
+
+def replay(
+    producer,
+    topic: str,
+    events: Iterable[dict[str, Any]],
+    *,
+    speedup: float = 60.0,
+    limit: int | None = None,
+    keep_ts: bool = False,
+    progress: Callable[[ProduceStats], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> ProduceStats:
+    """Send real events with their gaps compressed ``speedup`` times.
+
+    Event times are shifted so the first event happens now (the live job's windows are wall
+    clock windows), keeping the gaps; ``keep_ts`` sends the original times instead.
+    """
+    if speedup <= 0:
+        raise ValueError(f"speedup must be > 0, got {speedup}")
+    stats = ProduceStats()
+    sender = _Sender(producer, topic, stats)
+    start = clock()
+    wall0 = int(time.time() * 1000)
+    ts0: int | None = None
+    try:
+        for n, e in enumerate(_limited(events, limit)):
+            ts0 = e["ts"] if ts0 is None else ts0
+            due = (e["ts"] - ts0) / 1000.0 / speedup
+            wait = due - (clock() - start)
+            if wait > 0:
+                sleep(wait)
+            out = e if keep_ts else {**e, "ts": wall0 + int((e["ts"] - ts0) / speedup)}
+            sender.send(str(out["key"]), json.dumps(out, separators=(",", ":")).encode())
+            stats.good += 1
+            if progress is not None and n % 200 == 0:
+                stats.elapsed_s = clock() - start
+                progress(stats)
+    finally:
+        sender.close(timeout_s=30)
+    stats.elapsed_s = clock() - start
+    return stats
+
+
+def _limited(events: Iterable[dict[str, Any]], limit: int | None) -> Iterator[dict[str, Any]]:
+    for n, e in enumerate(events):
+        if limit is not None and n >= limit:
+            return
+        yield e
