@@ -1,0 +1,76 @@
+"""`keyshift forecast`: the Table II comparison from a CSV; bad files exit 2 with one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from keyshift.cli import main
+
+
+@pytest.fixture()
+def taxi_csv(shared_data: Path, tmp_path: Path) -> Path:
+    """300 half-hours of the NAB NYC taxi series, with the column renamed to `ts`."""
+    frame = pd.read_csv(shared_data / "nab_nyc_taxi.csv").head(300)
+    path = tmp_path / "taxi.csv"
+    frame.rename(columns={"timestamp": "ts"}).to_csv(path, index=False)
+    return path
+
+
+def test_json_reports_every_metric_per_model(taxi_csv, capsys):
+    rc = main(["forecast", "--series", str(taxi_csv), "--test-fraction", "0.2", "--json",
+               "--models", "gp,svm,seasonal-naive", "--kernel", "ard+daily", "--iters", "15"])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["n_train"] == 240 and out["n_test"] == 60
+    assert set(out["models"]) == {"gp", "svm", "seasonal-naive"}
+    for metrics in out["models"].values():
+        assert {"cc", "mae", "rmse", "train_s"} <= set(metrics)
+        assert metrics["rmse"] >= metrics["mae"] >= 0
+    # a daily cycle is what the GP is for: it must beat yesterday's value
+    assert out["models"]["gp"]["rmse"] < out["models"]["seasonal-naive"]["rmse"]
+
+
+def test_unix_seconds_and_table_output_and_plot(tmp_path, capsys):
+    path = tmp_path / "s.csv"
+    path.write_text("ts,value\n" + "".join(f"{1_700_000_000 + 3600 * i},{i % 24}\n"
+                                           for i in range(96)))
+    png = tmp_path / "plot.png"
+    rc = main(["forecast", "--series", str(path), "--models", "seasonal-naive,svm",
+               "--plot", str(png)])
+    assert rc == 0
+    assert "seasonal-naive" in capsys.readouterr().out
+    assert png.stat().st_size > 0
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "does not exist"),
+    ("", "is empty"),
+    ("time,count\n1,2\n", "columns 'ts' and 'value'"),
+    ("ts,value\n", "no rows"),
+    ("ts,value\n2026-01-01,1\nyesterday,2\n", "ts: line 3"),
+    ("ts,value\n1,1\n2,abc\n", "value: line 3"),
+    ("ts,value\n1,1\n2,2\n3,3\n", "need at least"),
+])
+def test_bad_files_exit_2_with_one_line(tmp_path, capsys, content, message):
+    path = tmp_path / "bad.csv"
+    if content is not None:
+        path.write_text(content)
+    rc = main(["forecast", "--series", str(path), "--json"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2
+    assert message in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--test-fraction", "1.5"], "test_fraction"),
+    (["--models", "gp,arima"], "unknown"),
+    (["--iters", "0"], "--iters"),
+])
+def test_bad_options_exit_2(taxi_csv, capsys, argv, message):
+    rc = main(["forecast", "--series", str(taxi_csv), "--json", *argv])
+    assert rc == 2
+    assert message in capsys.readouterr().err

@@ -1,0 +1,76 @@
+"""Feature building: one place for training and serving (elastic-cep §III-B features)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from models.features import (
+    FeatureError,
+    build_features,
+    latency_features,
+    rate_features,
+    to_epoch_seconds,
+)
+
+
+def _metrics(n: int = 10) -> pd.DataFrame:
+    ts = pd.date_range("2026-11-23 22:00", periods=n, freq="1h", tz="UTC")  # a Monday
+    return pd.DataFrame({
+        "window_start": ts,
+        "input_rate": np.arange(n, dtype=float) * 10,
+        "latency_s": np.linspace(0.1, 1.0, n),
+        "engines": np.full(n, 4),
+        "policy": "dlb-h",
+    })
+
+
+def test_rate_features_time_of_day_and_weekday():
+    X = rate_features(pd.to_datetime(["2026-11-23 13:30", "2026-11-29 00:00"], utc=True))
+    assert X.shape == (2, 3)
+    np.testing.assert_allclose(X[:, 1], [13.5, 0.0])
+    np.testing.assert_allclose(X[:, 2], [0, 6])  # Monday, Sunday
+    assert X[0, 0] == pd.Timestamp("2026-11-23 13:30", tz="UTC").timestamp()
+
+
+def test_numbers_are_epoch_seconds_and_strings_are_parsed():
+    a = rate_features(np.array([1_700_000_000.0]))
+    b = rate_features(["2023-11-14T22:13:20Z"])
+    np.testing.assert_allclose(a, b)
+
+
+def test_latency_features_append_engines_and_broadcast_scalar():
+    X = latency_features([0.0, 3600.0], 3)
+    assert X.shape == (2, 4)
+    np.testing.assert_allclose(X[:, 3], [3, 3])
+    with pytest.raises(FeatureError, match="engines"):
+        latency_features([0.0, 1.0, 2.0], [1, 2])
+    with pytest.raises(FeatureError, match="engines"):
+        latency_features([0.0], [0])
+
+
+def test_build_features_sorts_and_drops_bad_targets():
+    df = _metrics().iloc[::-1].reset_index(drop=True)
+    df.loc[0, "latency_s"] = np.nan      # the newest window lost its latency
+    X_rate, y_rate, X_lat, y_lat = build_features(df)
+    assert X_rate.shape == (10, 3) and X_lat.shape == (9, 4)
+    assert np.all(np.diff(X_rate[:, 0]) > 0)
+    np.testing.assert_allclose(y_rate, np.arange(10) * 10.0)
+    assert len(y_lat) == 9 and np.isfinite(y_lat).all()
+    # serving builds the same vectors from the same timestamps
+    np.testing.assert_allclose(X_rate, rate_features(_metrics()["window_start"]))
+
+
+def test_build_features_names_missing_column():
+    with pytest.raises(FeatureError, match="^engines: missing"):
+        build_features(_metrics().drop(columns=["engines"]))
+    with pytest.raises(FeatureError, match="metrics"):
+        build_features([1, 2, 3])
+
+
+def test_unparseable_times_name_the_field():
+    with pytest.raises(FeatureError, match="^timestamps"):
+        to_epoch_seconds(["not a time"])
+    with pytest.raises(FeatureError, match="NaN"):
+        to_epoch_seconds(np.array([1.0, np.nan]))

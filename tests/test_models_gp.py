@@ -1,0 +1,146 @@
+"""GP forecasters: fit, predictive mean/std, kernel choice, online updates, persistence."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from models.baselines import NNForecaster, SeasonalNaive, SVMForecaster
+from models.evaluation import score
+from models.features import latency_features, rate_features
+from models.gp import GPForecaster, InputRateGP, LatencyGP, ModelInputError
+
+HOUR = 3600.0
+
+
+def _daily(n: int = 240, step_h: float = 1.0, noise: float = 0.05, seed: int = 0):
+    """Ten days of an hourly series with a daily cycle: the shape the periodic kernel wraps."""
+    rng = np.random.default_rng(seed)
+    t = 1_700_000_000.0 + np.arange(n) * step_h * HOUR
+    y = 10 + 3 * np.sin(2 * np.pi * t / 86_400.0) + rng.normal(0, noise, n)
+    return rate_features(t), y
+
+
+def test_fit_predict_beats_the_mean_and_gives_positive_std():
+    X, y = _daily()
+    gp = InputRateGP(kernel="ard+daily", iters=25).fit(X[:200], y[:200])
+    mean, std = gp.predict(X[200:])
+    assert mean.shape == std.shape == (40,)
+    assert (std > 0).all()
+    baseline = score(y[200:], np.full(40, y[:200].mean()))["rmse"]
+    assert score(y[200:], mean)["rmse"] < 0.5 * baseline
+    latent_std = gp.predict(X[200:], include_noise=False)[1]
+    assert (latent_std <= std + 1e-12).all()  # observation noise only widens the band
+
+
+def test_auto_kernel_keeps_the_highest_marginal_likelihood():
+    X, y = _daily(n=150)
+    gp = InputRateGP(kernel="auto", iters=15, hyper_points=150).fit(X, y)
+    assert set(gp.kernel_scores_) == {"ard", "ard+daily", "ard+weekly"}
+    assert gp.kernel_ == max(gp.kernel_scores_, key=gp.kernel_scores_.get)
+    assert gp.mll_ == gp.kernel_scores_[gp.kernel_]
+
+
+def test_hyper_points_subsample_still_conditions_on_every_row():
+    X, y = _daily(n=200)
+    gp = InputRateGP(kernel="ard", iters=10, hyper_points=50).fit(X, y)
+    assert gp.n_train == 200
+
+
+def test_add_observations_conditions_without_refitting_hyperparameters():
+    X, y = _daily()
+    gp = InputRateGP(kernel="ard+daily", iters=20).fit(X[:150], y[:150])
+    before = gp.hyperparameters()
+    err_before = score(y[200:], gp.predict(X[200:])[0])["rmse"]
+    gp.add_observations(X[150:200], y[150:200])
+    assert gp.hyperparameters() == before
+    assert gp.n_train == 200
+    err_after = score(y[200:], gp.predict(X[200:])[0])["rmse"]
+    assert err_after < err_before
+    # same result as a model that was given all rows with the same hyper-parameters
+    clone = GPForecaster.from_bytes(gp.to_bytes())
+    np.testing.assert_allclose(clone.predict(X[200:])[0], gp.predict(X[200:])[0], rtol=1e-6)
+
+
+def test_add_observations_trims_to_max_train():
+    X, y = _daily(n=120)
+    gp = InputRateGP(kernel="ard", iters=5, max_train=80).fit(X[:100], y[:100])
+    assert gp.n_train == 80
+    gp.add_observations(X[100:], y[100:])
+    assert gp.n_train == 80
+    np.testing.assert_allclose(gp._X[-1], X[-1])
+
+
+def test_latency_gp_uses_engines():
+    rng = np.random.default_rng(1)
+    t = 1_700_000_000.0 + np.arange(160) * 600.0
+    engines = rng.integers(1, 9, 160)
+    y = 2.0 / engines + rng.normal(0, 0.01, 160)
+    X = latency_features(t, engines)
+    gp = LatencyGP(kernel="ard", iters=30).fit(X[:120], y[:120])
+    mean, _ = gp.predict(X[120:])
+    assert score(y[120:], mean)["cc"] > 0.9
+    hp = gp.hyperparameters()
+    assert set(hp) >= {"lengthscale_engines", "lengthscale_timestamp", "noise_std"}
+
+
+def test_sparse_gp_fits_and_round_trips():
+    X, y = _daily(n=160)
+    gp = InputRateGP(kernel="ard", method="sgpr", inducing=20, iters=20).fit(X[:120], y[:120])
+    mean, std = gp.predict(X[120:])
+    assert score(y[120:], mean)["cc"] > 0.8 and (std > 0).all()
+    gp.add_observations(X[120:130], y[120:130])
+    clone = GPForecaster.from_bytes(gp.to_bytes())
+    assert isinstance(clone, InputRateGP)
+    np.testing.assert_allclose(clone.predict(X[130:])[0], gp.predict(X[130:])[0], rtol=1e-6)
+
+
+@pytest.mark.parametrize("params, field", [
+    ({"kernel": "matern"}, "kernel"),
+    ({"method": "kiss"}, "method"),
+    ({"iters": 0}, "iters"),
+    ({"lr": -1.0}, "lr"),
+    ({"max_train": 1}, "max_train"),
+])
+def test_bad_parameters_name_the_field(params, field):
+    X, y = _daily(n=20)
+    with pytest.raises(ModelInputError, match=f"^{field}:"):
+        InputRateGP(**params).fit(X, y)
+
+
+def test_bad_arrays_name_the_field():
+    X, y = _daily(n=20)
+    with pytest.raises(ModelInputError, match="^X:"):
+        InputRateGP().fit(X[:, :2], y)
+    with pytest.raises(ModelInputError, match="^y:"):
+        InputRateGP().fit(X, y[:-1])
+    bad = y.copy()
+    bad[3] = np.nan
+    with pytest.raises(ModelInputError, match="^y:"):
+        InputRateGP().fit(X, bad)
+    with pytest.raises(ModelInputError, match="^model:"):
+        InputRateGP().predict(X)
+    with pytest.raises(ModelInputError, match="^X:"):
+        LatencyGP(iters=2).fit(np.c_[X, np.ones(20)], y).predict(X)
+
+
+def test_seasonal_naive_repeats_the_last_season_exactly():
+    t = 1_700_000_000.0 + np.arange(24 * 5) * HOUR
+    y = np.tile(np.arange(24, dtype=float), 5)
+    X = rate_features(t)
+    model = SeasonalNaive().fit(X[:72], y[:72])
+    assert model.season_ == 86_400.0
+    np.testing.assert_allclose(model.predict(X[72:])[0], y[72:])
+    assert model.resid_std_ == 0.0
+
+
+def test_svm_and_nn_follow_the_same_interface():
+    X, y = _daily(n=120)
+    for model in (SVMForecaster(), NNForecaster(layouts=((8,), (16,)), max_iter=200)):
+        model.fit(X[:100], y[:100])
+        mean, std = model.predict(X[100:])
+        assert mean.shape == std.shape == (20,)
+        assert np.isfinite(mean).all()
+    assert NNForecaster(layouts=((8,), (16,)), max_iter=50).fit(X, y).layout_ in ((8,), (16,))
+    with pytest.raises(ModelInputError, match="^validation_fraction"):
+        NNForecaster(validation_fraction=1.5).fit(X, y)

@@ -1,0 +1,115 @@
+"""MLflow round trip on a local SQLite store: train → log → register → champion → load."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from keyshift.config import load_config
+from models.features import latency_features, rate_features
+from models.registry import RegistryError, load_champion, load_version, tracking
+from models.training import train_and_register
+
+pytestmark = pytest.mark.integration
+
+
+def _metrics(n: int = 96, seed: int = 0, scramble: bool = False) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    ts = pd.date_range("2026-11-20", periods=n, freq="30min", tz="UTC")
+    hours = np.arange(n) / 2.0
+    rate = 200 + 60 * np.sin(2 * np.pi * hours / 24) + rng.normal(0, 3, n)
+    engines = rng.integers(2, 7, n)
+    latency = 0.02 * rate / engines + rng.normal(0, 0.02, n)
+    if scramble:  # a history whose targets have nothing to do with the features
+        rate, latency = rng.permutation(rate), rng.permutation(latency)
+    return pd.DataFrame({"window_start": ts, "input_rate": rate, "latency_s": latency,
+                         "engines": engines, "run_id": "r1"})
+
+
+@pytest.fixture()
+def cfg(tmp_path: Path):
+    return load_config(env={}, home=str(tmp_path / "ks"),
+                       mlflow={"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
+                               "artifact_root": str(tmp_path / "artifacts")})
+
+
+def test_train_register_champion_and_load(cfg, tmp_path):
+    first = train_and_register(_metrics(scramble=True), cfg, kernel="ard", iters=8)
+    for which in ("input_rate", "latency"):
+        m = first["models"][which]
+        assert m["version"] == "1" and m["champion_moved"] and m["previous_champion"] is None
+        assert set(m["metrics"]) == {"cc", "mae", "rmse", "train_s"}
+    assert any((tmp_path / "artifacts").rglob("gp.pt"))
+
+    # a model of the real pattern beats a champion fitted on scrambled targets
+    second = train_and_register(_metrics(), cfg, kernel="ard", iters=8)
+    rate = second["models"]["input_rate"]
+    assert rate["version"] == "2" and rate["champion_moved"]
+    assert rate["champion_rmse"] > rate["metrics"]["rmse"]
+
+    # the same data again ties with the champion: the alias stays where it is
+    third = train_and_register(_metrics(), cfg, kernel="ard", iters=8)
+    assert third["models"]["input_rate"]["version"] == "3"
+    assert not third["models"]["input_rate"]["champion_moved"]
+    assert third["models"]["input_rate"]["previous_champion"] == "2"
+
+    champion = load_champion(cfg, "input_rate")
+    assert champion.version == "2"
+    ts = pd.date_range("2026-11-22", periods=4, freq="30min", tz="UTC")
+    mean, std = champion.predict(rate_features(ts))
+    assert mean.shape == std.shape == (4,) and (std > 0).all()
+    expected = load_version(cfg, "input_rate", "2").predict(rate_features(ts))[0]
+    np.testing.assert_allclose(mean, expected)
+    champion.add_observations(rate_features(ts), mean)  # online path on a loaded model
+    lat = load_champion(cfg, "latency")
+    assert lat.predict(latency_features(ts, 3))[0].shape == (4,)
+
+    # the pyfunc face serves any MLflow client with mean and std columns
+    import mlflow
+
+    with tracking(cfg):
+        pyfunc = mlflow.pyfunc.load_model("models:/keyshift-input-rate@champion")
+        out = pyfunc.predict(pd.DataFrame(rate_features(ts),
+                                          columns=["timestamp", "time_of_day", "day_of_week"]))
+    assert list(out.columns) == ["mean", "std"]
+    np.testing.assert_allclose(out["mean"].to_numpy(), expected)
+
+
+def test_too_little_history_is_a_skip(cfg):
+    out = train_and_register(_metrics(n=20), cfg, min_rows=48)
+    assert "skipped" in out and "20" in out["skipped"]
+
+
+def test_missing_model_and_alias_are_clear_errors(cfg):
+    with pytest.raises(RegistryError, match="no registered model"):
+        load_champion(cfg, "latency")
+    with pytest.raises(RegistryError, match="which"):
+        load_champion(cfg, "throughput")
+    from mlflow import MlflowClient
+
+    with tracking(cfg):
+        MlflowClient().create_registered_model(cfg.mlflow.latency_model)
+    with pytest.raises(RegistryError, match="no alias 'champion'"):
+        load_champion(cfg, "latency")
+
+
+@pytest.mark.parametrize("uri", ["sqlite:///{tmp}/blocker/m.db", "http://127.0.0.1:9"])
+def test_unreachable_store_is_a_registry_error(tmp_path, uri):
+    (tmp_path / "blocker").write_text("a file where the store's folder should be")
+    bad = load_config(env={}, home=str(tmp_path),
+                      mlflow={"tracking_uri": uri.format(tmp=tmp_path)})
+    with pytest.raises(RegistryError, match="unreachable"):
+        train_and_register(_metrics(), bad, kernel="ard", iters=2)
+    with pytest.raises(RegistryError, match="unreachable"):
+        load_champion(bad, "input_rate")
+
+
+def test_unreadable_champion_is_a_registry_error(cfg, tmp_path):
+    train_and_register(_metrics(), cfg, kernel="ard", iters=3)
+    for blob in (tmp_path / "artifacts").rglob("gp.pt"):
+        blob.write_bytes(b"not a model")
+    with pytest.raises(RegistryError, match="cannot load"):
+        load_champion(cfg, "input_rate")
