@@ -27,7 +27,7 @@ cases = st.tuples(
 )
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(cases)
 @pytest.mark.parametrize("name", sorted(REGISTRY))
 def test_every_policy_returns_a_valid_plan(name, case):
