@@ -90,7 +90,7 @@ def main() -> int:
                       f"{naive / fox:.1f}×", "yes" if same else "NO", f"{clustered:.2f}", f"{interval:.2f}")
         if n == 64:
             verdict = fox
-    Console().print(table)
+    Console(width=140).print(table)
     if verdict is not None:
         status = "meets" if verdict < TARGET_MS else "misses"
         print(f"N = 64: Fox {verdict:.3f} ms = {verdict / TARGET_MS:.2f} × the {TARGET_MS} ms target ({status} it)")

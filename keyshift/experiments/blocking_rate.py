@@ -435,7 +435,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
     settings = _settings(args)
     todo = cases(settings)
-    bar = _progress(len(todo) * len(POLICIES), not getattr(args, "json", False))
+    from keyshift.experiments.report import show_progress
+
+    bar = _progress(len(todo) * len(POLICIES), show_progress(args))
     runs: list[Run] = []
     try:
         for case in todo:
