@@ -66,3 +66,15 @@ def test_bad_arguments_exit_2(tmp_path, capsys, extra, message):
     err = capsys.readouterr().err
     assert code == 2
     assert message in err and err.count("\n") == 1
+
+
+def test_through_keyshift_simulate_json(tmp_path, capsys, ks_home):
+    code = main(["simulate", "--scenario", "blocking-rate", "--json", "--figures", "9",
+                 "--connections", "2", "--duration", "6", "--report-dir", str(tmp_path)])
+    out = capsys.readouterr().out.strip().splitlines()
+    assert code == 0 and len(out) == 1
+    summary = json.loads(out[0])
+    assert summary["scenario"] == "blocking-rate"
+    assert summary["processed"] > 0 and summary["wall_s"] > 0
+    assert {(r["figure"], r["scenario"]) for r in summary["rows"]} == {("9", "static"), ("9", "dynamic")}
+    assert any(c["figure"] == "9-static" for c in summary["claims"])
