@@ -103,11 +103,15 @@ class Controller:
             self._policy = make_policy(
                 self.policy_name, **{**policy_params(self.cfg, self.policy_name), **self.params})
         initial = self._initial_plan()
-        self._plans = {p.version: p for p in self.log.plans(self.groups)}
+        if batch_id == 0:
+            # nothing can have been decided before the first batch; the write is idempotent
+            self._plans, self._decided = {}, []
+        else:
+            self._plans = {p.version: p for p in self.log.plans(self.groups)}
+            self._decided = self.log.plan_changes(before=batch_id)
         if initial.version not in self._plans:
             self.log.write_plan(initial, self.policy_name, "initial plan", batch_id=-1)
             self._plans[initial.version] = initial
-        self._decided = self.log.plan_changes(before=batch_id)
         start = batch_id - batch_id % self.batches_per_window
         w = WindowStats.empty(start, self.groups)
         if start < batch_id:

@@ -33,7 +33,7 @@ from typing import Any
 from keyshift.apps import make_operator, order_key
 
 # Record tags of what an engine task returns to the driver.
-OUT, SNAP, LOAD, TASK = "out", "snap", "load", "task"
+OUT, SNAP, LOAD, TASK, DEAD = "out", "snap", "load", "task", "dead"
 
 
 class EngineStore:
@@ -172,9 +172,11 @@ class BatchSpec:
 def run_engine(spec: BatchSpec, engine: int, rows: Iterable[tuple]) -> Iterator[tuple]:
     """The body of engine ``engine``'s one task in batch ``spec.batch_id``.
 
-    ``rows`` are ``(engine, (group, partition, offset, value_json))`` for this engine. Yields
-    tagged records: OUT complex events, SNAP snapshots of groups leaving, LOAD per-group
-    load and state size, and one TASK record (task identity and timings).
+    ``rows`` are ``(engine, (group, partition, offset, event_json, reason, raw, kafka_ts))``
+    for this engine; records that failed validation (``reason`` set) ride along to engine 0
+    so that the whole batch is one Spark job. Yields tagged records: OUT complex events, SNAP
+    snapshots of groups leaving, LOAD per-group load and state size, DEAD rejected records,
+    and one TASK record (task identity and timings).
     """
     from pyspark import TaskContext
 
@@ -193,10 +195,17 @@ def run_engine(spec: BatchSpec, engine: int, rows: Iterable[tuple]) -> Iterator[
         t_release = time.perf_counter()
 
         events: list[tuple[int, dict[str, Any]]] = []
-        for _, (group, partition, offset, value) in rows:
+        kafka_ts = 0.0
+        dead = 0
+        for _, (group, partition, offset, value, reason, raw, kts) in rows:
+            if reason is not None:
+                dead += 1
+                yield (DEAD, (partition, offset, kts, raw, reason))
+                continue
             e = json.loads(value)
             e["partition"], e["offset"] = partition, offset
             events.append((group, e))
+            kafka_ts += kts or 0.0
         events.sort(key=lambda ge: order_key(ge[1]))
         arriving = set(spec.moves_in.get(engine, []))
         waiting = [ge for ge in events if ge[0] in arriving]
@@ -231,6 +240,8 @@ def run_engine(spec: BatchSpec, engine: int, rows: Iterable[tuple]) -> Iterator[
                 "attempt": ctx.attemptNumber() if ctx else -1,
                 "pid": os.getpid(),
                 "events": len(events),
+                "dead": dead,
+                "kafka_ts_sum": kafka_ts,
                 "buffered": len(waiting),
                 "released": len(leaving),
                 "release_s": t_release - t0,

@@ -34,7 +34,7 @@ from keyshift.metrics import Balance, live_loads
 from keyshift.schemas import event_schema
 
 from .controller import ControlLog, Controller
-from .engines import LOAD, OUT, SNAP, TASK, BatchSpec, engine_partitioner, run_engine, run_restore
+from .engines import DEAD, LOAD, OUT, SNAP, TASK, BatchSpec, engine_partitioner, run_engine, run_restore
 from .migration import Migration, read_snapshots, record_completed, record_started
 from .txn import append
 
@@ -174,36 +174,27 @@ class StreamJob:
         migration = Migration.between(self.run_id, batch_id, prev, plan)
         slots = max(plan.engines, prev.engines)
 
-        parsed = self._parse(df).persist()
-        try:
-            stats = parsed.agg(
-                F.count(F.lit(1)).alias("n"),
-                F.sum(F.when(F.col("reason").isNull(), 1).otherwise(0)).alias("valid"),
-                F.avg(F.col("timestamp").cast("double")).alias("kafka_ts"),
-            ).collect()[0]
-            dead = [] if stats.n == stats.valid else parsed.where(
-                F.col("reason").isNotNull()).select(
-                "partition", "offset", "timestamp", "raw", "reason").collect()
-            spec = BatchSpec(batch_id, self.app, dict(self.opt.app_params),
-                             str(self.store_root), migration.moves_out(), migration.moves_in())
-            assign = plan.assignment
-            routed = (
-                parsed.where(F.col("reason").isNull())
-                .select("group", "partition", "offset", "event").rdd
-                .map(lambda r: (int(assign[r[0]]), (int(r[0]), int(r[1]), int(r[2]), r[3])))
-                .partitionBy(slots, engine_partitioner)
-            )
-            t_engines = time.perf_counter()
-            records = routed.mapPartitionsWithIndex(
-                lambda e, rows: run_engine(spec, e, rows)).collect()
-            engines_s = time.perf_counter() - t_engines
-        finally:
-            parsed.unpersist()
+        spec = BatchSpec(batch_id, self.app, dict(self.opt.app_params),
+                         str(self.store_root), migration.moves_out(), migration.moves_in())
+        assign = plan.assignment
+        # one Spark job per batch: valid events to their engine, rejected records to engine 0
+        routed = (
+            self._parse(df)
+            .select("group", "partition", "offset", "event", "reason", "raw",
+                    F.col("timestamp").cast("double").alias("kts")).rdd
+            .map(lambda r: (int(assign[r[0]]) if r[4] is None else 0, tuple(r)))
+            .partitionBy(slots, engine_partitioner)
+        )
+        t_engines = time.perf_counter()
+        records = routed.mapPartitionsWithIndex(
+            lambda e, rows: run_engine(spec, e, rows)).collect()
+        engines_s = time.perf_counter() - t_engines
 
         outs = [r[1] for r in records if r[0] == OUT]
         tasks = [r[1] for r in records if r[0] == TASK]
         snaps = [r[1] for r in records if r[0] == SNAP]
         load_rows = [r[1] for r in records if r[0] == LOAD]
+        dead = [r[1] for r in records if r[0] == DEAD]
 
         moved = 0
         pause_s = 0.0
@@ -238,16 +229,17 @@ class StreamJob:
         engine_loads = np.bincount(plan.assignment, weights=loads, minlength=plan.engines)
         processed = sum(t.get("events", 0) - t.get("buffered", 0) + t.get("replayed", 0)
                         for t in tasks)
-        duration = time.perf_counter() - t0
         self.controller.collect(batch_id, loads, state)
         t_ctl = time.perf_counter()
         self.controller.end_of_batch(batch_id)
         controller_s = time.perf_counter() - t_ctl
         duration = time.perf_counter() - t0
-        valid = int(stats.valid or 0)
+        stage1 = [t for t in tasks if not t.get("restore")]
+        valid = sum(t["events"] for t in stage1)
+        kafka_ts = sum(t["kafka_ts_sum"] for t in stage1) / valid if valid else 0.0
         live = live_loads(plan.assignment, loads, plan.live)
         bal = Balance.of(live)
-        latency = max(0.0, now.timestamp() - float(stats.kafka_ts)) if stats.kafka_ts else 0.0
+        latency = max(0.0, now.timestamp() - kafka_ts) if valid else 0.0
         metrics = {
             "run_id": self.run_id, "batch_id": batch_id, "window_start": start_wall,
             "window_end": datetime.now(UTC), "events_in": valid, "dead_letter": len(dead),
@@ -262,7 +254,7 @@ class StreamJob:
         with self._lock:
             t = self.totals
             t.batches += 1
-            t.records += int(stats.n or 0)
+            t.records += valid + len(dead)
             t.events_in += valid
             t.processed += processed
             t.dead_letter += len(dead)
@@ -293,10 +285,10 @@ class StreamJob:
             for g, e, n, size in load_rows
         ], f"{rid}/key_loads", batch_id)
         append(self.spark, self.cfg, "dead_letter", [
-            {"run_id": rid, "batch_id": batch_id, "topic": self.topic, "partition": r.partition,
-             "offset": r.offset, "kafka_ts": r.timestamp,
-             "raw": (r.raw or "")[:4096], "reason": r.reason}
-            for r in dead
+            {"run_id": rid, "batch_id": batch_id, "topic": self.topic, "partition": part,
+             "offset": off, "kafka_ts": datetime.fromtimestamp(kts, UTC) if kts else None,
+             "raw": (raw or "")[:4096], "reason": reason}
+            for part, off, kts, raw, reason in dead
         ], f"{rid}/dead_letter", batch_id)
 
     def _write_timing(self, batch_id: int, tasks: list[dict], engines_s: float,

@@ -1,0 +1,121 @@
+"""Helpers of the engine / migration / demo integration tests: produce a known input, run the
+streaming job in-process until it has taken every record, read outputs back from Delta, and
+compute the reference output with one operator in the key's production order (what KG, or
+any correct placement, must produce)."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any
+
+from keyshift.apps import make_operator
+from keyshift.groups import group_of
+
+
+def produce_events(bootstrap: str, topic: str, app: str, count: int, skew: str, seed: int = 1,
+                   keys: int | None = None, malformed: int = 0,
+                   phase: int = 0) -> list[dict[str, Any]]:
+    """Send ``count`` generated events (plus ``malformed`` bad records); returns the good ones
+    in production order."""
+    from keyshift.workloads.events import make_generator
+    from streaming.producer import connect, produce
+
+    sent: list[dict[str, Any]] = []
+
+    class Recording:
+        def __init__(self, gen) -> None:
+            self.gen = gen
+
+        def batch(self, n: int, t_s: float, now_ms: int) -> list[dict[str, Any]]:
+            # schedule time and event time advance with the index, not the wall clock (10 ms
+            # per event): the same input in every run
+            events = self.gen.batch(n, float(len(sent)), 0)
+            for j, e in enumerate(events):
+                e["ts"] = 1_700_000_000_000 + phase * 10_000_000 + (len(sent) + j) * 10
+            sent.extend(json.loads(json.dumps(e)) for e in events)
+            return events
+
+    gen = Recording(make_generator(app, keys=keys, skew=skew, seed=seed,
+                                        producer_id=f"p{phase}"))
+    producer = connect(bootstrap)
+    stats = produce(producer, topic, gen, rate=1e9, count=count, malformed=malformed, seed=seed)
+    assert stats.failed == 0, stats.first_error
+    assert stats.good == count - malformed
+    if not malformed:
+        return sent
+    # the producer replaced evenly spread records by bad ones: those are not good events
+    from streaming.producer import _bad_slots
+
+    is_bad = _bad_slots(count, malformed)
+    return [e for i, e in enumerate(sent) if not is_bad(i)]
+
+
+def reference(app: str, events: list[dict[str, Any]], groups: int,
+              params: dict[str, Any]) -> list[tuple]:
+    """Complex events of one operator fed every key's events in production order."""
+    op = make_operator(app, **params)
+    out = []
+    for e in events:
+        out += [ce.identity() for ce in op.process(e, group_of(str(e["key"]), groups))]
+    return sorted(out)
+
+
+def new_topic(bootstrap: str, partitions: int = 2) -> str:
+    from streaming.broker import create_topic
+
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, name, partitions)
+    return name
+
+
+def job_config(base, **controller: Any):
+    """The test config with a one-batch statistic window (decisions every batch)."""
+    ctl = {"window_s": base.spark.trigger_s, **controller}
+    return base.model_copy(update={"controller": base.controller.model_copy(update=ctl)})
+
+
+def start_job(spark, cfg, app: str, policy: str, topic: str,
+              params: dict[str, Any] | None = None, engines: int = 4, max_offsets: int = 400,
+              run_id: str | None = None, policy_params: dict[str, Any] | None = None):
+    from streaming.job import JobOptions, StreamJob
+
+    job = StreamJob(spark, cfg, JobOptions(
+        app=app, policy=policy, topic=topic, engines=engines, app_params=params or {},
+        max_offsets_per_trigger=max_offsets, run_id=run_id or f"{policy}-{uuid.uuid4().hex[:6]}",
+        policy_params=policy_params or {}))
+    job.start()
+    return job
+
+
+def run_job(spark, cfg, app: str, policy: str, topic: str, records: int,
+            params: dict[str, Any] | None = None, engines: int = 4, max_offsets: int = 400,
+            timeout_s: float = 900, run_id: str | None = None):
+    job = start_job(spark, cfg, app, policy, topic, params, engines, max_offsets, run_id)
+    try:
+        assert job.wait_for(records, timeout_s), f"job took {job.totals.records} of {records}"
+    finally:
+        job.stop()
+    return job
+
+
+def outputs(spark, cfg, run_id: str) -> list[tuple]:
+    rows = (spark.read.format("delta").load(cfg.table_path("events_out"))
+            .where(f"run_id = '{run_id}'")
+            .select("key", "ts", "kind", "detail", "event_id").collect())
+    return sorted(tuple(r) for r in rows)
+
+
+def table_rows(spark, cfg, name: str, run_id: str) -> list:
+    return (spark.read.format("delta").load(cfg.table_path(name))
+            .where(f"run_id = '{run_id}'").collect())
+
+
+def wait_until(pred, timeout_s: float, poll_s: float = 0.5) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(poll_s)
+    return False
