@@ -195,3 +195,14 @@ def test_region_rejects_bad_weights():
     region = OrderedRegion(np.array([1.0, 1.0]), 10.0, 1.0, 1.0)
     with pytest.raises(SplitInputError, match="weights"):
         region.set_weights(np.array([0, 0]))
+
+
+def test_zero_readings_are_weighted_or_skipped():
+    m = BlockingRateModel(1, units=10, smoothing=0.5, delta=0.0)
+    m.observe(np.array([5]), np.array([0.8]))
+    m.observe(np.array([5]), np.array([0.0]), zeros=0.0)
+    assert m.raw[0, 5] == pytest.approx(0.8)  # skipped: drafting behind someone else
+    m.observe(np.array([5]), np.array([0.0]), zeros=0.25)
+    assert m.raw[0, 5] == pytest.approx(0.6)
+    m.observe(np.array([5]), np.array([0.0]))
+    assert m.raw[0, 5] == pytest.approx(0.3)  # default: like any sample

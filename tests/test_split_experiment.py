@@ -16,7 +16,7 @@ from keyshift.experiments import blocking_rate as br
 def _args(tmp_path, **kw):
     base = dict(json=True, seed=0, report_dir=str(tmp_path), duration=15.0, quick=True,
                 figures="10", connections="2", decay=0.1, max_step=50, units=1000,
-                max_slowdown=60.0)
+                max_slowdown=60.0, zero_weight=None)
     base.update(kw)
     return argparse.Namespace(**base)
 
@@ -59,6 +59,7 @@ def test_cases_cover_the_papers_figures():
         (["--connections", "1"], "--connections"),
         (["--connections", "two"], "--connections"),
         (["--decay", "1.5"], "--decay"),
+        (["--zero-weight", "2"], "--zero-weight"),
     ],
 )
 def test_bad_arguments_exit_2(tmp_path, capsys, extra, message):

@@ -114,6 +114,8 @@ def add_arguments(p: Any) -> None:
          help="comma list of PE counts for figures 9, 10 and 13 (default 2,4,8,16 and 32,64)")
     _add(p, "--decay", type=float, default=0.1, help="LB-adaptive exploration decay per interval")
     _add(p, "--max-step", type=int, default=50, help="most weight units a PE may move per interval")
+    _add(p, "--zero-weight", type=float, default=None,
+         help="smoothing weight of a non-blocking interval (default: 0.5 below 32 PEs, else 0)")
     _add(p, "--units", type=int, default=1000, help="weight resolution R (1000 = 0.1 %%)")
     _add(p, "--max-slowdown", type=float, default=60.0,
          help="stop a run at this multiple of the Oracle*'s duration")
@@ -152,12 +154,16 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
     max_step = int(getattr(args, "max_step", 50))
     if max_step < 1:
         raise SplitInputError("--max-step", "must be ≥ 1")
+    zero_weight = getattr(args, "zero_weight", None)
+    if zero_weight is not None and not 0 <= zero_weight <= 1:
+        raise SplitInputError("--zero-weight", "must be in [0, 1]")
     cap = float(getattr(args, "max_slowdown", 60.0))
     if not cap > 1:
         raise SplitInputError("--max-slowdown", "must be > 1")
     return {
         "figures": figures, "connections": connections, "duration": float(duration),
         "units": units, "decay": decay, "max_step": max_step, "cap": cap, "quick": quick,
+        "zero_weight": zero_weight,
         "seed": int(getattr(args, "seed", 0) or 0),
     }
 
@@ -222,7 +228,7 @@ def run_policy(case: Case, policy: str, tuples: float, settings: dict[str, Any],
     else:
         controller = WeightedSplit(
             units=units, decay=settings["decay"] if policy == "LB-adaptive" else 0.0,
-            max_step=settings["max_step"],
+            max_step=settings["max_step"], zero_weight=settings.get("zero_weight"),
         )
         weights = controller.start(n)
     region.set_weights(weights)
@@ -413,7 +419,8 @@ def _markdown(rows: list[dict[str, Any]], claims: list[dict[str, str]], settings
         "final throughput in tuples/s)",
         f"model: 1 PE = {PE_RATE_AT_1000:.0f} tuples/s at cost 1,000; splitter {SPLITTER_RATE:.0f} "
         f"tuples/s; buffers {BUFFER_S * 1000:.0f} ms of base work; Oracle* run ≈ {settings['duration']:.0f} s; "
-        f"decay {settings['decay']}, max step {settings['max_step']} units of {settings['units']}",
+        f"decay {settings['decay']}, max step {settings['max_step']} units of {settings['units']}, "
+        f"zero weight {'auto' if settings.get('zero_weight') is None else settings['zero_weight']}",
     ]
     headers = ["fig", "load", "PEs"] + [f"time {p}" for p in POLICIES] + [f"final tps {p}" for p in POLICIES]
     table = []

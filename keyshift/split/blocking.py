@@ -120,23 +120,26 @@ class BlockingRateModel:
     def connections(self) -> int:
         return int(self.raw.shape[0])
 
-    def observe(self, weights: np.ndarray, rates: np.ndarray, zeros: bool = False) -> None:
+    def observe(self, weights: np.ndarray, rates: np.ndarray, zeros: float | None = None) -> None:
         """Smooth one interval's blocking rates in, each at its connection's current weight.
 
-        A connection that did not block says little under drafting (it may merely have been
-        drafting behind the leader), so zero readings are skipped unless ``zeros``: as in the
-        paper, an interval usually yields one new sample, the draft leader's.
+        A connection that did not block says less than one that did: under drafting it may
+        merely have been drafting behind the leader. So a zero reading is smoothed in with its
+        own weight ``zeros`` (default: ``smoothing``, like any sample; 0 skips zero readings,
+        as in the paper, where an interval usually yields one sample, the draft leader's).
         """
+        zeros = self.smoothing if zeros is None else float(zeros)
         w = np.asarray(weights, dtype=np.int64)
         b = np.asarray(rates, dtype=np.float64)
         if w.shape != (self.connections,) or b.shape != (self.connections,):
             raise SplitInputError("rates", f"needs one value per connection ({self.connections})")
         if not np.isfinite(b).all() or (b < 0).any():
             raise SplitInputError("rates", "must be finite and ≥ 0")
-        rows = np.flatnonzero((w > 0) & ((b > 0) | zeros))  # weight 0 sends nothing
+        rows = np.flatnonzero((w > 0) & ((b > 0) | (zeros > 0)))  # weight 0 sends nothing
         cols = w[rows]
         old = self.raw[rows, cols]
-        new = np.where(np.isnan(old), b[rows], (1 - self.smoothing) * old + self.smoothing * b[rows])
+        a = np.where(b[rows] > 0, self.smoothing, zeros)
+        new = np.where(np.isnan(old), b[rows], (1 - a) * old + a * b[rows])
         self._dirty[rows[~(old == new)]] = True
         self.raw[rows, cols] = new
 

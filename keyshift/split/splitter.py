@@ -19,6 +19,9 @@ from keyshift.split.errors import SplitInputError
 from keyshift.split.fox import fox_minimax
 
 
+ZERO_WEIGHT_CLUSTERED = 0.0
+
+
 def even_weights(connections: int, units: int) -> np.ndarray:
     """Round-robin weights: ``units`` split as evenly as integers allow."""
     base, extra = divmod(units, connections)
@@ -44,11 +47,11 @@ class WeightedSplit:
         fixed step would be several times a connection's whole weight, and a cluster of c
         members would jump c steps at once.
     fair_step: see ``max_step``.
-    zero_samples: record intervals without blocking as samples of 0. None (default) = only
-        below ``cluster_from`` connections. The zeros give each function its knee, which
-        helps a few connections settle; with many, most slow connections are drafting behind
-        one leader in any interval and their zeros wash out the rare evidence that they are
-        slow, so there (as in the paper) only blocking readings are samples.
+    zero_weight: smoothing weight of an interval without blocking (a sample of 0); 0 skips
+        them. None (default) = ``smoothing`` below ``cluster_from`` connections, else
+        ``ZERO_WEIGHT_CLUSTERED``. The zeros give each function its knee, which helps a few
+        connections settle; with many, most slow connections are drafting behind one leader in
+        any interval and full-weight zeros wash out the rare evidence that they are slow.
     min_weight: units every connection keeps (the paper's m_j). With 1, even a connection that
         cannot keep up still gets tuples, so its blocking sample at its current weight stays
         fresh instead of decaying: it is re-explored only when it stops blocking.
@@ -65,7 +68,7 @@ class WeightedSplit:
         max_step: int | None = 100,
         fair_step: float = 0.5,
         min_weight: int = 0,
-        zero_samples: bool | None = None,
+        zero_weight: float | None = None,
         cluster_from: int = 32,
         cluster_threshold: float = 1.2,
         delta: float = 1e-6,
@@ -76,7 +79,7 @@ class WeightedSplit:
         self.max_step = max_step
         self.fair_step = fair_step
         self.min_weight = min_weight
-        self.zero_samples = zero_samples
+        self.zero_weight = zero_weight
         self.cluster_from = cluster_from
         self.cluster_threshold = cluster_threshold
         self.delta = delta
@@ -90,6 +93,8 @@ class WeightedSplit:
             raise SplitInputError("decay", "must be in [0, 1)")
         if self.max_step is not None and self.max_step < 1:
             raise SplitInputError("max_step", "must be ≥ 1 or None")
+        if self.zero_weight is not None and not 0.0 <= self.zero_weight <= 1.0:
+            raise SplitInputError("zero_weight", "must be in [0, 1] or None")
         if not self.fair_step > 0:
             raise SplitInputError("fair_step", "must be > 0")
         if self.cluster_from < 2:
@@ -116,10 +121,11 @@ class WeightedSplit:
         """Take one interval's blocking rates (one per connection), return the new weights."""
         if not hasattr(self, "model_"):
             raise SplitInputError("rates", "call start() before update()")
-        zeros = self.zero_samples
+        zeros = self.zero_weight
         if zeros is None:
-            zeros = self.model_.connections < self.cluster_from
-        self.model_.observe(self.weights_, rates, zeros=bool(zeros))
+            many = self.model_.connections >= self.cluster_from
+            zeros = ZERO_WEIGHT_CLUSTERED if many else self.smoothing
+        self.model_.observe(self.weights_, rates, zeros=zeros)
         self.model_.decay(self.weights_, self.decay)
         self.weights_ = self.solve()
         return self.weights_.copy()
