@@ -5,7 +5,8 @@ seasonal-naive forecast (the value one season earlier — the bar any periodic m
 All share the GP's interface: ``fit(X, y)`` and ``predict(X) -> (mean, std)`` on the same
 feature vectors (``models.features``), so the comparison runs every model on the same split.
 The std of the non-probabilistic models is their training-residual std: a constant band,
-reported for a uniform interface, not a calibrated uncertainty.
+reported for a uniform interface, not a calibrated uncertainty. Fits run with one BLAS thread,
+like the GPs, so that the comparison of training times is like for like.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import time
 from typing import Any
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from models.features import TIMESTAMP_COLUMN
 from models.gp import ModelInputError, _check_xy
@@ -44,22 +46,26 @@ class SVMForecaster(_Baseline):
         self.gamma = gamma
 
     def fit(self, X: Any, y: Any) -> SVMForecaster:
+        X, y = self._xy(X, y)
+        started = time.perf_counter()
+        with threadpool_limits(1):
+            self.model_ = self._build().fit(X, y)
+        self.resid_std_ = float(np.std(y - self.model_.predict(X)))
+        self.train_seconds_ = time.perf_counter() - started
+        return self
+
+    def _build(self):
         from sklearn.compose import TransformedTargetRegressor
         from sklearn.pipeline import make_pipeline
         from sklearn.preprocessing import StandardScaler
         from sklearn.svm import SVR
 
-        X, y = self._xy(X, y)
-        started = time.perf_counter()
-        self.model_ = TransformedTargetRegressor(
+        return TransformedTargetRegressor(
             regressor=make_pipeline(StandardScaler(),
                                     SVR(kernel="rbf", C=self.C, epsilon=self.epsilon,
                                         gamma=self.gamma)),
             transformer=StandardScaler(),
-        ).fit(X, y)
-        self.resid_std_ = float(np.std(y - self.model_.predict(X)))
-        self.train_seconds_ = time.perf_counter() - started
-        return self
+        )
 
     def predict(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
         self._require_fitted()
@@ -111,7 +117,7 @@ class NNForecaster(_Baseline):
         X, y = self._xy(X, y)
         started = time.perf_counter()
         cut = int(round(X.shape[0] * (1 - self.validation_fraction)))
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), threadpool_limits(1):
             warnings.simplefilter("ignore", ConvergenceWarning)
             if len(self.layouts) > 1 and 2 <= cut < X.shape[0]:
                 errors = []

@@ -140,7 +140,9 @@ class GPForecaster:
     and weekly shape survives); the fitted GP then conditions on ALL training rows, so the
     predictive equations (4–6) stay exact. Each Adam step costs O(hyper_points³) instead of
     O(n³) — the difference between seconds and minutes at n = 2,000 on two cores. Set
-    ``hyper_points >= max_train`` for the textbook fit on every row.
+    ``hyper_points >= max_train`` for the textbook fit on every row. ``threads`` defaults to
+    one: on a shared two-core host, two BLAS threads per fit were four times slower in CPU
+    time than one (spinning threads contend with the other processes).
     """
 
     feature_names: tuple[str, ...] = ()
@@ -153,9 +155,9 @@ class GPForecaster:
         lr: float = 0.1,
         inducing: int = 256,
         max_train: int = 4000,
-        hyper_points: int = 600,
+        hyper_points: int = 500,
         seed: int = 0,
-        threads: int = 2,
+        threads: int = 1,
     ) -> None:
         self.kernel = kernel
         self.method = method
