@@ -94,3 +94,16 @@ def test_dockerfile_copies_every_package_the_services_import() -> None:
     text = (DOCKER / "Dockerfile").read_text()
     for pkg in ("keyshift", "models", "streaming", "jobs", "dags"):
         assert f"COPY {pkg} ./{pkg}" in text
+
+
+def test_keyshift_commands_in_the_compose_file_parse_with_the_real_cli(compose: dict) -> None:
+    from keyshift.cli import build_parser
+
+    found = 0
+    for name, service in compose["services"].items():
+        cmd = service.get("command")
+        if isinstance(cmd, list) and cmd and cmd[0] == "keyshift":
+            args = build_parser(cmd[1]).parse_args(cmd[1:])
+            assert callable(args.func), name
+            found += 1
+    assert found >= 1
