@@ -363,12 +363,15 @@ def _plots(out: Path, runs: list[Run], units: int) -> list[str]:
         if fig == "12":
             continue
         stem = f"fig{fig}_{scen}_{n}pe"
-        longest = max(group.values(), key=lambda r: len(r.times))
+        # the balanced runs set the time axis; a much longer RR run is cut at its end
+        longest = max((r for p, r in group.items() if p != "RR"), key=lambda r: len(r.times))
         x = np.asarray(longest.times)
+        rr = group.get("RR")
+        note = f"; RR runs to {rr.total_time:,.0f} s" if rr is not None and len(rr.times) > len(x) else ""
         paths.append(plot_series(
             out / f"{stem}_throughput.png", x,
-            {p: np.asarray(r.throughput) for p, r in group.items()},
-            f"Fig. {fig} ({scen}, {n} PEs): tuples/s leaving the merger", "tuples/s", logy=True,
+            {p: np.asarray(r.throughput[: len(x)]) for p, r in group.items()},
+            f"Fig. {fig} ({scen}, {n} PEs): tuples/s leaving the merger{note}", "tuples/s", logy=True,
         ))
         lb = group.get("LB-adaptive")
         if lb is not None and lb.weights:

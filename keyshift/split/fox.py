@@ -67,7 +67,8 @@ def check_problem(
     if (hi > width - 1).any():
         raise SplitInputError("max", f"must be ≤ {width - 1} (the functions' last weight)")
     if (lo > hi).any():
-        raise SplitInputError("min", "must be ≤ max for every connection")
+        j = int(np.flatnonzero(lo > hi)[0])
+        raise SplitInputError("min", f"must be ≤ max for every connection (connection {j}: {lo[j]} > {hi[j]})")
     if total < lo.sum() or total > hi.sum():
         raise SplitInputError(
             "total", f"{total} is outside [Σ min, Σ max] = [{int(lo.sum())}, {int(hi.sum())}]"
