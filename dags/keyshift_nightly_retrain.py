@@ -1,7 +1,8 @@
 """Nightly retrain of the input-rate and latency GPs on the Delta ``metrics`` history.
 
 Scheduling only: the work is ``jobs.retrain_models`` (see ``jobs.airflow_tasks``).
-Trigger with config ``{"days": 7, "to": "2026-11-25"}`` to retrain on another range.
+Trigger with config ``{"days": 7, "to": "2026-11-25", "kernel": "ard+daily"}`` to retrain
+on another range or with one kernel instead of the best of all.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ DEFAULT_ARGS = {
         "days": Param(14, type="integer", minimum=1, description="look-back in whole days"),
         "to": Param(None, type=["null", "string"], format="date",
                     description="last day (UTC); empty: the day before the run"),
+        "kernel": Param("auto", type="string",
+                        enum=["auto", "ard", "ard+daily", "ard+weekly"],
+                        description="GP kernel; auto keeps the best by marginal likelihood"),
     },
     doc_md=__doc__,
 )
@@ -42,7 +46,8 @@ def keyshift_nightly_retrain():
 
         ctx = get_current_context()
         run_date = ctx.get("logical_date") or ctx["dag_run"].run_after
-        return retrain(run_date, ctx["params"]["days"], ctx["params"]["to"])
+        p = ctx["params"]
+        return retrain(run_date, p["days"], p["to"], p["kernel"])
 
     @task
     def report(result: dict) -> str:

@@ -55,12 +55,15 @@ def _run(job: str, call: Any) -> dict[str, Any]:
     return result
 
 
-def retrain(run_date: datetime | date, days: int, last: str | None = None) -> dict[str, Any]:
+def retrain(
+    run_date: datetime | date, days: int, last: str | None = None, kernel: str = "auto"
+) -> dict[str, Any]:
     """The nightly retrain over the look-back window; returns the job's summary (XCom)."""
     from jobs import retrain_models
 
     span = nightly_range(run_date, days, last)
-    return _run("retrain_models", lambda: retrain_models.run(load_config(), span))
+    return _run("retrain_models",
+                lambda: retrain_models.run(load_config(), span, kernel=kernel))
 
 
 def baselines(

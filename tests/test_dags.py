@@ -71,7 +71,7 @@ def test_nightly_retrain_dag(bag: dict) -> None:
     assert d["owner"] == "keyshift"
     assert {"keyshift", "batch"} <= set(d["tags"])
     assert d["retries"] == [2, 2] and all(b > 1 for b in d["backoff"])
-    assert d["params"] == ["days", "to"]
+    assert d["params"] == ["days", "kernel", "to"]
 
 
 def test_baseline_partitions_dag_runs_after_the_retrain_and_takes_params(bag: dict) -> None:

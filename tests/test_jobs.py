@@ -258,3 +258,11 @@ def test_clb_baseline_is_reported_on_the_history_it_was_computed_on() -> None:
     assert clb.expected == imbalance_on_history(clb.plan, loads)
     assert clb.info["windows"] == 48 and "hbar_after" in clb.info
     assert by["lptf"].expected["var"] < kg["var"]  # LPTF mixes the blocks: less variance
+
+
+def test_retrain_rejects_an_unknown_kernel_naming_the_field() -> None:
+    from jobs import retrain_models
+
+    with pytest.raises(ValueError, match="kernel: 'rbf' is not one of auto"):
+        retrain_models.run(load_config(env={}), DayRange.parse("2026-11-01", "2026-11-02"),
+                           kernel="rbf", spark=object())
