@@ -1,0 +1,167 @@
+"""End-to-end engines benchmark: DLB-H versus KG in the same process, same input.
+
+For first story detection on balanced (Zipf 0.2) and skewed (Zipf 1.5) keys, each policy
+consumes the same pre-produced topic; reported per (input, policy), medians over repeats:
+
+* events/s end to end (records / wall time from the first to the last batch),
+* micro-batch duration p50 / p95,
+* migration pause p50 / p95 (snapshot → Delta → restore → replay, per migrating batch) and
+  bytes moved,
+* the controller's share of batch time,
+
+and the RATIO of DLB-H to KG measured in the same run. Targets from the brief: with skew,
+DLB-H's p95 ≤ 0.8 × KG's; without skew, throughput ≥ 0.9 × KG's.
+
+    .venv/bin/python bench/bench_engines.py            # default: 2 repeats, 6000 events
+    .venv/bin/python bench/bench_engines.py --quick    # 1 repeat, 2500 events
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("KEYSHIFT_CACHE", str(ROOT / ".keyshift" / "cache"))
+
+INPUTS = {"balanced (zipf 0.2)": "zipf:0.2", "skewed (zipf 1.5)": "zipf:1.5"}
+POLICIES = ("kg", "dlb-h")
+
+
+def pct(xs: list[float], q: float) -> float:
+    if not xs:
+        return 0.0
+    xs = sorted(xs)
+    k = (len(xs) - 1) * q / 100
+    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def one_run(spark, cfg, topic: str, policy: str, records: int, engines: int,
+            batch: int) -> dict:
+    from streaming.job import JobOptions, StreamJob
+
+    job = StreamJob(spark, cfg, JobOptions(app="fsd", policy=policy, topic=topic,
+                                           engines=engines, max_offsets_per_trigger=batch,
+                                           run_id=f"bench-{policy}-{uuid.uuid4().hex[:6]}"))
+    job.start()
+    try:
+        if not job.wait_for(records, 3600, poll_s=0.2):
+            raise RuntimeError(f"{policy}: only {job.totals.records} of {records} records")
+    finally:
+        job.stop()
+    lines = [json.loads(x) for x in (job.run_dir / "batches.jsonl").read_text().splitlines()]
+    durations = [b["duration_s"] for b in lines]
+    # the engine stage's critical path: its slowest task (what key skew stretches)
+    slowest = [max(t["duration_s"] for t in b["tasks"] if not t.get("restore")) for b in lines]
+    pauses = [b["migration_s"] for b in lines if b["moved_groups"]]
+    wall = sum(durations)
+    return {
+        "events_per_s": records / wall,
+        "p50": pct(durations, 50), "p95": pct(durations, 95),
+        "task_p95": pct(slowest, 95),
+        "pause_p50": pct(pauses, 50), "pause_p95": pct(pauses, 95),
+        "moved_bytes": sum(b["moved_bytes"] for b in lines),
+        "moved_groups": sum(b["moved_groups"] for b in lines),
+        "controller_share": sum(b["controller_s"] for b in lines) / wall,
+        "engines_share": sum(b["engines_s"] for b in lines) / wall,
+        "batches": len(lines),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="1 repeat, 2500 events")
+    p.add_argument("--repeats", type=int, default=None)
+    p.add_argument("--events", type=int, default=None)
+    p.add_argument("--engines", type=int, default=4)
+    p.add_argument("--batch", type=int, default=1500, help="max records per micro-batch")
+    args = p.parse_args(argv)
+    repeats = args.repeats or (1 if args.quick else 2)
+    records = args.events or (2500 if args.quick else 6000)
+
+    from rich.console import Console
+    from rich.progress import Progress
+    from rich.table import Table
+
+    from keyshift.config import load_config
+    from keyshift.workloads.events import make_generator
+    from streaming.broker import Broker, create_topic, free_port
+    from streaming.producer import connect, produce
+    from streaming.session import get_spark
+
+    home = Path(tempfile.mkdtemp(prefix="keyshift-bench-"))
+    cfg = load_config(env={}, home=str(home), groups={"count": 4096},
+                      kafka={"port": free_port(), "controller_port": free_port()},
+                      spark={"trigger_s": 1.0, "shuffle_partitions": 2},
+                      controller={"window_s": 1.0, "theta": 15.0})
+    broker = Broker.from_config(cfg)
+    console = Console()
+    console.print(f"broker: {broker.start()}")
+    results: dict[tuple[str, str], list[dict]] = {}
+    try:
+        topics = {}
+        for name, skew in INPUTS.items():
+            topics[name] = f"bench-{uuid.uuid4().hex[:6]}"
+            create_topic(cfg.kafka.bootstrap, topics[name], 2)
+            gen = make_generator("fsd", skew=skew, seed=3, keys=500)
+            produce(connect(cfg.kafka.bootstrap), topics[name], gen, rate=1e9, count=records)
+        spark = get_spark(cfg, app_name="keyshift-bench")
+        with Progress(console=console, transient=True) as bar:
+            task = bar.add_task("runs", total=repeats * len(INPUTS) * len(POLICIES))
+            for _ in range(repeats):
+                for name in INPUTS:
+                    for policy in POLICIES:
+                        r = one_run(spark, cfg, topics[name], policy, records, args.engines,
+                                    args.batch)
+                        results.setdefault((name, policy), []).append(r)
+                        bar.advance(task)
+    finally:
+        broker.stop()
+
+    def med(name: str, policy: str, key: str) -> float:
+        return statistics.median(r[key] for r in results[(name, policy)])
+
+    table = Table(title=f"FSD end to end, {records} events, {args.engines} engines, "
+                        f"batches of {args.batch}, median of {repeats}")
+    for col in ("input", "policy", "events/s", "batch p50 s", "batch p95 s",
+                "slowest task p95 s", "pause p50 s",
+                "pause p95 s", "moved groups", "bytes moved", "controller share",
+                "engine stage share"):
+        table.add_column(col, justify="right")
+    for name in INPUTS:
+        for policy in POLICIES:
+            table.add_row(name, policy, f"{med(name, policy, 'events_per_s'):.0f}",
+                          f"{med(name, policy, 'p50'):.2f}", f"{med(name, policy, 'p95'):.2f}",
+                          f"{med(name, policy, 'task_p95'):.2f}",
+                          f"{med(name, policy, 'pause_p50'):.2f}",
+                          f"{med(name, policy, 'pause_p95'):.2f}",
+                          f"{med(name, policy, 'moved_groups'):.0f}",
+                          f"{med(name, policy, 'moved_bytes'):.0f}",
+                          f"{100 * med(name, policy, 'controller_share'):.1f}%",
+                          f"{100 * med(name, policy, 'engines_share'):.1f}%")
+    console.print(table)
+    bal, skw = list(INPUTS)
+    thr = med(bal, "dlb-h", "events_per_s") / med(bal, "kg", "events_per_s")
+    p95 = med(skw, "dlb-h", "p95") / med(skw, "kg", "p95")
+    console.print(f"RATIO balanced throughput DLB-H/KG = {thr:.2f} (target >= 0.9)")
+    console.print(f"RATIO skewed batch p95 DLB-H/KG = {p95:.2f} (target <= 0.8)")
+    task = med(skw, "dlb-h", "task_p95") / med(skw, "kg", "task_p95")
+    console.print(f"RATIO skewed slowest-engine-task p95 DLB-H/KG = {task:.2f}")
+    (home / "bench_engines.json").write_text(json.dumps(
+        {f"{k[0]}|{k[1]}": v for k, v in results.items()}, indent=2))
+    console.print(f"raw results: {home / 'bench_engines.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
