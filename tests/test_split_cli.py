@@ -88,3 +88,13 @@ def test_solve_request_raises_the_field():
     with pytest.raises(SplitInputError) as exc:
         solve_request({"connections": [{"samples": "x"}]})
     assert exc.value.field == "connections[0].samples"
+
+
+def test_input_file_and_missing_file(tmp_path, capsys):
+    req = tmp_path / "req.json"
+    req.write_text(json.dumps({"functions": [[0, 1, 2], [0, 1, 2]]}))
+    assert main(["split", "--input", str(req)]) == 0
+    assert json.loads(capsys.readouterr().out)["weights"] == [1, 1]
+    assert main(["split", "--input", str(tmp_path / "nope.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("keyshift split: input: cannot read") and err.count("\n") == 1
