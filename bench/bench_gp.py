@@ -101,7 +101,7 @@ def main() -> int:
         models["GP exact, fit on all rows"] = lambda: InputRateGP(
             kernel=k, iters=it, max_train=n_train, hyper_points=n_train)
 
-    console = Console()
+    console = Console(width=120)
     # Warm up: the first fit in a process pays torch/gpytorch/sklearn imports and lazy
     # initialisation, which is not training time.
     for make in models.values():

@@ -179,13 +179,13 @@ def _load(uri: str, name: str, version: str) -> Forecaster:
     return Forecaster(gp, name, version)
 
 
-def load_version(cfg: Config, which: str, version: str) -> Forecaster:
+def load_version(cfg: Config, which: Which, version: str) -> Forecaster:
     name = model_name(cfg, which)
     with tracking(cfg):
         return _load(f"models:/{name}/{version}", name, str(version))
 
 
-def load_champion(cfg: Config, which: str) -> Forecaster:
+def load_champion(cfg: Config, which: Which) -> Forecaster:
     """The version of ``which`` behind ``cfg.mlflow.alias`` (default ``champion``).
 
     Raises RegistryError when the store is unreachable, the model is not registered, the
