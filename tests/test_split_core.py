@@ -206,3 +206,10 @@ def test_zero_readings_are_weighted_or_skipped():
     assert m.raw[0, 5] == pytest.approx(0.6)
     m.observe(np.array([5]), np.array([0.0]))
     assert m.raw[0, 5] == pytest.approx(0.3)  # default: like any sample
+
+
+def test_drafting_one_leader_takes_the_blame_with_equal_capacities():
+    region = OrderedRegion(np.full(4, 100.0), 8000.0, 2.0, 2.0, seed=5)
+    blamed = [np.count_nonzero(region.run(1.0).blocked > 0) for _ in range(10)]
+    assert max(blamed) <= 2  # usually exactly one connection blocks per interval (§4.2)
+    assert np.mean(blamed) < 1.5
