@@ -56,6 +56,7 @@ class IngestSpec:
     starting_offsets: str = "earliest"
     max_offsets_per_trigger: int = 20000
     routing: bool = True
+    available_now: bool = False  # process what the topic holds, then stop (benchmarks, replays)
 
     @classmethod
     def from_config(cls, cfg: Config, run_id: str, **over: Any) -> IngestSpec:
@@ -290,6 +291,7 @@ def start_ingest(spark: SparkSession, cfg: Config, spec: IngestSpec,
         routed.writeStream.queryName(query_name or f"ingest-{spec.run_id}")
         .foreachBatch(WindowWriter(spark, cfg, spec))
         .option("checkpointLocation", str(spec.checkpoint))
-        .trigger(processingTime=f"{spec.trigger_s} seconds")
+        .trigger(**({"availableNow": True} if spec.available_now
+                    else {"processingTime": f"{spec.trigger_s} seconds"}))
         .start()
     )

@@ -64,10 +64,11 @@ class TokenBucket:
             now = self._clock()
             self._tokens = min(self.burst, self._tokens + (now - self._last) * self.rate)
             self._last = now
-            if self._tokens >= n or n > self.burst and self._tokens >= self.burst:
+            need = min(n, self.burst)
+            if self._tokens >= need - 1e-9:  # tolerance: float refills land a hair short
                 self._tokens -= n
                 return
-            self._sleep((min(n, self.burst) - self._tokens) / self.rate)
+            self._sleep(max((need - self._tokens) / self.rate, 1e-4))
 
 
 def connect(bootstrap: str, timeout_s: float = 10.0, **config: Any):
