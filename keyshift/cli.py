@@ -14,7 +14,7 @@ import importlib
 import sys
 from importlib.metadata import entry_points
 
-from keyshift.config import ConfigError
+from keyshift.errors import ConfigError
 
 
 class UsageError(Exception):

@@ -16,12 +16,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from keyshift.errors import ConfigError
+
 ENV_PREFIX = "KEYSHIFT_"
 CONFIG_ENV = "KEYSHIFT_CONFIG"
-
-
-class ConfigError(ValueError):
-    """A configuration value is missing, of the wrong type or out of range."""
 
 
 class _Section(BaseModel):
