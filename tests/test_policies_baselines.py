@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from keyshift.metrics import Balance
 from keyshift.plan import Plan
 from keyshift.policies import PolicyInputError, Window, make_policy
 from keyshift.policies.lptf import lpt_partition
@@ -78,3 +79,43 @@ def test_pkg_conserves_load_and_beats_kg_on_skew():
     assert d.after.mean * 8 == pytest.approx(loads.sum())
     assert d.after.rstd <= d.before.rstd
     assert 0 <= d.info["split_keys"] <= 200
+
+
+def _routed_loads(d, loads):
+    """Engine loads when tuples follow the plan, except ``share`` of each routed group."""
+    r = d.info["routing"]
+    eng = np.bincount(d.plan.assignment, weights=loads, minlength=d.plan.engines)
+    moved = loads[r["groups"]] * r["share"]
+    np.subtract.at(eng, d.plan.assignment[r["groups"]], moved)
+    np.add.at(eng, r["engines"], moved)
+    return eng
+
+
+def test_pkg_routing_reproduces_the_split_loads_on_live_slots():
+    rng = np.random.default_rng(5)
+    loads = rng.zipf(1.3, 300).astype(float)
+    live = [True, True, False, True, True, True, True]  # slot 2 is dead: routes name slots
+    plan = Plan(np.array([0, 1, 3, 4, 5, 6])[np.arange(300) % 6], 7, live=live)
+    d = make_policy("pkg", seed=2).decide(plan, Window(loads))
+    r = d.info["routing"]
+    assert r["groups"].size == d.info["split_keys"] > 0
+    assert ((r["share"] > 0) & (r["share"] <= 0.5)).all()
+    assert plan.live[r["engines"]].all()
+    assert (r["engines"] != d.plan.assignment[r["groups"]]).all()
+    eng = _routed_loads(d, loads)
+    assert eng[2] == 0.0
+    assert eng.sum() == pytest.approx(loads.sum())
+    assert Balance.of(eng[plan.live]).rstd == pytest.approx(d.after.rstd)
+
+
+def test_pkg_hot_key_is_routed_half_and_half():
+    d = make_policy("pkg").decide(Plan([0], 2), Window([10.0]))
+    r = d.info["routing"]
+    assert r["groups"].tolist() == [0]
+    assert r["share"].tolist() == [0.5]
+    assert {int(r["engines"][0]), int(d.plan.assignment[0])} == {0, 1}
+
+
+def test_pkg_routes_nothing_when_no_group_is_split():
+    d = make_policy("pkg").decide(Plan([0, 1], 2), Window([0.0, 0.0]))
+    assert d.info["routing"]["groups"].size == 0

@@ -17,6 +17,13 @@ fills a up to L_b and splits the rest evenly, which is where per-tuple routing c
 when the group's tuples interleave. The plan records, per group, the choice that got the
 larger share (the engine that would keep the group's state if it had to pick one);
 the engine loads after the decision are the split loads, returned to the base class.
+
+Because the plan holds one engine per group, the split itself travels in
+``info["routing"]``: for every split group, the *other* choice (a live slot) and the share
+of the group's tuples it receives (always ≤ ½; the plan's engine takes the rest). A
+consumer that routes tuples (the simulator, a PKG-style partitioner) follows it; one that
+ignores it sends the whole group to the plan's engine and measures KG-like hot spots,
+which is not PKG.
 """
 
 from __future__ import annotations
@@ -71,10 +78,15 @@ class PartialKeyGrouping(Policy):
             eng[a] += to_a
             eng[b] += x - to_a
             share_first[g] = to_a / x if x > 0 else 1.0
-        primary = np.where(share_first >= 0.5, first, second)
+        keeps_first = share_first >= 0.5
+        primary = np.where(keeps_first, first, second)
         split = (share_first > 0) & (share_first < 1)
+        g = np.flatnonzero(split)
+        other = np.where(keeps_first[g], second[g], first[g])
+        share = np.where(keeps_first[g], 1.0 - share_first[g], share_first[g])
         info = {
-            "split_keys": int(split.sum()),
+            "split_keys": int(g.size),
+            "routing": {"groups": g, "engines": slots[other], "share": share},
             "stateful_safe": False,
             "warning": "PKG splits a key's state over two engines: false positives in stateful CEP",
         }
