@@ -99,7 +99,7 @@ class Broker:
                     "(not a keyshift broker); free it or set KEYSHIFT_KAFKA__"
                     f"{name.upper()} to another port"
                 )
-        classpath = self._jars()
+        classpath = self.jars()
         self.folder.mkdir(parents=True, exist_ok=True)
         self._write_config()
         if not (self.data_dir / "meta.properties").is_file():
@@ -170,7 +170,8 @@ class Broker:
         return {"healthy": True, "bootstrap": self.bootstrap, "pid": pid, **meta}
 
     # --- helpers --------------------------------------------------------------------
-    def _jars(self) -> str:
+    def jars(self) -> str:
+        """The broker's classpath (jars fetched from Maven Central on first use)."""
         coords = [f"org.apache.kafka:kafka_2.13:{self.version}", LOG4J_SLF4J]
         try:
             jars = resolve(coords, cache_dir(self.cache, f"kafka-{self.version}", coords))

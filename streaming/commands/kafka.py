@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from keyshift.cli import UsageError
@@ -17,6 +18,9 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     actions.required = True
     actions.add_parser("start", help="start the broker (fetches its jars on first use)")
     actions.add_parser("stop", help="stop the broker (SIGTERM, then SIGKILL)")
+    actions.add_parser(
+        "fetch-jars", help="resolve the broker's and Spark's Kafka/Delta jars into the cache "
+        "now (install step; later starts need no network)")
     st = actions.add_parser("status", help="health check by a metadata request")
     st.add_argument("--json", action="store_true", help="print the status as JSON")
     topic = actions.add_parser("topic", help="topic management")
@@ -40,6 +44,17 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.action == "start":
             print(f"kafka: {broker.start()}")
+            return 0
+        if args.action == "fetch-jars":
+            from streaming.jars import JarResolutionError, spark_jars
+
+            try:
+                classpath = broker.jars()
+                spark = spark_jars(cfg.cache_path / "jars", cfg.spark.delta_version)
+            except JarResolutionError as exc:
+                raise BrokerError(str(exc)) from None
+            print(f"kafka: {len(classpath.split(os.pathsep))} broker jars and {len(spark)} Spark "
+                  f"jars cached in {cfg.cache_path / 'jars'}")
             return 0
         if args.action == "stop":
             print(f"kafka: {broker.stop()}")
