@@ -9,7 +9,7 @@ from keyshift.metrics import Balance
 from keyshift.plan import Plan
 from keyshift.policies import PolicyInputError, Window, make_policy
 from keyshift.policies.lptf import lpt_partition
-from keyshift.policies.uhlb import MERSENNE_31, universal_hash
+from keyshift.policies.uhlb import MERSENNE_31, hash_coefficients, universal_hash
 
 
 def test_lpt_by_hand():
@@ -40,14 +40,59 @@ def test_kg_never_moves():
     assert d.plan is plan and len(d.moves) == 0
 
 
-def test_uhlb_is_the_universal_hash_on_live_slots():
-    plan = Plan([0, 0, 2, 2, 0], 3, live=[True, False, True])
-    d = make_policy("uhlb", seed=7).decide(plan, Window([1.0] * 5))
+def test_uhlb_rehashes_only_the_groups_of_engines_above_the_band():
+    # slots 0 and 2 live; slot 0 carries 30 of 40 (band 20 ± 15 %): its groups are re-hashed
+    plan = Plan([0, 0, 2, 2, 0, 2], 3, live=[True, False, True], version=4)
+    loads = np.array([10, 10, 5, 5, 10, 0.0])
+    d = make_policy("uhlb", seed=7).decide(plan, Window(loads))
     a, b = d.info["a"], d.info["b"]
-    expect = np.array([0, 2])[((a * np.arange(5) + b) % MERSENNE_31) % 2]
+    assert (a, b) == hash_coefficients([7, 4], 1)[0]
+    expect = plan.assignment.copy()
+    hot = np.array([0, 1, 4])
+    expect[hot] = np.array([0, 2])[((a * hot + b) % MERSENNE_31) % 2]
     assert d.plan.assignment.tolist() == expect.tolist()
-    again = make_policy("uhlb", seed=7).decide(plan, Window([1.0] * 5))
+    assert d.info["hot_engines"] == [0] and d.info["rehashed_groups"] == 3
+    assert set(d.moves.groups.tolist()) <= {0, 1, 4}
+    again = make_policy("uhlb", seed=7).decide(plan, Window(loads))
     assert again.plan.assignment.tolist() == d.plan.assignment.tolist()
+
+
+def test_uhlb_does_nothing_inside_the_band():
+    plan = Plan.hashed(6, 3)
+    d = make_policy("uhlb", theta=15).decide(plan, Window([10, 10, 11, 9, 10, 10.0]))
+    assert d.plan is plan and len(d.moves) == 0
+    assert d.info["reason"] == "all engines inside the band"
+
+
+def test_uhlb_draws_a_new_hash_each_round():
+    p = 4096
+    loads = np.ones(p)
+    loads[0] = 1e6  # whichever engine holds group 0 stays above the band
+    plan = Plan.hashed(p, 4)
+    d1 = make_policy("uhlb", seed=1, rehash="all").decide(plan, Window(loads))
+    d2 = make_policy("uhlb", seed=1, rehash="all").decide(d1.plan, Window(loads))
+    assert (d1.info["a"], d1.info["b"]) != (d2.info["a"], d2.info["b"])
+    assert d1.info["rehashed_groups"] == d2.info["rehashed_groups"] == p
+
+
+def test_uhlb_moves_about_one_minus_one_over_n_of_the_hot_state():
+    rng = np.random.default_rng(0)
+    p, n = 20_000, 10
+    loads = rng.random(p)
+    plan = Plan(np.arange(p) % n, n)
+    loads[plan.assignment == 3] *= 2.0  # one hot engine
+    d = make_policy("uhlb", seed=3).decide(plan, Window(loads))
+    hot_state = loads[plan.assignment == 3].sum()
+    assert d.info["hot_engines"] == [3]
+    assert d.moves.total_state / hot_state == pytest.approx(1 - 1 / n, abs=0.03)
+    assert set(d.moves.src.tolist()) == {3}
+
+
+def test_uhlb_rejects_bad_parameters():
+    for params, field in [({"seed": -1}, "seed"), ({"theta": -2}, "theta"), ({"rehash": "some"}, "rehash")]:
+        with pytest.raises(PolicyInputError) as exc:
+            make_policy("uhlb", **params).decide(Plan([0, 0], 2), Window([1.0, 1.0]))
+        assert exc.value.field == field
 
 
 def test_universal_hash_has_no_overflow_for_large_ids():
@@ -55,12 +100,6 @@ def test_universal_hash_has_no_overflow_for_large_ids():
     assert universal_hash(g, 5, MERSENNE_31 - 1, MERSENNE_31 - 1)[0] == (
         ((MERSENNE_31 - 1) * (2**31 - 2) + MERSENNE_31 - 1) % MERSENNE_31
     ) % 5
-
-
-def test_uhlb_rejects_a_bad_seed():
-    with pytest.raises(PolicyInputError) as exc:
-        make_policy("uhlb", seed=-1).decide(Plan([0], 1), Window([1.0]))
-    assert exc.value.field == "seed"
 
 
 def test_pkg_splits_a_hot_key_and_flags_statefulness():
