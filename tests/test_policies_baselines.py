@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import heapq
+
 import numpy as np
 import pytest
 
@@ -16,6 +18,37 @@ def test_lpt_by_hand():
     # 7→A, 5→B, 4→B (9), 3→A (10), 3→B (12), 2→A (12)
     labels = lpt_partition(np.array([7, 5, 4, 3, 3, 2.0]), 2)
     assert labels.tolist() == [0, 1, 1, 0, 1, 0]
+
+
+def _lpt_one_group_at_a_time(loads: np.ndarray, n: int) -> np.ndarray:
+    """The reference LPT (the shipped one before rounds): the n heaviest groups take labels
+    0..n-1, then a heap of (load, label), one group per heap operation."""
+    order = np.argsort(-loads, kind="stable")
+    labels = np.empty(loads.size, dtype=np.int64)
+    first = order[:n]
+    labels[first] = np.arange(first.size)
+    heap = [(float(loads[g]), i) for i, g in enumerate(first)]
+    heap += [(0.0, i) for i in range(first.size, n)]
+    heapq.heapify(heap)
+    for g in order[n:].tolist():
+        load, i = heap[0]
+        labels[g] = i
+        heapq.heapreplace(heap, (load + float(loads[g]), i))
+    return labels
+
+
+@pytest.mark.parametrize("kind", ["small integers", "zipf", "zeros", "powers of two"])
+def test_lpt_in_rounds_equals_lpt_one_group_at_a_time(kind):
+    rng = np.random.default_rng(len(kind))
+    for _ in range(150):
+        p, n = int(rng.integers(1, 200)), int(rng.integers(1, 16))
+        loads = {
+            "small integers": lambda: rng.integers(0, 4, p).astype(float),
+            "zipf": lambda: rng.zipf(1.5, p).astype(float),
+            "zeros": lambda: rng.random(p) * (rng.random(p) < 0.6),
+            "powers of two": lambda: 2.0 ** -rng.integers(0, 60, p),
+        }[kind]()
+        assert lpt_partition(loads, n).tolist() == _lpt_one_group_at_a_time(loads, n).tolist()
 
 
 def test_lptf_keeps_state_in_place_when_the_partition_is_only_renamed():

@@ -14,7 +14,6 @@ without changing any engine's load.
 
 from __future__ import annotations
 
-import heapq
 from typing import Any
 
 import numpy as np
@@ -25,18 +24,46 @@ from keyshift.policies.relabel import match_to_plan
 
 
 def lpt_partition(loads: np.ndarray, n: int) -> np.ndarray:
-    """Subset label 0..n-1 per group: heaviest group first onto the least loaded subset."""
+    """Subset label 0..n-1 per group: heaviest group first onto the least loaded subset.
+
+    Ties go to the lower label, as a heap of (load, label) would. The groups are sorted
+    once; they are then assigned in *rounds* rather than one heap operation each: rank the
+    subsets by (load, label), give the next heaviest groups to them in that order, and
+    keep the longest prefix the one-at-a-time rule would also have produced: item k of a
+    round is right iff its subset still ranks first after items 0..k−1 were added, i.e.
+    its load is below every load grown earlier in the round (ties end the round: the next
+    round re-ranks and decides them exactly). Every round keeps at least one item, so the
+    result is Graham's LPT exactly, at O(n log n) numpy work per round instead of
+    O(log n) Python work per group. Groups of load 0 all go to the subset that ranks first
+    when they are reached (adding 0 never changes the ranking).
+    """
+    p = loads.size
     order = np.argsort(-loads, kind="stable")
-    labels = np.empty(loads.size, dtype=np.int64)
+    labels = np.empty(p, dtype=np.int64)
     first = order[:n]
     labels[first] = np.arange(first.size)
-    heap = [(float(loads[g]), i) for i, g in enumerate(first)]
-    heap += [(0.0, i) for i in range(first.size, n)]
-    heapq.heapify(heap)
-    for g in order[n:].tolist():
-        load, i = heap[0]
-        labels[g] = i
-        heapq.heapreplace(heap, (load + float(loads[g]), i))
+    subset_load = np.zeros(n)
+    subset_load[: first.size] = loads[first]
+    ids = np.arange(n)
+    pos = first.size
+    zero_from = pos + int(np.searchsorted(-loads[order[pos:]], 0.0, side="left"))
+    while pos < zero_from:
+        rank = np.lexsort((ids, subset_load))
+        chunk = order[pos : min(pos + n, zero_from)]
+        m = chunk.size
+        target = rank[:m]
+        before = subset_load[target]
+        grown = before + loads[chunk]
+        if m > 1:
+            below = before[1:] < np.minimum.accumulate(grown[:-1])
+            keep = 1 + (m - 1 if below.all() else int(np.argmin(below)))
+        else:
+            keep = 1
+        labels[chunk[:keep]] = target[:keep]
+        subset_load[target[:keep]] = grown[:keep]
+        pos += keep
+    if zero_from < p:
+        labels[order[zero_from:]] = np.lexsort((ids, subset_load))[0]
     return labels
 
 
