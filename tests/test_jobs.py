@@ -4,6 +4,7 @@ baseline plans, tracking-store checks and the mapping of job outcomes to Airflow
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 import subprocess
 import sys
@@ -266,3 +267,16 @@ def test_retrain_rejects_an_unknown_kernel_naming_the_field() -> None:
     with pytest.raises(ValueError, match="kernel: 'rbf' is not one of auto"):
         retrain_models.run(load_config(env={}), DayRange.parse("2026-11-01", "2026-11-02"),
                            kernel="rbf", spark=object())
+
+
+@pytest.mark.integration
+def test_cli_missing_history_is_one_line_exit_1(tmp_path) -> None:
+    """Against an empty warehouse the job fails with the table and path (needs Spark)."""
+    env = {**os.environ, "KEYSHIFT_HOME": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-m", "keyshift.cli", "job", "baselines",
+                           "--to", "2026-11-01", "--days", "1"], capture_output=True,
+                          text=True, timeout=600, env=env)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert "key_loads: no Delta table at" in proc.stderr
+    assert "Traceback" not in proc.stderr
+

@@ -8,6 +8,7 @@ streaming job has run for days.
 from __future__ import annotations
 
 import argparse
+import sys
 from datetime import UTC, datetime, timedelta
 
 from keyshift.cli import UsageError
@@ -67,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, ConfigError) as exc:
         raise UsageError(str(exc)) from None
     except (HistoryError, TrackingStoreError) as exc:
-        print(f"keyshift job {args.job}: {exc}", flush=True)
+        print(f"keyshift job {args.job}: {exc}", file=sys.stderr, flush=True)
         return 1
     emit(result, args.json, args.job_print)
     return 0
