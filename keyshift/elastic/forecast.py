@@ -14,6 +14,7 @@ the engine count, fitted by least squares, with the residual spread as σ.
 
 from __future__ import annotations
 
+from importlib.metadata import entry_points
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -169,3 +170,36 @@ class EngineLatency:
             self.pooled_std_,
         )
         return mean, std
+
+
+FORECASTER_PLUGINS = "keyshift.forecasters"
+
+
+def forecaster_names() -> list[str]:
+    """Built-in forecasters plus the plugins of the ``keyshift.forecasters`` entry points
+    (the GP of ``models/`` registers itself there, so the pure core never imports it)."""
+    return ["seasonal", "seasonal-daily"] + sorted(
+        ep.name for ep in entry_points(group=FORECASTER_PLUGINS)
+    )
+
+
+def make_forecaster(kind: str) -> Forecaster:
+    """A fresh, unfitted forecaster by name; a plugin whose layer is not installed is a clear
+    ``ElasticInputError`` on ``forecaster``."""
+    if kind == "seasonal":
+        return SeasonalProfile()
+    if kind == "seasonal-daily":
+        return SeasonalProfile(period_s=DAY_S)
+    plugins = {ep.name: ep for ep in entry_points(group=FORECASTER_PLUGINS)}
+    if kind not in plugins:
+        raise ElasticInputError(
+            "forecaster", f"unknown {kind!r}; known: {', '.join(forecaster_names())}"
+        )
+    try:
+        return plugins[kind].load()()
+    except ImportError as exc:
+        raise ElasticInputError(
+            "forecaster",
+            f"{kind} needs an optional layer that is not installed ({exc.name}); "
+            "use --forecaster seasonal",
+        ) from None

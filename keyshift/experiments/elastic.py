@@ -17,7 +17,7 @@ is billed with Eq. 11 on what really happened. The engine model is
 per-window replay of :mod:`keyshift.elastic.replay`.
 
 The input-rate forecaster is the pure-numpy :class:`SeasonalProfile` by default;
-``--forecaster gp`` uses the GPyTorch GP of ``models.gp`` when that layer is installed
+``--forecaster gp`` uses the GPyTorch GP of ``models/`` (an entry-point plugin) when installed
 (loaded by name at run time, so the pure core does not depend on it).
 """
 
@@ -27,7 +27,6 @@ import argparse
 import copy
 import csv
 import datetime as dt
-import importlib
 import json
 import os
 import time
@@ -41,7 +40,7 @@ from keyshift.elastic.capacity import LatencyModel
 from keyshift.elastic.controller import PathController
 from keyshift.elastic.cost import Costs, Forecast
 from keyshift.elastic.errors import ElasticInputError
-from keyshift.elastic.forecast import EngineLatency, SeasonalProfile
+from keyshift.elastic.forecast import EngineLatency, forecaster_names, make_forecaster
 from keyshift.elastic.replay import ReplayResult, replay
 from keyshift.elastic.scaler import Scaler
 from keyshift.elastic.sim_bridge import run_in_simulator
@@ -88,45 +87,6 @@ def load_series(name: str, data_dir: Path) -> tuple[np.ndarray, np.ndarray]:
     t_arr, v_arr = np.asarray(t), np.asarray(v)
     order = np.argsort(t_arr, kind="stable")
     return t_arr[order], v_arr[order]
-
-
-class _GPRate:
-    """Adapter from models.gp.InputRateGP (features from models.features) to the protocol."""
-
-    def __init__(self, iters: int = 40, max_train: int = 1500) -> None:
-        self.iters = iters
-        self.max_train = max_train
-
-    def fit(self, t: np.ndarray, y: np.ndarray) -> _GPRate:
-        gp = importlib.import_module("models.gp")
-        self._features = importlib.import_module("models.features").rate_features
-        self.model_ = gp.InputRateGP(kernel="ard+daily", iters=self.iters,
-                                     max_train=self.max_train).fit(self._features(t), y)
-        return self
-
-    def update(self, t: np.ndarray, y: np.ndarray) -> _GPRate:
-        self.model_.add_observations(self._features(t), y)
-        return self
-
-    def predict(self, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        mean, std = self.model_.predict(self._features(t))
-        return np.maximum(mean, 0.0), std
-
-
-def make_forecaster(kind: str):
-    if kind == "seasonal":
-        return SeasonalProfile()
-    if kind == "seasonal-daily":
-        return SeasonalProfile(period_s=86_400.0)
-    if kind == "gp":
-        try:
-            importlib.import_module("models.gp")
-        except ImportError as exc:
-            raise ElasticInputError(
-                "forecaster", f"gp needs the models layer ({exc.name}); use --forecaster seasonal"
-            ) from None
-        return _GPRate()
-    raise ElasticInputError("forecaster", f"unknown {kind!r}; known: seasonal, gp")
 
 
 def make_scaler(name: str, args: argparse.Namespace, window_s: float) -> Scaler:
@@ -328,7 +288,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     simulate command's)."""
     g = parser
     g.add_argument("--series", default="all", choices=[*SERIES, "all"])
-    g.add_argument("--forecaster", default="seasonal", choices=["seasonal", "seasonal-daily", "gp"],
+    g.add_argument("--forecaster", default="seasonal", choices=forecaster_names(),
                    help="seasonal: weekly cycle (daily if under two weeks of history); "
                         "seasonal-daily: daily cycle; gp: models.gp InputRateGP")
     g.add_argument("--policies", default=",".join(POLICIES),
