@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from keyshift.metrics import rstd
 from keyshift.plan import Plan
 from keyshift.policies import PolicyInputError, Window, make_policy
+from keyshift.policies.dlb import DLBLight
 
 
 def test_dlb_h_moves_the_heaviest_helping_key_then_rebalances_back():
@@ -115,3 +116,47 @@ def test_dlb_properties(inst, name):
         for a in range(n):
             on_a = loads[assign == a]
             assert not ((on_a > 0) & (on_a < eng[a] - eng[b])).any()
+
+
+class _GenericLoopDLBL(DLBLight):
+    """DLB-L through the generic (heap + EngineIndex) loop: the reference for the lean one."""
+
+    lean = False
+
+
+def _random_plan_window(rng: np.random.Generator, t: int) -> tuple[Plan, Window]:
+    p, n = int(rng.integers(1, 300)), int(rng.integers(1, 10))
+    loads = [
+        rng.integers(0, 5, p).astype(float),  # ties and zeros
+        rng.zipf(1.4, p).astype(float),
+        rng.random(p) * (rng.random(p) < 0.7),
+    ][t % 3]
+    live = rng.random(n + 2) < 0.8
+    live[int(rng.integers(0, n + 2))] = True
+    slots = np.flatnonzero(live)
+    return Plan(slots[rng.integers(0, slots.size, p)], n + 2, live=live), Window(loads)
+
+
+def test_dlb_l_lean_loop_makes_the_generic_loops_moves():
+    rng = np.random.default_rng(11)
+    for t in range(300):
+        plan, window = _random_plan_window(rng, t)
+        theta = float(rng.choice([0.0, 5.0, 15.0, 40.0]))
+        cap = None if t % 4 else int(rng.integers(0, 30))
+        lean = DLBLight(theta=theta, max_moves=cap).decide(plan, window)
+        ref = _GenericLoopDLBL(theta=theta, max_moves=cap).decide(plan, window)
+        assert lean.info["steps"].tolist() == ref.info["steps"].tolist()
+        assert lean.info["reason"] == ref.info["reason"]
+        assert lean.plan.assignment.tolist() == ref.plan.assignment.tolist()
+
+
+def test_dlb_l_lean_loop_equals_generic_on_a_large_burst():
+    rng = np.random.default_rng(2)
+    p, n = 20_000, 200
+    loads = 1000.0 / (rng.permutation(p) + 1) ** 0.5
+    plan = Plan.hashed(p, n)
+    loads[plan.assignment < n // 8] *= 2.0  # more than 256 moves: the exact re-derivations too
+    lean = DLBLight(theta=15).decide(plan, Window(loads))
+    ref = _GenericLoopDLBL(theta=15).decide(plan, Window(loads))
+    assert len(lean.info["steps"]) > 512
+    assert lean.info["steps"].tolist() == ref.info["steps"].tolist()
