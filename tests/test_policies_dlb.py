@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from keyshift.metrics import rstd
 from keyshift.plan import Plan
 from keyshift.policies import PolicyInputError, Window, make_policy
-from keyshift.policies.dlb import DLBLight
+from keyshift.policies.dlb import ROUNDS_FROM_ENGINES, DLBLight
 
 
 def test_dlb_h_moves_the_heaviest_helping_key_then_rebalances_back():
@@ -150,9 +150,10 @@ def test_dlb_l_lean_loop_makes_the_generic_loops_moves():
         assert lean.plan.assignment.tolist() == ref.plan.assignment.tolist()
 
 
-def test_dlb_l_lean_loop_equals_generic_on_a_large_burst():
+@pytest.mark.parametrize("n", [200, 300])  # 300: decided in rounds (ROUNDS_FROM_ENGINES)
+def test_dlb_l_lean_loop_equals_generic_on_a_large_burst(n):
     rng = np.random.default_rng(2)
-    p, n = 20_000, 200
+    p = 20_000
     loads = 1000.0 / (rng.permutation(p) + 1) ** 0.5
     plan = Plan.hashed(p, n)
     loads[plan.assignment < n // 8] *= 2.0  # more than 256 moves: the exact re-derivations too
@@ -160,3 +161,27 @@ def test_dlb_l_lean_loop_equals_generic_on_a_large_burst():
     ref = _GenericLoopDLBL(theta=15).decide(plan, Window(loads))
     assert len(lean.info["steps"]) > 512
     assert lean.info["steps"].tolist() == ref.info["steps"].tolist()
+
+
+def test_dlb_l_rounds_make_the_generic_loops_moves_on_wide_clusters():
+    rng = np.random.default_rng(5)
+    for t in range(24):
+        n = int(rng.integers(ROUNDS_FROM_ENGINES, 400))
+        p = int(rng.integers(n, 6 * n))
+        loads = [
+            rng.integers(0, 4, p).astype(float),  # ties end rounds early
+            rng.zipf(1.6, p).astype(float),
+            rng.random(p) * (rng.random(p) < 0.7),
+            1000.0 / (rng.permutation(p) + 1) ** 0.5,
+        ][t % 4]
+        live = rng.random(n) < 0.95
+        slots = np.flatnonzero(live)
+        plan = Plan(slots[rng.integers(0, slots.size, p)], n, live=live)
+        if t % 2:
+            loads[plan.assignment < n // 8] *= 2.0
+        theta = float(rng.choice([0.0, 5.0, 15.0]))
+        cap = None if t % 3 else int(rng.integers(0, 600))
+        fast = DLBLight(theta=theta, max_moves=cap).decide(plan, Window(loads))
+        ref = _GenericLoopDLBL(theta=theta, max_moves=cap).decide(plan, Window(loads))
+        assert fast.info["steps"].tolist() == ref.info["steps"].tolist()
+        assert fast.info["reason"] == ref.info["reason"]
