@@ -90,8 +90,18 @@ def test_uhlb_rehashes_only_the_groups_of_engines_above_the_band():
     assert again.plan.assignment.tolist() == d.plan.assignment.tolist()
 
 
+def test_uhlb_places_a_starting_plan_entirely_by_its_own_hash():
+    plan = Plan([0, 0, 2, 2, 0], 3, live=[True, False, True])  # version 0: nobody decided yet
+    d = make_policy("uhlb", seed=7).decide(plan, Window([1.0] * 5))
+    a, b = d.info["a"], d.info["b"]
+    assert (a, b) == hash_coefficients([7, 0], 1)[0]
+    expect = np.array([0, 2])[((a * np.arange(5) + b) % MERSENNE_31) % 2]
+    assert d.plan.assignment.tolist() == expect.tolist()
+    assert d.info["reason"] == "initial placement by h0"
+
+
 def test_uhlb_does_nothing_inside_the_band():
-    plan = Plan.hashed(6, 3)
+    plan = Plan.hashed(6, 3, version=1)
     d = make_policy("uhlb", theta=15).decide(plan, Window([10, 10, 11, 9, 10, 10.0]))
     assert d.plan is plan and len(d.moves) == 0
     assert d.info["reason"] == "all engines inside the band"
@@ -112,7 +122,7 @@ def test_uhlb_moves_about_one_minus_one_over_n_of_the_hot_state():
     rng = np.random.default_rng(0)
     p, n = 20_000, 10
     loads = rng.random(p)
-    plan = Plan(np.arange(p) % n, n)
+    plan = Plan(np.arange(p) % n, n, version=1)
     loads[plan.assignment == 3] *= 2.0  # one hot engine
     d = make_policy("uhlb", seed=3).decide(plan, Window(loads))
     hot_state = loads[plan.assignment == 3].sum()

@@ -13,6 +13,9 @@ far less than a full re-draw, which would move ≈ 1 − 1/n of the state (90 % 
 every window. The reading consistent with all of that is ELB's trigger with a hash in
 place of ELB's explicit placement:
 
+* **Initial placement.** A plan of version 0 (the run's starting plan: nothing has been
+  decided yet) is placed entirely by h₀, UHLB's own hash; elb-clb's UHLB never runs on
+  another policy's placement.
 * **When.** Every decision; nothing happens while every live engine is inside the band
   [μ(1 − θ/100), μ(1 + θ/100)] (μ the mean live load, θ as for DLB and ELB, default 15).
 * **What.** Every group on an engine *above* the band is re-hashed by a hash freshly drawn
@@ -85,10 +88,12 @@ class UniversalHashing(Policy):
         low, high = mean * (1 - theta / 100.0), mean * (1 + theta / 100.0)
         info: dict[str, Any] = {"band": [low, high], "round": plan.version, "rehashed_groups": 0}
         hot = eng > high
-        if mean <= 0 or not (hot | (eng < low)).any():
+        if plan.version == 0:
+            hot[:] = True  # the initial placement: every group by h₀
+        elif mean <= 0 or not (hot | (eng < low)).any():
             info["reason"] = "all engines inside the band" if mean > 0 else "no load"
             return plan, info, None
-        if self.rehash == "overloaded" and not hot.any():
+        elif self.rehash == "overloaded" and not hot.any():
             info["reason"] = "no engine above the band"
             return plan, info, None
         (a, b), = hash_coefficients([seed, plan.version], 1)
@@ -101,5 +106,6 @@ class UniversalHashing(Policy):
         assignment = plan.assignment.copy()
         assignment[groups] = slots[universal_hash(groups, n, a, b)]
         info.update(a=a, b=b, prime=MERSENNE_31, rehashed_groups=int(groups.size),
-                    hot_engines=slots[hot].tolist(), reason=f"re-hashed ({self.rehash})")
+                    hot_engines=slots[hot].tolist(),
+                    reason="initial placement by h0" if plan.version == 0 else f"re-hashed ({self.rehash})")
         return plan.with_assignment(assignment), info, None
