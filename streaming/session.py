@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from keyshift.config import Config, load_config
@@ -100,6 +101,8 @@ def ensure_tables(spark: SparkSession, cfg: Config, names: Iterable[str] | None 
 
     for name in names if names is not None else TABLES:
         schema = table(name)
+        if (Path(cfg.table_path(name)) / "_delta_log").is_dir():
+            continue  # exists: skip the Delta round trip (seconds on a busy machine)
         builder = DeltaTable.createIfNotExists(spark).location(cfg.table_path(name))
         builder = builder.addColumns(spark.createDataFrame([], schema.ddl()).schema)
         if schema.partition_by:

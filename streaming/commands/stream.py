@@ -91,6 +91,7 @@ def run(args: argparse.Namespace) -> int:
                     f"batch {prog['batchId']}: {prog['numInputRows']} records, "
                     f"{prog.get('processedRowsPerSecond', 0):,.0f} rows/s, "
                     f"{prog['durationMs'].get('triggerExecution', 0) / 1000:.1f}s")
+        _let_batch_finish(query, console)
     except KeyboardInterrupt:
         console.print("stream: stopping")
     finally:
@@ -102,6 +103,15 @@ def run(args: argparse.Namespace) -> int:
         return 1
     _summary(read_table(spark, cfg, "metrics"), spec.run_id, Console(), Table)
     return 0
+
+
+def _let_batch_finish(query, console, limit_s: float = 300.0) -> None:
+    """Stop between batches: a batch cut off mid-way is redone on restart, wasted work."""
+    deadline = time.monotonic() + limit_s
+    if query.isActive and query.status.get("isTriggerActive"):
+        console.print("stream: letting the running batch finish")
+    while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+        time.sleep(0.5)
 
 
 def _summary(metrics, run_id: str, console, table_cls) -> None:
