@@ -90,6 +90,17 @@ def report(result: dict[str, Any]) -> str:
         ]
         line = f"baselines on {result['range']}, {result['engines']} engines: " + "; ".join(parts)
     else:
-        line = f"retrain on {result['range']} ({result['windows']} windows): {result['models']}"
+        models = (result.get("models") or {}).get("models") or {}
+        parts = []
+        for which, m in models.items():
+            metrics = m.get("metrics", {})
+            moved = "moved" if m.get("champion_moved") else "kept"
+            parts.append(
+                f"{which} {m.get('name')} v{m.get('version')} ({m.get('kernel')}): "
+                f"CC {metrics.get('cc', float('nan')):.3f}, RMSE {metrics.get('rmse', float('nan')):.4g}"
+                f" on the held-out tail; champion {moved} ({m.get('reason')})"
+            )
+        line = (f"retrain on {result['range']} ({result['windows']} windows): "
+                + ("; ".join(parts) or str(result.get("models"))))
     log.info("%s", line)
     return line

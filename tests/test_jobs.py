@@ -280,3 +280,17 @@ def test_cli_missing_history_is_one_line_exit_1(tmp_path) -> None:
     assert "key_loads: no Delta table at" in proc.stderr
     assert "Traceback" not in proc.stderr
 
+
+
+def test_report_line_for_a_retrain_names_versions_and_the_champion_decision() -> None:
+    from jobs.airflow_tasks import report
+
+    line = report({
+        "job": "retrain_models", "range": "2026-11-22..2026-11-24", "windows": 432,
+        "models": {"models": {"input_rate": {
+            "name": "keyshift-input-rate", "version": "2", "kernel": "ard+daily",
+            "metrics": {"cc": 0.97, "rmse": 13.3}, "champion_moved": False,
+            "reason": "champion RMSE 12.9 is better"}}},
+    })
+    assert "keyshift-input-rate v2 (ard+daily): CC 0.970, RMSE 13.3" in line
+    assert "champion kept (champion RMSE 12.9 is better)" in line
