@@ -302,6 +302,75 @@ class DLBLight(DynamicLoadBalancing):
     pick = "light"
 
 
+class _FlatKeys:
+    """:class:`_LightKeys` for whole rounds at once: the donors' sorted positive keys are
+    copied into flat arrays (one segment per engine, on first use) with a pointer per
+    engine, so a round takes every donor's front key in a few numpy operations. Received
+    keys are only logged; an engine's heap of them is built the first time that engine
+    donates after receiving (rare: recipients are the least loaded engines), and keys it
+    receives after that go straight to its heap."""
+
+    def __init__(self, index: EngineIndex) -> None:
+        n = index.engines
+        self.index = index
+        self.values = np.empty(index.loads.size)
+        self.groups = np.empty(index.loads.size, dtype=np.int64)
+        self.filled = 0
+        self.start = np.zeros(n, dtype=np.int64)
+        self.end = np.zeros(n, dtype=np.int64)
+        self.ready = np.zeros(n, dtype=bool)
+        self.received = np.zeros(n, dtype=bool)
+        self.heaps: dict[int, list[tuple[float, int]]] = {}
+        self.log: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def _load_segments(self, engines: np.ndarray) -> None:
+        for e in engines[~self.ready[engines]].tolist():
+            groups, values = self.index.sorted_bucket(e)
+            lo = int(np.searchsorted(values, 0.0, side="right"))
+            a, b = self.filled, self.filled + values.size - lo
+            self.values[a:b] = values[lo:]
+            self.groups[a:b] = groups[lo:]
+            self.start[e], self.end[e], self.ready[e], self.filled = a, b, True, b
+
+    def _heap(self, e: int) -> list[tuple[float, int]]:
+        heap = self.heaps.get(e)
+        if heap is None:
+            heap = []
+            for engines, xs, gs in self.log:
+                mine = engines == e
+                heap += zip(xs[mine].tolist(), gs[mine].tolist(), strict=True)
+            heapq.heapify(heap)
+            self.heaps[e] = heap
+        return heap
+
+    def take(self, donors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Remove each donor's smallest positive key: (groups, each donor's next smallest)."""
+        self._load_segments(donors)
+        at = self.start[donors]
+        groups = self.groups[np.minimum(at, self.groups.size - 1)]
+        after = at + 1
+        nxt = np.where(after < self.end[donors], self.values[np.minimum(after, self.values.size - 1)], np.inf)
+        self.start[donors] = after
+        for j in np.flatnonzero(self.received[donors]).tolist():
+            e = int(donors[j])
+            heap = self._heap(e)
+            front = float(self.values[at[j]]) if at[j] < self.end[e] else np.inf
+            if heap and heap[0][0] < front:
+                x, g = heapq.heappop(heap)
+                self.start[e] = at[j]  # the bucket's front stays
+                groups[j] = g
+            else:
+                front = float(nxt[j])
+            nxt[j] = heap[0][0] if heap and heap[0][0] < front else front
+        return groups, nxt
+
+    def give(self, recipients: np.ndarray, x: np.ndarray, groups: np.ndarray) -> None:
+        self.received[recipients] = True
+        self.log.append((recipients, x, groups))
+        for j in [j for j, e in enumerate(recipients.tolist()) if e in self.heaps]:
+            heapq.heappush(self.heaps[int(recipients[j])], (float(x[j]), int(groups[j])))
+
+
 def lightest_first_in_rounds(
     index: EngineIndex,
     eng: np.ndarray,
@@ -331,7 +400,7 @@ def lightest_first_in_rounds(
     n = eng.size
     load = eng.astype(np.float64).copy()
     small = index.smallest_positive()
-    keys = _LightKeys(index)
+    keys = _FlatKeys(index)
     ids = np.arange(n)
     chunks: list[np.ndarray] = []
     done = 0
@@ -340,24 +409,25 @@ def lightest_first_in_rounds(
         if done >= limit:
             reason = "max_moves reached"
             break
-        recipients = np.lexsort((ids, load))
+        recipients = np.argsort(load, kind="stable")  # (load, id): stable keeps ids in order
         low = load[recipients[0]]
         donors = np.flatnonzero(load - small > low)
         if donors.size == 0:
             break
-        donors = donors[np.lexsort((donors, -load[donors]))]
+        donors = donors[np.argsort(-load[donors], kind="stable")]  # (−load, id)
         m = min(donors.size, EXACT_EVERY - done % EXACT_EVERY)
         if limit != np.inf:
             m = min(m, int(limit) - done)
         d, r = donors[:m], recipients[:m]
         d_load, r_load, x = load[d], load[r], small[d]
         down, up = d_load - x, r_load + x
-        t = np.arange(m)
-        pos_d = np.full(n, m)
-        pos_d[d] = t
-        pos_r = np.full(n, m)
-        pos_r[r] = t
-        valid = (pos_d[r] >= t) & (pos_r[d] > t) & (down > r_load)
+        t = ids[:m]
+        pos = np.full(n, m)  # an engine's position among the round's donors ...
+        pos[d] = t
+        valid = pos[r] >= t
+        pos[d] = m
+        pos[r] = t  # ... and among its recipients
+        valid &= (pos[d] > t) & (down > r_load)
         if m > 1:
             lowest = np.minimum(np.minimum.accumulate(up), np.minimum.accumulate(down))[:-1]
             highest = np.maximum(np.maximum.accumulate(up), np.maximum.accumulate(down))[:-1]
@@ -369,11 +439,8 @@ def lightest_first_in_rounds(
         if stop.size:
             k = int(stop[0]) + 1
         d, r, x = d[:k], r[:k], x[:k]
-        moved = [keys.take(a) for a in d.tolist()]
-        for b, (xj, g, _) in zip(r.tolist(), moved, strict=True):
-            keys.give(b, xj, g)
-        groups = [g for _, g, _ in moved]
-        small[d] = [nxt for _, _, nxt in moved]
+        groups, small[d] = keys.take(d)
+        keys.give(r, x, groups)
         chunks.append(np.column_stack((groups, slots[d], slots[r])))
         done += k
         load[d] -= x
