@@ -33,14 +33,6 @@ class HistoryError(RuntimeError):
     """The history cannot be read: a missing table, a wrong schema, groups out of range."""
 
 
-class JobSkipped(Exception):
-    """Nothing to do for a legitimate reason (empty range, too little history).
-
-    Jobs return a ``{"status": "skipped", "reason": ...}`` result instead of raising; this
-    exception is for the layers that must turn that result into a control-flow signal.
-    """
-
-
 # --- date ranges -------------------------------------------------------------------------
 
 
