@@ -97,7 +97,9 @@ def train_and_register(
                 held_out = score(y[cut:], gp.predict(X[cut:])[0])
                 held_out["train_s"] = gp.train_seconds_
                 mlflow.log_params({f"{which}.{k}": v for k, v in gp.get_params().items()})
-                mlflow.log_params({f"{which}.kernel": gp.kernel_, f"{which}.n_train": cut,
+                # get_params() already logged the requested kernel ("auto" possibly): the one
+                # chosen by marginal likelihood gets its own key (MLflow params are write-once)
+                mlflow.log_params({f"{which}.kernel_chosen": gp.kernel_, f"{which}.n_train": cut,
                                    f"{which}.n_test": len(y) - cut})
                 mlflow.log_metrics({f"{which}_{k}": float(v) for k, v in held_out.items()})
                 mlflow.log_metrics({f"{which}_hp_{k}": v

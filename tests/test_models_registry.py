@@ -113,3 +113,15 @@ def test_unreadable_champion_is_a_registry_error(cfg, tmp_path):
         blob.write_bytes(b"not a model")
     with pytest.raises(RegistryError, match="cannot load"):
         load_champion(cfg, "input_rate")
+
+
+def test_auto_kernel_logs_requested_and_chosen_kernels(cfg):
+    """Regression: the nightly default kernel="auto" logged `<model>.kernel` twice (the
+    request, then the choice), which MLflow refuses, so every default retrain failed."""
+    import mlflow
+
+    out = train_and_register(_metrics(), cfg, kernel="auto", iters=3)
+    run = mlflow.MlflowClient(cfg.mlflow_tracking_uri).get_run(out["run_id"])
+    params = run.data.params
+    assert params["input_rate.kernel"] == "auto"
+    assert params["input_rate.kernel_chosen"] in {"ard", "ard+daily", "ard+weekly"}
