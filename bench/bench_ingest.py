@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         spark = get_spark(cfg, app_name="keyshift-bench-ingest")
         # Warm-up (JIT, codegen, Delta table creation), not measured.
         warm = IngestSpec.from_config(cfg, "warmup", topic=topic, app="wordcount",
-                                      available_now=True, max_offsets_per_trigger=1000,
+                                      available_now=True,
                                       checkpoint=home / "ck" / "warmup")
         start_ingest(spark, cfg, warm).awaitTermination()
         with Progress(console=console) as bar:
