@@ -13,20 +13,13 @@ from engines_support import (
     start_job,
     table_rows,
 )
-from platform_fixtures import (  # noqa: F401  (fixtures)
-    kafka_broker,
-    platform_config,
-    platform_home,
-    spark,
-    spark_config,
-)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 PARAMS = {"window_s": 1.0}
 
 
-def test_elb_scale_out_then_in_keeps_outputs(spark, platform_config) -> None:  # noqa: F811
+def test_elb_scale_out_then_in_keeps_outputs(spark, platform_config) -> None:
     cfg = job_config(platform_config, policy="elb")
     topic = new_topic(cfg.kafka.bootstrap)
     # Band [40, 60] events per engine per window: 300-event batches need π = 6 engines,

@@ -8,13 +8,6 @@ import itertools
 
 import pytest
 from engines_support import job_config, new_topic, outputs, reference, start_job
-from platform_fixtures import (  # noqa: F401  (fixtures)
-    kafka_broker,
-    platform_config,
-    platform_home,
-    spark,
-    spark_config,
-)
 
 from keyshift.workloads.replay import airline_tweets, dublin_bus
 
@@ -28,7 +21,7 @@ CASES = {
 }
 
 
-def test_replay_real_data(spark, platform_config, shared_data) -> None:  # noqa: F811
+def test_replay_real_data(spark, platform_config, shared_data) -> None:
     from streaming.producer import connect, replay
 
     cfg = job_config(platform_config, theta=10.0)

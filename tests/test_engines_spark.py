@@ -15,13 +15,6 @@ from engines_support import (
     run_job,
     table_rows,
 )
-from platform_fixtures import (  # noqa: F401  (fixtures)
-    kafka_broker,
-    platform_config,
-    platform_home,
-    spark,
-    spark_config,
-)
 
 from streaming.engines import EngineStore
 
@@ -31,7 +24,7 @@ PARAMS = {"window_s": 1.0}
 
 
 def test_engines_one_task_each_migrate_through_delta_and_match_reference(
-    spark, platform_config  # noqa: F811
+    spark, platform_config
 ) -> None:
     cfg = job_config(platform_config, policy="dlb-h", theta=10.0)
     topic = new_topic(cfg.kafka.bootstrap)

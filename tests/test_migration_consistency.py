@@ -15,13 +15,6 @@ from engines_support import (
     start_job,
     table_rows,
 )
-from platform_fixtures import (  # noqa: F401  (fixtures)
-    kafka_broker,
-    platform_config,
-    platform_home,
-    spark,
-    spark_config,
-)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -35,7 +28,7 @@ APPS = {
 
 @pytest.mark.parametrize("app", sorted(APPS))
 def test_kg_and_dlb_h_give_the_same_complex_events(
-    spark, platform_config, app: str  # noqa: F811
+    spark, platform_config, app: str
 ) -> None:
     cfg = job_config(platform_config, theta=10.0)
     topic = new_topic(cfg.kafka.bootstrap)

@@ -21,13 +21,6 @@ from engines_support import (
     table_rows,
     wait_until,
 )
-from platform_fixtures import (  # noqa: F401  (fixtures)
-    kafka_broker,
-    platform_config,
-    platform_home,
-    spark,
-    spark_config,
-)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -66,7 +59,7 @@ def _kill_group(proc: subprocess.Popen, sig: int) -> None:
 
 
 def test_sigkill_during_migration_then_restart_gives_uninterrupted_output(
-    spark, platform_config, tmp_path  # noqa: F811
+    spark, platform_config, tmp_path
 ) -> None:
     cfg = job_config(platform_config, policy="dlb-h", theta=10.0)
     topic = new_topic(cfg.kafka.bootstrap)
