@@ -32,6 +32,18 @@ LOG4J_SLF4J = "org.apache.logging.log4j:log4j-slf4j-impl:2.24.3"
 HEAP = "-Xmx512m"
 
 
+
+def new_cluster_id() -> str:
+    """A KRaft cluster id: a random UUID in URL-safe base64 (22 characters).
+
+    Like Kafka's own ``Uuid.randomUuid()``, an id starting with '-' is drawn again: the
+    storage tool's argument parser would read it as an option (1 start in 64 failed so).
+    """
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
+
 class BrokerError(RuntimeError):
     """The broker cannot be started, reached or stopped; the message says why."""
 
@@ -216,7 +228,7 @@ class Broker:
         )
 
     def _format(self, java: str, classpath: str) -> None:
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = new_cluster_id()
         try:
             proc = subprocess.run(
                 [java, HEAP, "-cp", classpath,

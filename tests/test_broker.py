@@ -125,3 +125,12 @@ def test_unreachable_maven_fails_fast_with_a_message(tmp_path):
     with pytest.raises(JarResolutionError, match="did not finish"):
         resolve(["org.example.keyshift:does-not-exist:0.0.2"], tmp_path / "jars2",
                 timeout_s=0.01)
+
+
+def test_cluster_ids_never_look_like_an_option():
+    """Regression: a random id starting with '-' made `kafka-storage format -t ID` fail."""
+    from streaming.broker import new_cluster_id
+
+    ids = [new_cluster_id() for _ in range(5000)]
+    assert all(len(c) == 22 and not c.startswith("-") for c in ids)
+    assert len(set(ids)) == len(ids)
