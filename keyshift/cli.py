@@ -11,14 +11,35 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import sys
 from importlib.metadata import entry_points
+from typing import Any
 
 from keyshift.errors import ConfigError
 
 
 class UsageError(Exception):
     """Bad input from the user: printed as one line, exit status 2, no traceback."""
+
+
+def read_json_request(path: str | None) -> Any:
+    """The one JSON object a JSON-in/JSON-out command reads: from ``path`` or stdin.
+    Unreadable or malformed input is a :class:`UsageError` naming ``input``."""
+    try:
+        if path:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        else:
+            text = sys.stdin.read()
+    except OSError as exc:
+        raise UsageError(f"input: cannot read {path}: {exc.strerror}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(
+            f"input: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+        ) from None
 
 
 class _Parser(argparse.ArgumentParser):

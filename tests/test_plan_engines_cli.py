@@ -56,8 +56,8 @@ def test_limits_from_the_request(monkeypatch, capsys):
 @pytest.mark.parametrize(
     "doc, field",
     [
-        ("not json", "(input)"),
-        ("[1, 2]", "(input)"),
+        ("not json", "input: malformed JSON"),
+        ("[1, 2]", "input: must be a JSON object"),
         (request(windows=[]), "windows"),
         (request(engines_now=0), "engines_now"),
         (request(engines_now="two"), "engines_now"),

@@ -163,7 +163,7 @@ def test_planner_is_fast_enough_to_call_every_window():
     fc = Forecast(rng.random(100) * 1e4, rng.random(100) * 100,
                   0.01 + rng.random((100, 64)) * 0.01, rng.random((100, 64)) * 1e-3)
     plan = GraphPlanner(window_s=10).plan(fc, 5)
-    assert plan.path.shape == (100,) and plan.elapsed_ms >= 0
+    assert plan.path.shape == (100,) and isinstance(plan.elapsed_ms, float)
 
 
 @pytest.mark.parametrize(

@@ -34,7 +34,7 @@ def test_dlb_decision_has_the_contract_shape(monkeypatch, capsys):
     assert res["before"] == {"rstd": pytest.approx(80.0), "var": pytest.approx(16.0)}
     assert res["after"]["rstd"] == pytest.approx(0.0)
     assert res["moved_groups"] == 2 and res["moved_state"] == pytest.approx(6.0)
-    assert res["elapsed_ms"] >= 0
+    assert isinstance(res["elapsed_ms"], float)
 
 
 def test_null_plan_starts_from_kg_and_state_counts_moved_state(monkeypatch, capsys):

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
-from keyshift.cli import UsageError
+from keyshift.cli import UsageError, read_json_request
 from keyshift.elastic.cost import OBJECTIVES, Forecast
 from keyshift.elastic.errors import ElasticInputError
 from keyshift.elastic.planner import GraphPlanner, check_count, check_nonneg
@@ -55,7 +54,7 @@ def _get(obj: dict[str, Any], key: str, default: Any = None, required: bool = Fa
 def parse_request(doc: Any) -> tuple[GraphPlanner, Forecast, int, int | None]:
     """Validate the request object; every error names its field."""
     if not isinstance(doc, dict):
-        raise ElasticInputError("(input)", "must be a JSON object")
+        raise ElasticInputError("input", "must be a JSON object")
     unknown = sorted(set(doc) - _KNOWN)
     if unknown:
         raise ElasticInputError(unknown[0], "unknown field")
@@ -126,14 +125,7 @@ def plan_request(doc: Any) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        text = open(args.input).read() if args.input else sys.stdin.read()
-    except OSError as exc:
-        raise UsageError(f"input: cannot read {args.input}: {exc.strerror}") from None
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"(input): not valid JSON: {exc.msg} at line {exc.lineno}") from None
+    doc = read_json_request(args.input)
     try:
         out = plan_request(doc)
     except ElasticInputError as exc:

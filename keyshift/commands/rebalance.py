@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from keyshift.cli import UsageError
+from keyshift.cli import UsageError, read_json_request
 from keyshift.plan import Plan
 from keyshift.policies import PolicyInputError, Window, policy_class, policy_names
 
@@ -152,14 +152,7 @@ def build_policy(name: str, params: dict[str, Any]) -> tuple[Any, list[str]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        text = open(args.input, encoding="utf-8").read() if args.input else sys.stdin.read()
-    except OSError as exc:
-        raise UsageError(f"input: cannot read {args.input}: {exc.strerror}") from None
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"input: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    doc = read_json_request(args.input)
     plan, window, params = parse_request(doc)
     policy, ignored = build_policy(args.policy, params)
     try:

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from typing import Any
 
 import numpy as np
 
-from keyshift.cli import UsageError
+from keyshift.cli import UsageError, read_json_request
 from keyshift.split import (
     BlockingRateModel,
     SplitInputError,
@@ -135,14 +134,7 @@ def solve_request(req: Any) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        text = open(args.input, encoding="utf-8").read() if args.input else sys.stdin.read()
-    except OSError as exc:
-        raise UsageError(f"input: cannot read {args.input}: {exc.strerror}") from None
-    try:
-        req = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"input: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    req = read_json_request(args.input)
     try:
         out = solve_request(req)
     except SplitInputError as exc:
