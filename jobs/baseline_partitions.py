@@ -37,7 +37,7 @@ from jobs.history import (
     table_exists,
     write_frame_rows,
 )
-from keyshift.config import Config, ConfigError, load_config
+from keyshift.config import Config, load_config
 from keyshift.plan import Plan
 from keyshift.policies import Window, make_policy
 from keyshift.schemas import SCHEMA_VERSION, TABLES
@@ -269,6 +269,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
+# what fails a run without being the caller's input: status 1
+RUNTIME_ERRORS: tuple[type[BaseException], ...] = (HistoryError,)
+
+
 def run_from_args(args: argparse.Namespace) -> dict[str, Any]:
     cfg = load_config(args.config)
     days = range_from_args(args, DEFAULT_DAYS)
@@ -277,20 +281,13 @@ def run_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from jobs.report import emit, one_line_error
+    from jobs.report import run_job
 
     p = argparse.ArgumentParser(prog="python -m jobs.baseline_partitions",
                                 description=__doc__.split("\n")[0])
     add_arguments(p)
-    args = p.parse_args(argv)
-    try:
-        result = run_from_args(args)
-    except (ValueError, ConfigError) as exc:
-        return one_line_error("baseline_partitions", exc, status=2)
-    except HistoryError as exc:
-        return one_line_error("baseline_partitions", exc, status=1)
-    emit(result, args.json, print_summary)
-    return 0
+    return run_job("baseline_partitions", p.parse_args(argv), run_from_args, print_summary,
+                   RUNTIME_ERRORS)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from jobs.history import DayRange, HistoryError, add_range_arguments, range_from_args, read_metrics
-from keyshift.config import Config, ConfigError, load_config
+from keyshift.config import Config, load_config
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -189,6 +189,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
+def runtime_errors() -> tuple[type[BaseException], ...]:
+    """What fails a run without being the caller's input (status 1); MLflow loads lazily."""
+    from models.registry import RegistryError
+
+    return (HistoryError, TrackingStoreError, RegistryError)
+
+
 def run_from_args(args: argparse.Namespace) -> dict[str, Any]:
     cfg = load_config(args.config)
     days = range_from_args(args, DEFAULT_DAYS)
@@ -197,21 +204,13 @@ def run_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from jobs.report import emit, one_line_error
-    from models.registry import RegistryError
+    from jobs.report import run_job
 
     p = argparse.ArgumentParser(prog="python -m jobs.retrain_models",
                                 description=__doc__.split("\n")[0])
     add_arguments(p)
-    args = p.parse_args(argv)
-    try:
-        result = run_from_args(args)
-    except (ValueError, ConfigError) as exc:
-        return one_line_error("retrain_models", exc, status=2)
-    except (HistoryError, TrackingStoreError, RegistryError) as exc:
-        return one_line_error("retrain_models", exc, status=1)
-    emit(result, args.json, print_summary)
-    return 0
+    return run_job("retrain_models", p.parse_args(argv), run_from_args, print_summary,
+                   runtime_errors())
 
 
 if __name__ == "__main__":

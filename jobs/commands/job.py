@@ -8,11 +8,9 @@ streaming job has run for days.
 from __future__ import annotations
 
 import argparse
-import sys
 from datetime import UTC, datetime, timedelta
 
-from keyshift.cli import UsageError
-from keyshift.config import ConfigError, load_config
+from keyshift.config import load_config
 
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -23,11 +21,13 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     r = jobs.add_parser("retrain", help="refit both GPs on the metrics history → MLflow")
     retrain_models.add_arguments(r)
     r.set_defaults(func=run, job_run=retrain_models.run_from_args,
-                   job_print=retrain_models.print_summary)
+                   job_print=retrain_models.print_summary,
+                   job_errors=retrain_models.runtime_errors)
     b = jobs.add_parser("baselines", help="LPTF and CLB plans from key_loads → Delta plans")
     baseline_partitions.add_arguments(b)
     b.set_defaults(func=run, job_run=baseline_partitions.run_from_args,
-                   job_print=baseline_partitions.print_summary)
+                   job_print=baseline_partitions.print_summary,
+                   job_errors=lambda: baseline_partitions.RUNTIME_ERRORS)
     h = jobs.add_parser("history", help="write a synthetic metrics + key_loads history")
     h.add_argument("--to", dest="last", metavar="YYYY-MM-DD",
                    help="last day of the history (default: yesterday, UTC)")
@@ -37,7 +37,8 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     h.add_argument("--seed", type=int, default=7)
     h.add_argument("--config", help="TOML file (default: $KEYSHIFT_CONFIG or built-in)")
     h.add_argument("--json", action="store_true")
-    h.set_defaults(func=run, job_run=_history, job_print=_print_history)
+    h.set_defaults(func=run, job_run=_history, job_print=_print_history,
+                   job_errors=_history_errors)
     return p
 
 
@@ -58,17 +59,14 @@ def _print_history(result: dict) -> None:
           f"for {result['days']} into {result['warehouse']}")
 
 
-def run(args: argparse.Namespace) -> int:
+def _history_errors() -> tuple[type[BaseException], ...]:
     from jobs.history import HistoryError
-    from jobs.report import emit
-    from jobs.retrain_models import TrackingStoreError
 
-    try:
-        result = args.job_run(args)
-    except (ValueError, ConfigError) as exc:
-        raise UsageError(str(exc)) from None
-    except (HistoryError, TrackingStoreError) as exc:
-        print(f"keyshift job {args.job}: {exc}", file=sys.stderr, flush=True)
-        return 1
-    emit(result, args.json, args.job_print)
-    return 0
+    return (HistoryError,)
+
+
+def run(args: argparse.Namespace) -> int:
+    from jobs.report import run_job
+
+    return run_job(f"keyshift job {args.job}", args, args.job_run, args.job_print,
+                   args.job_errors())
