@@ -185,3 +185,21 @@ def test_dlb_l_rounds_make_the_generic_loops_moves_on_wide_clusters():
         ref = _GenericLoopDLBL(theta=theta, max_moves=cap).decide(plan, Window(loads))
         assert fast.info["steps"].tolist() == ref.info["steps"].tolist()
         assert fast.info["reason"] == ref.info["reason"]
+
+
+@pytest.mark.timeout(120)
+@settings(max_examples=300, deadline=None)
+@given(
+    engines=st.integers(2, 6),
+    loads=st.lists(st.floats(0.0, 300.0, allow_nan=False), min_size=2, max_size=60),
+    pick=st.sampled_from(["dlb-h", "dlb-l"]),
+    seed=st.integers(0, 10_000),
+)
+def test_dlb_ends_on_float_loads_without_ping_pong(engines, loads, pick, seed):
+    """Regression: a group whose load equalled the gap up to rounding moved back and forth
+    between two engines for ever (found by the simulator's conservation property)."""
+    rng = np.random.default_rng(seed)
+    y = np.asarray(loads) * rng.uniform(0.999, 1.001, len(loads))
+    plan = Plan(rng.integers(0, engines, y.size), engines)
+    d = make_policy(pick, theta=0.01).decide(plan, Window(y))
+    assert len(d.moves) <= y.size * engines  # and, above all, it returned (timeout above)

@@ -50,6 +50,17 @@ from keyshift.policies.engine_index import EngineIndex
 _NO_STEPS = np.empty((0, 3), dtype=np.int64)
 
 
+HELP_TOL = 1e-9  # a move must beat rounding: x < gap − HELP_TOL·μ
+
+
+def _help_tol(mean: float) -> float:
+    """How much a move must improve on 'x < L_a − L_min' to count. Loads are floats kept up
+    to date by += and −=; with x equal to the gap up to rounding, moving x swaps the two
+    engines' loads and the next move swaps them back, for ever (a hypothesis run found such
+    a case). Demanding x < gap − 1e-9·μ ends that and changes no decision that matters."""
+    return HELP_TOL * mean
+
+
 def check_theta(theta: float) -> float:
     try:
         value = float(theta)
@@ -126,6 +137,7 @@ class DynamicLoadBalancing(Policy):
         highs = [(-load[e], e, 0) for e in range(n)]
         heapq.heapify(lows)
         heapq.heapify(highs)
+        tol = _help_tol(mean)
         while dev2 > bound:
             if len(steps) >= limit:
                 reason = "max_moves reached"
@@ -135,13 +147,13 @@ class DynamicLoadBalancing(Policy):
             low, b, _ = lows[0]
             while highs:
                 _, a, v = highs[0]
-                if v == version[a] and load[a] - small[a] > low:
+                if v == version[a] and load[a] - small[a] > low + tol:
                     break
                 heapq.heappop(highs)
             else:
                 break
             gap = load[a] - low
-            found = index.largest_below(a, gap) if heavy else index.smallest(a)
+            found = index.largest_below(a, gap - tol) if heavy else index.smallest(a)
             if found is None:  # defensive: ``small`` says a helping group exists
                 break
             x, g, handle = found
@@ -251,6 +263,7 @@ def lightest_first(
     push, pop = heapq.heappush, heapq.heappop
     steps: list[tuple[int, int, int]] = []
     reason = "no move improves imbScore"
+    tol = _help_tol(mean)
     while dev2 > bound:
         if len(steps) >= limit:
             reason = "max_moves reached"
@@ -260,7 +273,7 @@ def lightest_first(
         low, b = lows[0]
         while highs:
             neg, a = highs[0]
-            if -neg == load[a] and load[a] - small[a] > low:
+            if -neg == load[a] and load[a] - small[a] > low + tol:
                 break
             pop(highs)
         else:
@@ -405,13 +418,14 @@ def lightest_first_in_rounds(
     chunks: list[np.ndarray] = []
     done = 0
     reason = "no move improves imbScore"
+    tol = _help_tol(mean)
     while dev2 > bound:
         if done >= limit:
             reason = "max_moves reached"
             break
         recipients = np.argsort(load, kind="stable")  # (load, id): stable keeps ids in order
         low = load[recipients[0]]
-        donors = np.flatnonzero(load - small > low)
+        donors = np.flatnonzero(load - small > low + tol)
         if donors.size == 0:
             break
         donors = donors[np.argsort(-load[donors], kind="stable")]  # (−load, id)
@@ -427,7 +441,7 @@ def lightest_first_in_rounds(
         valid = pos[r] >= t
         pos[d] = m
         pos[r] = t  # ... and among its recipients
-        valid &= (pos[d] > t) & (down > r_load)
+        valid &= (pos[d] > t) & (down > r_load + tol)
         if m > 1:
             lowest = np.minimum(np.minimum.accumulate(up), np.minimum.accumulate(down))[:-1]
             highest = np.maximum(np.maximum.accumulate(up), np.maximum.accumulate(down))[:-1]
