@@ -16,17 +16,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from keyshift.errors import FieldError
 from models.baselines import NNForecaster, SeasonalNaive, SVMForecaster
 from models.features import FeatureError, rate_features, to_epoch_seconds
 from models.gp import InputRateGP
 
 
-class SeriesError(ValueError):
+class SeriesError(FieldError):
     """A series file or a split is unusable; the message names the field."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
 
 
 def score(y_true: Any, y_pred: Any) -> dict[str, float]:

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from keyshift.errors import FieldError
 from keyshift.schemas import TABLES
 
 RATE_FEATURES: tuple[str, ...] = ("timestamp", "time_of_day", "day_of_week")
@@ -29,12 +30,8 @@ _METRICS_NEEDED = ("window_start", "input_rate", "latency_s", "engines")
 _DAY_S = 86_400.0
 
 
-class FeatureError(ValueError):
+class FeatureError(FieldError):
     """Input to feature building is unusable; the message names the field."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
 
 
 def to_epoch_seconds(timestamps: Any, field: str = "timestamps") -> np.ndarray:

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from keyshift.errors import FieldError
 from models.features import LATENCY_FEATURES, RATE_FEATURES, TIMESTAMP_COLUMN
 
 KERNELS = ("ard", "ard+daily", "ard+weekly")
@@ -40,12 +41,8 @@ _PERIOD_S = {"daily": 86_400.0, "weekly": 7 * 86_400.0}
 _MAX_CHOLESKY = 20_000
 
 
-class ModelInputError(ValueError):
+class ModelInputError(FieldError):
     """Bad arrays or parameters given to a forecaster; the message names the field."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
 
 
 def _torch():

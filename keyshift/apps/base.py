@@ -23,13 +23,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from keyshift.errors import FieldError
 
-class OperatorInputError(ValueError):
+
+class OperatorInputError(FieldError):
     """An event or a parameter the operator cannot use; ``field`` names it."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
 
 
 @dataclass(frozen=True)

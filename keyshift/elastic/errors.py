@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
+from keyshift.errors import FieldError
 
-class ElasticInputError(ValueError):
+
+class ElasticInputError(FieldError):
     """Bad planner input or parameter; ``field`` names it (``windows.lat_mean``, ``costs.mc``)."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field

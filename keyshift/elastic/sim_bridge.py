@@ -64,8 +64,8 @@ def run_in_simulator(
     config = SimConfig(
         engines=first.engines_after, tick_s=tick_s, window_s=sim_window_s,
         service_rate=service_rate, overload="miss",
-        # Migrations pause nothing here: a pause still running when set_engines grows the
-        # cluster trips the simulator (its per-migration work array keeps the old width).
+        # No migration pauses: this cross-check isolates the scalers' decisions (the
+        # replay model has none either), so both engine models count the same misses.
         pause_fixed_s=0.0, pause_s_per_state=0.0,
     )
     sim = Simulator(workload, make_policy(policy), config, seed=seed)

@@ -15,16 +15,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from keyshift.errors import FieldError
 from keyshift.metrics import Balance, live_loads
 from keyshift.plan import Plan
 
 
-class PolicyInputError(ValueError):
+class PolicyInputError(FieldError):
     """Bad input to a policy; ``field`` names the offending input for the CLI's message."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
 
 
 @dataclass(frozen=True)

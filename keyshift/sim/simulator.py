@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from keyshift.errors import FieldError
 from keyshift.metrics import load_variance, rstd
 from keyshift.plan import Plan
 from keyshift.policies.base import Decision, Policy, Window
@@ -39,12 +40,8 @@ from keyshift.sim.result import SimResult, WindowStats
 from keyshift.sim.workload import Workload
 
 
-class SimError(ValueError):
+class SimError(FieldError):
     """Bad simulator parameter; ``field`` names it."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
 
 
 @dataclass(frozen=True)

@@ -25,15 +25,12 @@ from pathlib import Path
 
 import numpy as np
 
+from keyshift.errors import FieldError
 from keyshift.groups import groups_of
 
 
-class WorkloadError(ValueError):
+class WorkloadError(FieldError):
     """Bad workload parameter or trace; ``field`` names it for the CLI's one-line message."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
 
 
 @dataclass(frozen=True)

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
+from keyshift.errors import FieldError
 
-class SplitInputError(ValueError):
+
+class SplitInputError(FieldError):
     """Bad input to the weighted split; ``field`` names the offending input."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field

@@ -18,16 +18,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from keyshift.errors import FieldError
+
 _STEP = re.compile(r"^\s*(?P<v>[0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?)\s*(?:@\s*(?P<t>[0-9]*\.?[0-9]+)\s*)?$")
 MAX_EXPONENT = 10.0
 
 
-class WorkloadInputError(ValueError):
+class WorkloadInputError(FieldError):
     """Bad workload input; ``field`` names the option or parameter at fault."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
 
 
 @dataclass(frozen=True)
