@@ -60,6 +60,14 @@ class Plan:
         """π: the number of live engines."""
         return int(self.live.sum())
 
+    @property
+    def dense_index(self) -> np.ndarray:
+        """Slot → position among the live engines (−1 for a dead slot): policies work on
+        the π live engines as 0..π−1 and map back through :attr:`live_engines`."""
+        dense = np.full(self.engines, -1, dtype=np.int64)
+        dense[self.live_engines] = np.arange(self.parallelism)
+        return dense
+
     @classmethod
     def hashed(cls, groups: int, engines: int, version: int = 0) -> Plan:
         """Key grouping (KG): group g on engine ``g mod engines``. Never moves anything."""

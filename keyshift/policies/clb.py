@@ -133,9 +133,7 @@ class CorrelationLoadBalancing(Policy):
             raise PolicyInputError("history", "CLB needs at least 2 windows of group loads")
         label, fallbacks = covariance_split(history, int(subsets), threshold)
         assignment = match_to_plan(label, int(subsets), plan, window.state)
-        slots = plan.live_engines
-        dense = np.full(plan.engines, -1, dtype=np.int64)
-        dense[slots] = np.arange(slots.size)
+        dense = plan.dense_index
         info = {
             "subsets": int(subsets),
             "threshold": threshold,

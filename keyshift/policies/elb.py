@@ -123,9 +123,7 @@ class EagerLoadBalancing(Policy):
         lo_engines, hi_engines = self._bounds()
         slots = plan.live_engines
         n = slots.size
-        dense = np.full(plan.engines, -1, dtype=np.int64)
-        dense[slots] = np.arange(n)
-        engine_of = dense[plan.assignment]
+        engine_of = plan.dense_index[plan.assignment]
         loads = window.loads
         eng = np.bincount(engine_of, weights=loads, minlength=n)
         w = float(eng.sum())

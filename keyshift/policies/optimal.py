@@ -122,9 +122,7 @@ class ExactReference(Policy):
         theta, budget = self._check(plan, window)
         slots = plan.live_engines
         n, p = slots.size, window.groups
-        dense = np.full(plan.engines, -1, dtype=np.int64)
-        dense[slots] = np.arange(n)
-        here = dense[plan.assignment]
+        here = plan.dense_index[plan.assignment]
         y, d = window.loads, window.state
         mu = float(y.sum()) / n
         info: dict[str, Any] = {"objective": self.objective}
@@ -156,7 +154,7 @@ class ExactReference(Policy):
             if budget is not None:
                 fixed.append(LinearConstraint(-stay[None, :], -np.inf, budget - float(d.sum())))
             # incumbents: the current plan (ψ = 0), and LPT if the budget affords it
-            for choice in (here, self._lpt(plan, window, dense)):
+            for choice in (here, self._lpt(plan, window, plan.dense_index)):
                 if budget is None or float(d[choice != here].sum()) <= budget:
                     dev2 = float(((np.bincount(choice, weights=ys, minlength=n) - 1.0) ** 2).sum())
                     if dev2 < best_dev2:
