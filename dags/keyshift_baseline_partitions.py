@@ -40,10 +40,10 @@ DEFAULT_ARGS = {
 def keyshift_baseline_partitions():
     @task
     def baseline_partitions() -> dict:
-        from jobs.airflow_tasks import baselines
+        from jobs.airflow_tasks import baselines, run_date_of
 
         ctx = get_current_context()
-        run_date = ctx.get("logical_date") or ctx["dag_run"].run_after
+        run_date = run_date_of(ctx)
         p = ctx["params"]
         return baselines(run_date, p["days"], p["engines"], p["to"])
 

@@ -42,10 +42,10 @@ DEFAULT_ARGS = {
 def keyshift_nightly_retrain():
     @task
     def retrain_models() -> dict:
-        from jobs.airflow_tasks import retrain
+        from jobs.airflow_tasks import retrain, run_date_of
 
         ctx = get_current_context()
-        run_date = ctx.get("logical_date") or ctx["dag_run"].run_after
+        run_date = run_date_of(ctx)
         p = ctx["params"]
         return retrain(run_date, p["days"], p["to"], p["kernel"])
 

@@ -38,6 +38,12 @@ def nightly_range(run_date: datetime | date, days: int, last: str | None = None)
         raise AirflowFailException(f"params.{exc}") from None
 
 
+def run_date_of(context: Any) -> datetime:
+    """The date a run stands for: its logical date, or, for a manual run without one
+    (Airflow 3 allows that), the moment it was queued."""
+    return context.get("logical_date") or context["dag_run"].run_after
+
+
 def _as_date(value: datetime | date) -> date:
     return value.date() if isinstance(value, datetime) else value
 
