@@ -16,7 +16,7 @@ import sys
 from importlib.metadata import entry_points
 from typing import Any
 
-from keyshift.errors import ConfigError
+from keyshift.errors import ConfigError, FieldError
 
 
 class UsageError(Exception):
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if args.command is None and not argv else 2
     try:
         return int(args.func(args) or 0)
-    except (UsageError, ConfigError) as exc:
+    except (UsageError, ConfigError, FieldError) as exc:  # bad input: one line, status 2
         print(f"keyshift {args.command}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -13,7 +13,7 @@ import argparse
 import json
 from typing import Any
 
-from keyshift.cli import UsageError, read_json_request
+from keyshift.cli import read_json_request
 from keyshift.elastic.cost import OBJECTIVES, Forecast
 from keyshift.elastic.errors import ElasticInputError
 from keyshift.elastic.planner import GraphPlanner, check_count, check_nonneg
@@ -126,9 +126,6 @@ def plan_request(doc: Any) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     doc = read_json_request(args.input)
-    try:
-        out = plan_request(doc)
-    except ElasticInputError as exc:
-        raise UsageError(str(exc)) from None
+    out = plan_request(doc)  # its FieldErrors become the CLI's one-line message
     print(json.dumps(out, indent=2 if args.pretty else None))
     return 0

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from keyshift.cli import UsageError, read_json_request
+from keyshift.cli import read_json_request
 from keyshift.split import (
     BlockingRateModel,
     SplitInputError,
@@ -135,9 +135,6 @@ def solve_request(req: Any) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     req = read_json_request(args.input)
-    try:
-        out = solve_request(req)
-    except SplitInputError as exc:
-        raise UsageError(str(exc)) from None
+    out = solve_request(req)  # its FieldErrors become the CLI's one-line message
     print(json.dumps(out, indent=2 if args.pretty else None))
     return 0
