@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from keyshift.cli import UsageError
-from keyshift.config import ConfigError, load_config
+from keyshift.config import load_config
 
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -17,10 +16,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        cfg = load_config(args.config)
-    except ConfigError as exc:
-        raise UsageError(str(exc)) from None
+    cfg = load_config(args.config)  # ConfigError: the CLI's one-line message
     out = cfg.model_dump()
     out["resolved"] = {
         "home": str(cfg.home_path),

@@ -16,7 +16,7 @@ import uuid
 from typing import Any
 
 from keyshift.cli import UsageError
-from keyshift.config import ConfigError, load_config
+from keyshift.config import load_config
 
 POLICIES = ("dlb-h", "dlb-l", "elb", "kg", "lptf", "clb")
 APPS = ("fsd", "traffic", "clicks", "wordcount")
@@ -75,10 +75,7 @@ class _Stop(Exception):
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        cfg = load_config(args.config)
-    except ConfigError as exc:
-        raise UsageError(str(exc)) from None
+    cfg = load_config(args.config)  # ConfigError: the CLI's one-line message
     policy, app = _validate(args, cfg)
     say = (lambda *a: print(*a, file=sys.stderr)) if args.json else print
     skew = args.skew or f"zipf:0.2@0,1.5@{args.duration / 3:g}"

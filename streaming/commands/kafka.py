@@ -8,7 +8,7 @@ import os
 import sys
 
 from keyshift.cli import UsageError
-from keyshift.config import ConfigError, load_config
+from keyshift.config import load_config
 
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -36,10 +36,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     from streaming.broker import Broker, BrokerError, create_topic
 
-    try:
-        cfg = load_config(args.config)
-    except ConfigError as exc:
-        raise UsageError(str(exc)) from None
+    cfg = load_config(args.config)  # ConfigError: the CLI's one-line message
     broker = Broker.from_config(cfg)
     try:
         if args.action == "start":

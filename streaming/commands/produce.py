@@ -11,7 +11,7 @@ import math
 import sys
 
 from keyshift.cli import UsageError
-from keyshift.config import ConfigError, load_config
+from keyshift.config import load_config
 from keyshift.workloads import GENERATORS, REPLAYS, SkewSchedule, WorkloadInputError
 
 
@@ -84,10 +84,7 @@ def run(args: argparse.Namespace) -> int:
     from streaming.producer import ProducerError, connect, produce, replay
 
     _validate(args)
-    try:
-        cfg = load_config(args.config)
-    except ConfigError as exc:
-        raise UsageError(str(exc)) from None
+    cfg = load_config(args.config)  # ConfigError: the CLI's one-line message
     topic = args.topic or cfg.kafka.topic
     console = Console(stderr=True)
     try:

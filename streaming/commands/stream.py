@@ -11,7 +11,7 @@ import sys
 import time
 
 from keyshift.cli import UsageError
-from keyshift.config import ConfigError, load_config
+from keyshift.config import load_config
 from keyshift.schemas import EVENTS
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
@@ -47,10 +47,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--window: must be > 0 seconds, got {args.window}")
     if args.duration is not None and not args.duration > 0:
         raise UsageError(f"--duration: must be > 0 seconds, got {args.duration}")
-    try:
-        cfg = load_config(args.config)
-    except ConfigError as exc:
-        raise UsageError(str(exc)) from None
+    cfg = load_config(args.config)  # ConfigError: the CLI's one-line message
 
     from rich.console import Console
     from rich.table import Table
