@@ -24,7 +24,6 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 import uuid
 from pathlib import Path
 

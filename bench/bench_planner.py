@@ -13,7 +13,6 @@ H = 100, 64 states.
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 from rich.console import Console
@@ -23,6 +22,7 @@ from scipy.sparse.csgraph import dijkstra
 
 from keyshift.elastic.cost import Costs, Forecast, vertex_costs
 from keyshift.elastic.planner import GraphPlanner
+from timing import median_ms  # bench/timing.py (bench/ is on sys.path when run)
 
 
 def forecast(h: int, k: int, rng: np.random.Generator) -> Forecast:
@@ -54,15 +54,6 @@ def dijkstra_plan(fc: Forecast, start: int, costs: Costs, window_s: float) -> fl
                        shape=(n, n))
     dist = dijkstra(graph, directed=True, indices=src)
     return float(dist[sink] - eps * (h + 1))
-
-
-def median_ms(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return float(np.median(times))
 
 
 def main() -> None:

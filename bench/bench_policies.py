@@ -27,8 +27,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import statistics
-import time
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +38,7 @@ from keyshift.metrics import rstd
 from keyshift.plan import Plan
 from keyshift.policies import PolicyInputError, Window, make_policy
 from keyshift.policies.dlb import DLBLight
+from timing import median_ms  # bench/timing.py (bench/ is on sys.path when run)
 
 THETA = 15.0
 TIME_TARGETS_MS = {(4096, 64): 1.0, (10**6, 1000): 500.0}
@@ -90,15 +89,6 @@ class GenericLoopDLBL(DLBLight):
     """DLB-L through DLB's generic heap loop (what DLB-L ran before its own loops)."""
 
     lean = False
-
-
-def median_ms(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t) * 1e3)
-    return statistics.median(times)
 
 
 def timing(console: Console, quick: bool, repeats: int) -> list[dict]:

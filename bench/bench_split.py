@@ -16,14 +16,13 @@ process and on the same functions:
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import numpy as np
 from rich.console import Console
 from rich.table import Table
 
 from keyshift.split import WeightedSplit, fox_minimax, objective
+from timing import median_ms  # bench/timing.py (bench/ is on sys.path when run)
 
 TARGET_MS = 1.0
 
@@ -45,15 +44,6 @@ def naive_greedy(F: np.ndarray, total: int) -> np.ndarray:
         nxt = np.where(w + 1 < width, F[rows, np.minimum(w + 1, width - 1)], np.inf)
         w[int(nxt.argmin())] += 1
     return w
-
-
-def median_ms(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t) * 1e3)
-    return statistics.median(times)
 
 
 def controller_interval(n: int, units: int, rng: np.random.Generator, cluster: bool):
