@@ -121,6 +121,10 @@ class PlannerConfig(_Section):
     max_step: int = Field(0, ge=0)
     dry_run: bool = False
     objective: Literal["mean", "expected"] = "mean"
+    # Burst reserve (keyshift.elastic.reserve): capacity >= max(In_now, forecast) + the
+    # q-quantile of the input's one-window rises; 0 = off (the paper's plain planner).
+    reserve_quantile: float = Field(0.0, ge=0, le=1)
+    reserve_history: int = Field(0, ge=0)  # 0 = every rise seen; else the most recent ones
 
 
 class AirflowConfig(_Section):

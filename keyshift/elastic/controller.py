@@ -9,10 +9,15 @@ relative error of the two forecasts the arc cost rests on, for the window just o
 
 from __future__ import annotations
 
+import copy
+
+import numpy as np
+
 from keyshift.elastic.cost import OBJECTIVES, Forecast
 from keyshift.elastic.decision import Observation
 from keyshift.elastic.errors import ElasticInputError
-from keyshift.elastic.planner import GraphPlanner, check_count, check_nonneg
+from keyshift.elastic.planner import GraphPlanner, check_count, check_nonneg, floor_capacity
+from keyshift.elastic.reserve import RiseQuantile, check_quantile
 from keyshift.elastic.scaler import ForecastFn, Scaler
 
 
@@ -27,7 +32,14 @@ def prediction_error(forecast: Forecast, index: int, observed: Observation) -> f
 class PathController(Scaler):
     """The GP planner of elastic-cep §III-C as a scaler: shortest path over ``horizon``
     windows with the costs of Eq. 9–12, path rejection by θ1 (arc cost σ) and θ2 (relative
-    prediction error); 0 turns either off. Limits are built into the graph."""
+    prediction error); 0 turns either off. Limits are built into the graph.
+
+    ``reserve_quantile`` q > 0 adds the burst reserve of :mod:`keyshift.elastic.reserve`:
+    every window's capacity covers max(In_now, În) + R_q, R_q the q-quantile of the
+    one-window rises of the input (q = 1: the largest rise seen). The rises are learnt
+    from :meth:`fit_reserve` (history) and from every observed window; ``reserve_history``
+    > 0 keeps only that many recent rises. 0 (the default) is the paper's plain planner.
+    """
 
     name = "planner"
 
@@ -47,6 +59,8 @@ class PathController(Scaler):
         theta1: float = 0.0,
         theta2: float = 0.0,
         objective: str = "mean",
+        reserve_quantile: float = 0.0,
+        reserve_history: int = 0,
     ) -> None:
         super().__init__(max_engines, min_engines, cooldown_windows, max_step, dry_run)
         self.horizon = horizon
@@ -58,9 +72,29 @@ class PathController(Scaler):
         self.theta1 = theta1
         self.theta2 = theta2
         self.objective = objective
+        self.reserve_quantile = reserve_quantile
+        self.reserve_history = reserve_history
+
+    def fit_reserve(self, history_in: np.ndarray) -> PathController:
+        """Learn the rises of the input from a history of per-window input counts (kept
+        across :meth:`reset`; each run starts from it and adds what it observes)."""
+        self.reserve_fit_ = RiseQuantile(
+            check_quantile("reserve_quantile", self.reserve_quantile), self.reserve_history
+        ).fit(history_in)
+        return self
 
     def reset(self) -> PathController:
         super().reset()
+        q = check_quantile("reserve_quantile", self.reserve_quantile)
+        if q > 0:
+            fitted = getattr(self, "reserve_fit_", None)
+            self.reserve_ = (copy.deepcopy(fitted) if fitted is not None
+                             else RiseQuantile(q, self.reserve_history).fit(np.empty(0)))
+            self.reserve_.quantile = q
+            self.reserve_.max_history = self.reserve_history
+            self.reserve_._check()
+        else:
+            self.reserve_ = None
         self.path_ = None
         self.position_ = 0
         self.forecast_ = None
@@ -90,6 +124,10 @@ class PathController(Scaler):
         horizon = check_count("horizon", self.horizon, low=1)
         theta2 = check_nonneg("theta2", self.theta2)
         notes = []
+        reserve = self.reserve_
+        in_now = None if observed is None else float(observed.in_tuples)
+        if reserve is not None and in_now is not None:
+            reserve.update(in_now)
         if self.path_ is not None and observed is not None and self.position_ > 0:
             err = prediction_error(self.forecast_, self.position_ - 1, observed)
             if theta2 > 0 and err > theta2:
@@ -97,11 +135,24 @@ class PathController(Scaler):
                 self.path_ = None
         if self.path_ is not None and self.position_ >= len(self.path_):
             self.path_ = None
+        if self.path_ is not None and reserve is not None:
+            j = self.position_
+            need = reserve.floor(in_now, self.forecast_.in_mean[j:j + 1])[0]
+            step = int(self.path_[j])
+            have = float(floor_capacity(self.forecast_.lat_mean[j, step - 1],
+                                        self.forecast_.lat_std[j, step - 1], step, self.window_s))
+            if have < need:
+                notes.append(
+                    f"path below the burst reserve: {step} engines carry {have:.4g} tuples,"
+                    f" reserve {need:.4g}"
+                )
+                self.path_ = None
         extra: dict = {}
         if self.path_ is None:
             fc = forecast(window, horizon)
             since = self.since_change_
-            plan = self.planner().plan(fc, engines_now, since)
+            floor = None if reserve is None else reserve.floor(in_now, fc.in_mean)
+            plan = self.planner().plan(fc, engines_now, since, in_floor=floor)
             self.path_ = plan.usable
             self.forecast_ = fc
             self.position_ = 0
@@ -114,6 +165,8 @@ class PathController(Scaler):
                     f"; path rejected at window {j}: arc cost std {plan.arc_std[j]:.3g}"
                     f" > θ1 {self.theta1:g}, following {j + 1} window(s)"
                 )
+            if floor is not None:
+                what += f"; burst reserve {reserve.rise():.4g} tuples (q {reserve.quantile:g})"
             notes.append(what)
             extra = {
                 "expected_cost": plan.cost,
@@ -129,7 +182,10 @@ class PathController(Scaler):
 
 def controller_from_config(cfg) -> PathController:
     """The streaming controller's planner from ``[planner]``, ``[engines]`` and the window
-    length ``controller.window_s``; planner min/max 0 fall back to ``engines.min/max``."""
+    length ``controller.window_s``; planner min/max 0 fall back to ``engines.min/max``.
+    With ``reserve_quantile`` > 0 the reserve learns the rises online from the windows it
+    observes; call :meth:`PathController.fit_reserve` with the metrics history to start
+    from what the history saw."""
     p = cfg.planner
     return PathController(
         max_engines=p.max_engines or cfg.engines.max,
@@ -145,4 +201,6 @@ def controller_from_config(cfg) -> PathController:
         theta1=p.theta1,
         theta2=p.theta2,
         objective=p.objective,
+        reserve_quantile=p.reserve_quantile,
+        reserve_history=p.reserve_history,
     )

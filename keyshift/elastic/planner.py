@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from keyshift.elastic.cost import OBJECTIVES, Costs, Forecast, vertex_costs
+from keyshift.elastic.cost import OBJECTIVES, Costs, Forecast, capacity, vertex_costs
 from keyshift.elastic.errors import ElasticInputError
 from keyshift.elastic.graph import shortest_path
 
@@ -73,6 +73,37 @@ def check_nonneg(name: str, value: object) -> float:
     return value
 
 
+_FLOOR_PRICE = 1e12
+"""Cost of a state below ``in_floor`` (plus as much again per unit of relative shortfall):
+larger than any real path cost, finite so the DP still ranks the shortfalls."""
+
+
+FLOOR_LAT_Z = 2.0
+"""The floor must hold when the latency comes out high: capacity under it is taken at
+Lat + 2σ_Lat (the one-sided 97.7 % point of the Gaussian latency forecast), not at the mean."""
+
+
+def floor_capacity(lat_mean: np.ndarray, lat_std: np.ndarray, engines: np.ndarray | int,
+                   window_s: float) -> np.ndarray:
+    """Tuples ``engines`` process in a window at a pessimistic latency (Lat + 2σ_Lat)."""
+    return capacity(np.asarray(lat_mean) + FLOOR_LAT_Z * np.asarray(lat_std), engines, window_s)
+
+
+def floor_penalty(forecast: Forecast, window_s: float, in_floor: object) -> np.ndarray:
+    """(H, K) penalty of each state whose capacity is under the window's floor."""
+    floor = np.asarray(in_floor, dtype=np.float64)
+    if floor.shape != (forecast.horizon,):
+        raise ElasticInputError("in_floor", f"needs one value per window ({forecast.horizon}), got shape {floor.shape}")
+    if not np.isfinite(floor).all() or (floor < 0).any():
+        raise ElasticInputError("in_floor", "must be finite tuple counts >= 0")
+    engines = np.arange(1, forecast.max_engines + 1, dtype=np.float64)[None, :]
+    cap = floor_capacity(forecast.lat_mean, forecast.lat_std, engines, window_s)
+    short = np.maximum(floor[:, None] - cap, 0.0) / np.maximum(floor[:, None], 1.0)
+    # Any shortfall costs at least the price (so a feasible state always wins), a larger
+    # one more (so an unreachable floor is approached as closely as the limits allow).
+    return _FLOOR_PRICE * ((short > 0) + short)
+
+
 class GraphPlanner:
     """Shortest path over (engines, window), Eq. 9–12, with optional user limits.
 
@@ -128,8 +159,17 @@ class GraphPlanner:
         forecast: Forecast,
         engines_now: int,
         windows_since_change: int | None = None,
+        in_floor: np.ndarray | None = None,
     ) -> PathPlan:
-        """The cheapest path from ``engines_now`` over the forecast's horizon."""
+        """The cheapest path from ``engines_now`` over the forecast's horizon.
+
+        ``in_floor`` (optional, tuples per window) is a service level on top of the cost
+        model: the path's capacity Δt·i/Lat must cover it in every window (the burst
+        reserve of :mod:`keyshift.elastic.reserve`). States below it stay in the graph at a
+        prohibitive price proportional to the shortfall, so when the limits (max_step,
+        cooldown, max_engines) make the floor unreachable the path comes as close as it can
+        instead of failing. None (the default) is the paper's graph unchanged.
+        """
         t0 = time.perf_counter()
         costs = Costs(check_nonneg("costs.mc", self.mc), check_nonneg("costs.ec", self.ec),
                       check_nonneg("costs.rc", self.rc))
@@ -144,8 +184,11 @@ class GraphPlanner:
             )
         vc = vertex_costs(forecast, costs, self.window_s, self.sel, self.objective)
         cols = slice(lo - 1, hi)
+        vertex = vc.mean[:, cols]
+        if in_floor is not None:
+            vertex = vertex + floor_penalty(forecast, self.window_s, in_floor)[:, cols]
         path = shortest_path(
-            vc.mean[:, cols], engines_now - lo, costs.rc, step, cooldown, windows_since_change
+            vertex, engines_now - lo, costs.rc, step, cooldown, windows_since_change
         )
         engines = path.engines + lo
         rows = np.arange(forecast.horizon)
@@ -173,4 +216,4 @@ class GraphPlanner:
         )
 
 
-__all__ = ["GraphPlanner", "PathPlan", "OBJECTIVES", "check_count", "check_nonneg"]
+__all__ = ["GraphPlanner", "PathPlan", "OBJECTIVES", "check_count", "check_nonneg", "floor_capacity", "floor_penalty"]

@@ -52,7 +52,9 @@ SERIES = {
 }
 SIM_WINDOWS = 672
 """Default evaluation length inside the tick-level simulator (two weeks of the taxi series)."""
-POLICIES = ("planner", "planner-expected", "static-max", "qt", "threshold", "ds2")
+POLICIES = ("planner", "planner-expected", "planner-reserve", "static-max", "qt", "threshold", "ds2")
+"""planner: the paper (Eq. 11 on the means); planner-expected: E[Eq. 11]; planner-reserve:
+E[Eq. 11] plus the burst reserve at ``--reserve-quantile`` (keyshift.elastic.reserve)."""
 
 
 def _data_dir(arg: str | None) -> Path:
@@ -91,11 +93,13 @@ def load_series(name: str, data_dir: Path) -> tuple[np.ndarray, np.ndarray]:
 
 def make_scaler(name: str, args: argparse.Namespace, window_s: float) -> Scaler:
     limits = {"max_engines": args.max_engines, "min_engines": 1}
-    if name in ("planner", "planner-expected"):
+    if name.startswith("planner"):
         ctl = PathController(
             **limits, horizon=args.horizon, window_s=window_s, mc=args.mc, ec=args.ec,
             rc=args.rc, theta1=args.theta1, theta2=args.theta2,
-            objective="expected" if name == "planner-expected" else "mean",
+            objective="mean" if name == "planner" else "expected",
+            reserve_quantile=args.reserve_quantile if name == "planner-reserve" else 0.0,
+            reserve_history=args.reserve_history,
         )
         ctl.name = name
         return ctl
@@ -147,6 +151,9 @@ def evaluate_series(name: str, args: argparse.Namespace, progress=None) -> dict[
 
         scaler = make_scaler(policy, args, window_s)
         is_planner = policy.startswith("planner")
+        if is_planner and scaler.reserve_quantile > 0:
+            # The rises the history showed (what the monitor recorded, like the forecasters).
+            scaler.fit_reserve(history.in_tuples)
         if in_sim:
             results[policy] = run_in_simulator(
                 y_test, scaler, window_s, args.base_latency, costs, args.initial,
@@ -301,6 +308,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--rc", type=float, default=300.0, help="cost per engine-count change")
     g.add_argument("--theta1", type=float, default=0.0, help="arc cost σ bound (0 off)")
     g.add_argument("--theta2", type=float, default=0.25, help="relative prediction error bound (0 off)")
+    g.add_argument("--reserve-quantile", type=float, default=1.0,
+                   help="planner-reserve: capacity >= max(In_now, forecast) + this quantile of the "
+                        "input's one-window rises (1 = the largest seen; 0 = no reserve)")
+    g.add_argument("--reserve-history", type=int, default=0,
+                   help="rises the reserve remembers (0 = all)")
     g.add_argument("--train-frac", type=float, default=0.6)
     g.add_argument("--windows", type=int, default=0, help="evaluate at most this many windows (0 all)")
     g.add_argument("--peak-util", type=float, default=0.75,
@@ -387,7 +399,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
            "engine_model": args.engine_model, "rows": rows, "series": fits,
            "planner_timing": timing, "plots": plots,
            "params": {k: getattr(args, k) for k in ("max_engines", "horizon", "mc", "ec", "rc",
-                                                   "theta1", "theta2", "peak_util", "pause_s")}}
+                                                   "theta1", "theta2", "peak_util", "pause_s",
+                                                   "reserve_quantile", "reserve_history")}}
     if not args.json:
         print(markdown_table(rows))
         if timing:
