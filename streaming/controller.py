@@ -16,6 +16,14 @@ next batch) and an event log (``decisions``), with its state in Delta:
 
 Fixed-plan policies (kg, and the batch layer's lptf / clb from ``plans`` scope
 ``baseline``) never decide; online ones (dlb-h, dlb-l, elb) decide every window.
+
+With ``[planner] enabled`` the scaler (:mod:`streaming.scaling`) decides the engine count
+first, at the same window end. Order, one plan version per window (so recovery needs only
+"the newest decision before b"): if the scaler changes N, its plan is the window's plan
+change and the balancer does not decide in that window (the scaled plan is already balanced
+around the new mean by ELB's mechanics; the balancer sees it in the next window); otherwise
+the balancer decides on the unchanged plan as before. Both rows of a window go to
+``decisions`` in one append (one Delta commit, one transaction id per batch).
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from keyshift.metrics import Balance, live_loads
 from keyshift.plan import Plan
 from keyshift.policies import Decision, Policy, Window, make_policy, policy_class
 
+from .scaling import EngineScaler
 from .txn import append
 
 if TYPE_CHECKING:
@@ -79,6 +88,7 @@ class Controller:
     def __init__(
         self, cfg: Config, run_id: str, policy: str, groups: int, engines: int,
         batches_per_window: int, log: ControlLog, params: dict[str, Any] | None = None,
+        scaler: EngineScaler | None = None,
     ) -> None:
         if batches_per_window < 1:
             raise ControllerError(f"controller.window_s: gives {batches_per_window} batches")
@@ -95,6 +105,9 @@ class Controller:
         self._decided: list[tuple[int, int]] = []  # (batch_id, plan_version), ascending
         self._window: WindowStats | None = None
         self.decide_s = 0.0
+        self.scaler = scaler if scaler is not None else (
+            EngineScaler(cfg) if cfg.planner.enabled else None)
+        self._models_loaded = False
 
     # -- state ------------------------------------------------------------------------
     def recover(self, batch_id: int) -> None:
@@ -119,6 +132,11 @@ class Controller:
             w.loads += loads
             w.state = np.maximum(w.state, state)
         self._window = w
+        if self.scaler is not None:
+            if not self._models_loaded:  # once per process: the registry is slow to reach
+                self.scaler.load_models()
+                self._models_loaded = True
+            self.scaler.recover(self.log.scaler_rows(), batch_id, open_in=float(w.loads.sum()))
 
     def _initial_plan(self) -> Plan:
         if self.policy_name in FROM_PLANS:
@@ -141,10 +159,15 @@ class Controller:
         return self._plans[version]
 
     # -- the loop -------------------------------------------------------------------------
-    def collect(self, batch_id: int, loads: np.ndarray, state: np.ndarray) -> None:
+    def collect(self, batch_id: int, loads: np.ndarray, state: np.ndarray,
+                engine_s: float | None = None, started: datetime | None = None) -> None:
+        """One batch's per-group loads and state sizes; for the scaler also the seconds its
+        engine tasks ran and the batch's start (the window's time for the forecasters)."""
         assert self._window is not None, "recover() first"
         self._window.loads += loads
         np.maximum(self._window.state, state, out=self._window.state, where=state > 0)
+        if self.scaler is not None:
+            self.scaler.collect(float(np.sum(loads)), engine_s, started)
 
     def end_of_batch(self, batch_id: int) -> Decision | None:
         """Evaluate and decide when ``batch_id`` closes a window; realize and record."""
@@ -155,6 +178,14 @@ class Controller:
         plan = self.plan_for(batch_id + 1)
         w, self._window = self._window, WindowStats.empty(batch_id + 1, self.groups)
         window = Window(loads=w.loads, state=np.where(w.state > 0, w.state, 0.0))
+        rows = []
+        if self.scaler is not None:
+            scaled = self._scale(batch_id, plan, window)
+            rows.append(scaled)
+            if scaled["plan_version"] is not None:  # this window's plan change is the scaler's
+                self.log.write_decisions(rows, batch_id)
+                self.decide_s = time.perf_counter() - t0
+                return None
         if self._policy is None:
             loads = live_loads(plan.assignment, w.loads, plan.live)
             decision = None
@@ -174,9 +205,34 @@ class Controller:
             row = self._row(batch_id, action, _reason(decision), decision.before, decision.after,
                             len(decision.moves), decision.moves.total_state, plan, new,
                             new.version if decision.changed else None)
-        self.log.write_decision(row, batch_id)
+        if rows:
+            self.log.write_decisions(rows + [row], batch_id)
+        else:
+            self.log.write_decision(row, batch_id)
         self.decide_s = time.perf_counter() - t0
         return decision
+
+    def _scale(self, batch_id: int, plan: Plan, window: Window) -> dict:
+        """The scaler's decision for the next window; realizes a change of N as a new plan."""
+        assert self.scaler is not None
+        index = (batch_id + 1) // self.batches_per_window
+        out = self.scaler.end_of_window(batch_id, index, plan, window.loads, self.run_id)
+        row = out.row
+        if out.info.get("replayed"):  # recorded by an attempt of this batch that crashed
+            v = row.get("plan_version")
+            if v is not None and int(v) in self._plans:
+                self._decided.append((batch_id, int(v)))
+            elif v is not None:
+                row = {**row, "plan_version": None}
+            return row
+        if out.plan is not None:
+            new = Plan(out.plan.assignment, out.plan.engines, plan.version + 1, out.plan.live)
+            self.log.write_plan(new, "scaler", row["reason"].split(" | ")[0], batch_id)
+            self._plans[new.version] = new
+            self._decided.append((batch_id, new.version))
+            row.update(plan_version=new.version, engines_after=new.parallelism,
+                       moved_state=float(window.state[plan.assignment != new.assignment].sum()))
+        return row
 
     def _row(self, batch_id: int, action: str, reason: str, before: Balance, after: Balance,
              moved: int, psi: float, old: Plan, new: Plan, version: int | None) -> dict:
@@ -270,7 +326,22 @@ class ControlLog:
         append(self.spark, self.cfg, "plans", [row], f"{self.run_id}/plans", batch_id + 1)
 
     def write_decision(self, row: dict, batch_id: int) -> None:
-        append(self.spark, self.cfg, "decisions", [row], f"{self.run_id}/decisions", batch_id)
+        self.write_decisions([row], batch_id)
+
+    def write_decisions(self, rows: list[dict], batch_id: int) -> None:
+        """A window's rows (scaler, balancer) in one idempotent append."""
+        append(self.spark, self.cfg, "decisions", rows, f"{self.run_id}/decisions", batch_id)
+
+    def scaler_rows(self) -> list[dict]:
+        """This run's scaler rows of ``decisions``: the scaler's durable state."""
+        from pyspark.sql import functions as F
+
+        rows = (
+            self._read("decisions")
+            .where((F.col("run_id") == self.run_id) & (F.col("component") == "scaler"))
+            .collect()
+        )
+        return [r.asDict() for r in rows]
 
 
 def _plan(r: Any) -> Plan:
