@@ -191,3 +191,20 @@ def test_scaler_drives_the_tick_level_simulator():
     assert static.missed.sum() < res.missed.sum()
     with pytest.raises(ElasticInputError, match="lat_s"):
         run_in_simulator(ins, StaticMax(max_engines=2), 60, 0.0, Costs(), 1)
+
+
+def test_simulator_cross_check_with_migration_pauses():
+    from keyshift.elastic.sim_bridge import run_in_simulator
+
+    # A ramp the threshold scaler follows one engine per window, so scale-outs land while
+    # the previous migration still pauses its groups (pause 30 s of a 60-s window).
+    ins = np.concatenate([np.full(4, 60_000.0), np.full(8, 300_000.0)])
+    kw = dict(window_s=60, lat_s=0.002, costs=Costs(), initial_engines=2, groups=64)
+    paused = run_in_simulator(ins, ThresholdScaler(max_engines=12), pause_s=30.0, **kw)
+    free = run_in_simulator(ins, ThresholdScaler(max_engines=12), pause_s=0.0, **kw)
+    assert paused.summary()["scale_actions"] >= 3
+    assert paused.engines[-1] > paused.engines[0]
+    assert paused.in_tuples.sum() == pytest.approx(ins.sum(), rel=0.02)
+    assert paused.missed.sum() > free.missed.sum()
+    with pytest.raises(ElasticInputError, match="pause_s"):
+        run_in_simulator(ins, StaticMax(max_engines=2), pause_s=60.0, **kw)

@@ -7,7 +7,9 @@ tuples) becomes one simulator window of ``sim_window_s`` seconds at rate In_j /
 is the same as in the replay. Misses are the simulator's (a tuple older than one window,
 Eq. 1–2). The scaler decides before each window from the previous window's statistics;
 ``Simulator.set_engines`` realises it, and the balancing policy (default DLB-H) spreads the
-key groups over the live engines. Migration pauses are off (see the comment at SimConfig).
+key groups over the live engines. Moved groups pause ``pause_s`` real seconds per migration
+(they used to be off because a scale-out during a pause crashed the simulator, fixed since,
+see tests/test_sim.py::test_scale_out_while_a_migration_is_paused).
 """
 
 from __future__ import annotations
@@ -38,8 +40,10 @@ def run_in_simulator(
     sim_window_s: float = 10.0,
     tick_s: float = 1.0,
     seed: int = 0,
+    pause_s: float = 0.0,
 ) -> ReplayResult:
-    """Run ``scaler`` over ``in_tuples`` windows inside :class:`keyshift.sim.Simulator`."""
+    """Run ``scaler`` over ``in_tuples`` windows inside :class:`keyshift.sim.Simulator`;
+    ``pause_s`` > 0: moved key groups pause that many real seconds per migration."""
     from keyshift.policies import make_policy
     from keyshift.sim import SimConfig, Simulator, SyntheticWorkload, ZipfKeys
     from keyshift.sim.workload import Schedule
@@ -49,6 +53,8 @@ def run_in_simulator(
         raise ElasticInputError("in_tuples", "must be a non-empty flat array of counts >= 0")
     if not lat_s > 0:
         raise ElasticInputError("lat_s", f"must be > 0 seconds, got {lat_s}")
+    if not 0 <= pause_s < window_s:
+        raise ElasticInputError("pause_s", f"must be in [0, window_s), got {pause_s}")
     steps = tuple((j * sim_window_s, float(v) / sim_window_s) for j, v in enumerate(in_tuples))
     workload = SyntheticWorkload(
         ZipfKeys(keys=groups, groups=groups, key_to_group=None, seed=seed),
@@ -64,9 +70,11 @@ def run_in_simulator(
     config = SimConfig(
         engines=first.engines_after, tick_s=tick_s, window_s=sim_window_s,
         service_rate=service_rate, overload="miss",
-        # No migration pauses: this cross-check isolates the scalers' decisions (the
-        # replay model has none either), so both engine models count the same misses.
-        pause_fixed_s=0.0, pause_s_per_state=0.0,
+        # Migration pauses (dlb §3.3): every move of key groups (a scale action or a
+        # rebalance) pauses the moved groups for ``pause_s`` real seconds, compressed like
+        # the windows, the replay's 5-s pause per change; their tuples buffer meanwhile.
+        # A per-state term would scale with the compressed rates, not with real state.
+        pause_fixed_s=pause_s * sim_window_s / window_s, pause_s_per_state=0.0,
     )
     sim = Simulator(workload, make_policy(policy), config, seed=seed)
     n = in_tuples.size

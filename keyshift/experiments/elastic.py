@@ -160,6 +160,7 @@ def evaluate_series(name: str, args: argparse.Namespace, progress=None) -> dict[
                 forecast=forecast if is_planner else None,
                 observe=observe if is_planner else None,
                 policy=args.sim_policy, seed=args.seed + 1,
+                pause_s=args.pause_s if args.sim_pauses else 0.0,
             )
         else:
             results[policy] = replay(
@@ -328,6 +329,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "evaluation windows unless --windows)")
     g.add_argument("--sim-policy", default="dlb-h",
                    help="balancing policy inside the simulator (--engine-model sim)")
+    g.add_argument("--sim-pauses", action=argparse.BooleanOptionalAction, default=True,
+                   help="--engine-model sim: moved key groups pause --pause-s per migration")
     g.add_argument("--timing", action=argparse.BooleanOptionalAction, default=True,
                    help="also time the planner for H = 10..100, 16..64 states (Fig. 17)")
 
