@@ -175,3 +175,20 @@ def test_bad_reserve_config_names_the_field(key, value):
     with pytest.raises(Exception) as err:
         load_config(env={f"KEYSHIFT_PLANNER__{key}": value})
     assert key.lower() in str(err.value)
+
+
+def test_plan_engines_takes_an_optional_floor_per_window():
+    from keyshift.commands.plan_engines import plan_request
+
+    doc = {"engines_now": 1, "max_engines": 8, "window_s": 10, "costs": {"mc": 1, "ec": 1, "rc": 1},
+           "windows": [{"in_mean": 100, "in_std": 0, "lat_mean": [0.1] * 8, "lat_std": [0.0] * 8}
+                       for _ in range(3)]}
+    plain = plan_request(doc)
+    assert plain["path"] == [1, 1, 1]
+    doc["windows"][1]["in_floor"] = 450
+    held = plan_request(doc)
+    assert held["path"][1] == 5 and set(held) == set(plain)
+    doc["windows"][2]["in_floor"] = -1
+    with pytest.raises(ElasticInputError) as err:
+        plan_request(doc)
+    assert err.value.field == "windows[2].in_floor"

@@ -33,7 +33,8 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
             "Read one JSON object on stdin: {engines_now, min_engines, max_engines, window_s, "
             "sel, costs: {mc, ec, rc}, windows: [{in_mean, in_std, lat_mean: [s/tuple for "
             "1..K engines], lat_std: [...]}, ...]}; optional theta1, max_step, "
-            "cooldown_windows, windows_since_change, objective (mean|expected). Print "
+            "cooldown_windows, windows_since_change, objective (mean|expected), and per "
+            "window in_floor (tuples the capacity must cover: the burst reserve). Print "
             "{path, cost, cost_std, rejected_at, elapsed_ms}."
         ),
     )
@@ -52,6 +53,11 @@ def _get(obj: dict[str, Any], key: str, default: Any = None, required: bool = Fa
 
 
 def parse_request(doc: Any) -> tuple[GraphPlanner, Forecast, int, int | None]:
+    planner, forecast, engines_now, since, _ = parse_request_floor(doc)
+    return planner, forecast, engines_now, since
+
+
+def parse_request_floor(doc: Any) -> tuple[GraphPlanner, Forecast, int, int | None, list | None]:
     """Validate the request object; every error names its field."""
     if not isinstance(doc, dict):
         raise ElasticInputError("input", "must be a JSON object")
@@ -63,9 +69,16 @@ def parse_request(doc: Any) -> tuple[GraphPlanner, Forecast, int, int | None]:
         raise ElasticInputError("windows", "must be a non-empty list of window objects")
     cols: dict[str, list] = {k: [] for k in _WINDOW_KEYS}
     width = None
+    floors = [w.get("in_floor") if isinstance(w, dict) else None for w in windows]
+    if all(f is None for f in floors):
+        floors = None
     for j, w in enumerate(windows):
         if not isinstance(w, dict):
             raise ElasticInputError(f"windows[{j}]", "must be an object")
+        if floors is not None:
+            # Optional service level (the burst reserve): the path's capacity must cover
+            # it; a window without one gets 0, i.e. no floor.
+            floors[j] = check_nonneg(f"windows[{j}].in_floor", w.get("in_floor", 0.0))
         for k in _WINDOW_KEYS:
             if k not in w:
                 raise ElasticInputError(f"windows[{j}].{k}", "is required")
@@ -116,12 +129,12 @@ def parse_request(doc: Any) -> tuple[GraphPlanner, Forecast, int, int | None]:
     engines_now = check_count("engines_now", _get(doc, "engines_now", required=True), low=1)
     since = _get(doc, "windows_since_change")
     since = None if since is None else check_count("windows_since_change", since)
-    return planner, forecast, engines_now, since
+    return planner, forecast, engines_now, since, floors
 
 
 def plan_request(doc: Any) -> dict[str, Any]:
-    planner, forecast, engines_now, since = parse_request(doc)
-    return planner.plan(forecast, engines_now, since).to_json()
+    planner, forecast, engines_now, since, floors = parse_request_floor(doc)
+    return planner.plan(forecast, engines_now, since, in_floor=floors).to_json()
 
 
 def run(args: argparse.Namespace) -> int:
