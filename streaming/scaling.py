@@ -261,10 +261,19 @@ class EngineScaler:
         if self.models is not None:
             for s in self.history:
                 self.models.observe(s, self.window_s)
+        self._refit_reserve()
         if last is not None:
             self._restore_path(_get(last, "reason") or "")
         self._open()
         self._in = float(open_in)
+
+    def _refit_reserve(self) -> None:
+        """The planner's burst reserve (if configured) learns the rises of In from the windows
+        it observed; after a restart it relearns them from the recovered windows."""
+        if getattr(self.ctl, "reserve_quantile", 0) and hasattr(self.ctl, "fit_reserve"):
+            seen = [s.in_tuples for s in self.history if s.lat_s is not None]
+            self.ctl.fit_reserve(np.asarray(seen, dtype=np.float64))
+            self.ctl.reset()
 
     def _restore_path(self, reason: str) -> None:
         m = _STATE.search(reason)
@@ -415,8 +424,11 @@ class EngineScaler:
         state becomes the planner's (the controller takes its plan version)."""
         row = dict(self.recorded.pop(batch_id))
         reason = row.get("reason") or ""
-        recorded = _parse_obs(reason)
-        self._remember(recorded if recorded is not None else measured)
+        sample = _parse_obs(reason) or measured
+        self._remember(sample)
+        reserve = getattr(self.ctl, "reserve_", None)
+        if reserve is not None and sample.lat_s is not None:  # decide() would have seen it
+            reserve.update(sample.in_tuples)
         self._restore_path(reason)
         return ScaleOutcome(row, None, None, {"replayed": True})
 
