@@ -258,7 +258,8 @@ def run_engine(spec: BatchSpec, engine: int, rows: Iterable[tuple]) -> Iterator[
 def run_restore(spec: BatchSpec, engine: int, rows: Iterable[tuple]) -> Iterator[tuple]:
     """Restore task of a receiving engine: install snapshots, replay buffered events in order.
 
-    ``rows`` are ``(engine, (group, state_bytes))`` read back from Delta ``state_snapshots``.
+    ``rows`` are ``(engine, (group, state_bytes))``: the old engines' snapshots, already
+    durable in Delta ``state_snapshots`` when this task starts.
     """
     t0 = time.perf_counter()
     store = EngineStore(spec.store_root, engine)

@@ -35,8 +35,8 @@ from keyshift.schemas import event_schema
 
 from .controller import ControlLog, Controller
 from .engines import DEAD, LOAD, OUT, SNAP, TASK, BatchSpec, engine_partitioner, run_engine, run_restore
-from .migration import Migration, read_snapshots, record_completed, record_started
-from .txn import append
+from .migration import Migration, record_completed, record_started, restore_rows
+from .txn import append, concurrently
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -44,6 +44,10 @@ if TYPE_CHECKING:
 
 TABLES_WRITTEN = ("events_out", "metrics", "key_loads", "dead_letter", "plans", "decisions",
                   "state_snapshots", "migrations")
+
+
+class JobStopping(RuntimeError):
+    """A micro-batch refused because :meth:`StreamJob.stop` was called; it is not committed."""
 
 
 @dataclass
@@ -102,6 +106,8 @@ class StreamJob:
         self.totals = Totals()
         self._recovered = False
         self._lock = threading.Lock()
+        self._batch_lock = threading.Lock()
+        self._stopping = threading.Event()
         self.query: StreamingQuery | None = None
 
     # -- query ------------------------------------------------------------------------
@@ -143,9 +149,27 @@ class StreamJob:
         )
         return self.query
 
-    def stop(self) -> None:
+    def stop(self, timeout_s: float = 300.0) -> None:
+        """Stop between micro-batches: let the running batch finish, refuse the next one.
+
+        ``query.stop()`` alone interrupts a batch wherever it is (mid Delta commit, mid
+        engine task): recovery makes that safe, but it fills the log with the interrupted
+        jobs' errors. The batch lock is only waited for, never held across ``query.stop()``:
+        the JVM's stop waits for a Python callback in flight, so holding it would deadlock.
+        """
+        self._stopping.set()
+        if self._batch_lock.acquire(timeout=timeout_s):
+            self._batch_lock.release()
         if self.query is not None and self.query.isActive:
             self.query.stop()
+
+    def process_batch(self, df: DataFrame, batch_id: int) -> None:
+        """One micro-batch, unless the job is stopping (then the batch stays for a restart)."""
+        with self._batch_lock:
+            if self._stopping.is_set():
+                raise JobStopping(f"batch {batch_id} not started: the job is stopping; "
+                                  "a restart with the same run id takes it")
+            self._process_batch(df, batch_id)
 
     # -- one micro-batch --------------------------------------------------------------
     def _parse(self, df: DataFrame) -> DataFrame:
@@ -161,7 +185,7 @@ class StreamJob:
             F.to_json(F.struct(*names)).alias("event"),
         )
 
-    def process_batch(self, df: DataFrame, batch_id: int) -> None:
+    def _process_batch(self, df: DataFrame, batch_id: int) -> None:
         from pyspark.sql import functions as F
 
         t0 = time.perf_counter()
@@ -204,7 +228,7 @@ class StreamJob:
             marker = self.run_dir / "migrating.json"
             marker.write_text(json.dumps({"batch_id": batch_id, "groups": len(migration),
                                           "migration_id": migration.migration_id}))
-            back = read_snapshots(self.spark, self.cfg, self.run_id, migration)
+            back = restore_rows(migration, snaps)
             restored = (
                 self.spark.sparkContext.parallelize(back, max(1, min(len(back), slots)))
                 .partitionBy(slots, engine_partitioner)
@@ -216,11 +240,6 @@ class StreamJob:
             pause_s = time.perf_counter() - t_mig
 
         now = datetime.now(UTC)
-        self._write_outputs(batch_id, outs, load_rows, dead, plan)
-        if len(migration):
-            record_completed(self.spark, self.cfg, self.run_id, migration, moved, start_wall,
-                             datetime.now(UTC))
-            (self.run_dir / "migrating.json").unlink(missing_ok=True)
         loads = np.zeros(self.groups)
         state = np.zeros(self.groups)
         for g, _, n, size in load_rows:
@@ -229,10 +248,28 @@ class StreamJob:
         engine_loads = np.bincount(plan.assignment, weights=loads, minlength=plan.engines)
         processed = sum(t.get("events", 0) - t.get("buffered", 0) + t.get("replayed", 0)
                         for t in tasks)
-        self.controller.collect(batch_id, loads, state)
-        t_ctl = time.perf_counter()
-        self.controller.end_of_batch(batch_id)
-        controller_s = time.perf_counter() - t_ctl
+        self.controller.collect(batch_id, loads, state,
+                                engine_s=sum(t["duration_s"] for t in tasks), started=start_wall)
+        # the batch's outputs, the migration's end and the controller's decision go to
+        # different tables: one round of concurrent commits instead of a queue of them
+        t_writes = time.perf_counter()
+        ended = datetime.now(UTC)
+        controller_s = 0.0
+
+        def control() -> None:
+            nonlocal controller_s
+            t_ctl = time.perf_counter()
+            self.controller.end_of_batch(batch_id)
+            controller_s = time.perf_counter() - t_ctl
+
+        writes = [*self._output_writes(batch_id, outs, load_rows, dead, plan), control]
+        if len(migration):
+            writes.append(lambda: record_completed(self.spark, self.cfg, self.run_id, migration,
+                                                   moved, start_wall, ended))
+        concurrently(*writes)
+        if len(migration):
+            (self.run_dir / "migrating.json").unlink(missing_ok=True)
+        writes_s = time.perf_counter() - t_writes
         duration = time.perf_counter() - t0
         stage1 = [t for t in tasks if not t.get("restore")]
         valid = sum(t["events"] for t in stage1)
@@ -266,38 +303,46 @@ class StreamJob:
             t.last_batch = batch_id
             t.tasks.append({"batch_id": batch_id, "tasks": tasks, "engines_s": engines_s,
                             "controller_s": controller_s, "migration_s": pause_s,
-                            "duration_s": duration, "slots": slots})
-        self._write_timing(batch_id, tasks, engines_s, controller_s, pause_s, duration, slots,
-                           len(migration), moved)
+                            "writes_s": writes_s, "duration_s": duration, "slots": slots})
+        self._write_timing(batch_id, tasks, engines_s, controller_s, pause_s, writes_s,
+                           duration, slots, len(migration), moved)
 
-    def _write_outputs(self, batch_id: int, outs: list[tuple], load_rows: list[tuple],
-                       dead: list, plan) -> None:
+    def _output_writes(self, batch_id: int, outs: list[tuple], load_rows: list[tuple],
+                       dead: list, plan) -> list:
+        """The batch's appends to ``events_out``, ``key_loads`` and ``dead_letter``, as calls."""
         rid = self.run_id
         start = datetime.now(UTC)
-        append(self.spark, self.cfg, "events_out", [
+        events = [
             {"run_id": rid, "batch_id": batch_id, "app": self.app, "engine": e, "group": g,
              "key": k, "ts": ts, "kind": kind, "detail": detail, "event_id": eid}
             for e, g, k, ts, kind, detail, eid in outs
-        ], f"{rid}/events_out", batch_id)
-        append(self.spark, self.cfg, "key_loads", [
+        ]
+        key_loads = [
             {"run_id": rid, "batch_id": batch_id, "window_start": start, "group": g,
              "engine": e, "load": n, "state_bytes": size, "plan_version": plan.version}
             for g, e, n, size in load_rows
-        ], f"{rid}/key_loads", batch_id)
-        append(self.spark, self.cfg, "dead_letter", [
+        ]
+        dead_rows = [
             {"run_id": rid, "batch_id": batch_id, "topic": self.topic, "partition": part,
              "offset": off, "kafka_ts": datetime.fromtimestamp(kts, UTC) if kts else None,
              "raw": (raw or "")[:4096], "reason": reason}
             for part, off, kts, raw, reason in dead
-        ], f"{rid}/dead_letter", batch_id)
+        ]
+        return [
+            (lambda name=name, rows=rows: append(self.spark, self.cfg, name, rows,
+                                                 f"{rid}/{name}", batch_id))
+            for name, rows in (("events_out", events), ("key_loads", key_loads),
+                               ("dead_letter", dead_rows))
+            if rows
+        ]
 
     def _write_timing(self, batch_id: int, tasks: list[dict], engines_s: float,
-                      controller_s: float, pause_s: float, duration: float, slots: int,
-                      moved_groups: int, moved_bytes: int) -> None:
+                      controller_s: float, pause_s: float, writes_s: float, duration: float,
+                      slots: int, moved_groups: int, moved_bytes: int) -> None:
         """Per-batch task records (the 1:1 proof, timings) as JSON lines in the run folder."""
         line = json.dumps({"batch_id": batch_id, "slots": slots, "engines_s": engines_s,
                            "controller_s": controller_s, "migration_s": pause_s,
-                           "duration_s": duration, "moved_groups": moved_groups,
+                           "writes_s": writes_s, "duration_s": duration, "moved_groups": moved_groups,
                            "moved_bytes": moved_bytes, "tasks": tasks})
         with open(self.run_dir / "batches.jsonl", "a") as f:
             f.write(line + "\n")

@@ -6,9 +6,15 @@ A plan change takes effect at a batch boundary. In the first batch of the new pl
 2. the snapshots go to ``state_snapshots`` (idempotent per batch) and a ``migrations`` row
    with status ``started`` records groups, engines, bytes and the start;
 3. the new engine has buffered the groups' events of this batch (engine task);
-4. the driver reads the snapshots back *from Delta* and a restore task per receiving engine
-   installs them and replays the buffer in event-time order;
+4. once the snapshots are durable in Delta, a restore task per receiving engine installs
+   them and replays the buffer in event-time order;
 5. a ``completed`` row closes the migration.
+
+The restore takes the snapshot bytes the driver collected in step 1 — the very bytes step 2
+made durable — instead of scanning ``state_snapshots`` again: that scan was one more Spark
+job and Delta snapshot per migration, inside the pause. Delta stays the record a crash
+recovers from: a batch re-executed after a crash rolls the engine stores back, snapshots
+again (the same bytes) and skips the appends it already committed.
 
 All moves of one plan change form one migration (several groups at once). A group never has
 two owners: the old engine drops it in the same batch version in which the new one takes it,
@@ -28,7 +34,7 @@ import numpy as np
 from keyshift.config import Config
 from keyshift.plan import Plan
 
-from .txn import append
+from .txn import append, concurrently
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -92,10 +98,14 @@ def record_started(
          "bytes": len(data), "batch_id": m.batch_id, "created_at": now}
         for g, src, data in sorted(snapshots)
     ]
-    append(spark, cfg, "state_snapshots", rows, f"{run_id}/state_snapshots", m.batch_id)
     moved = sum(r["bytes"] for r in rows)
-    append(spark, cfg, "migrations", [_row(run_id, m, moved, "started", started_at, None)],
-           f"{run_id}/migrations/started", m.batch_id)
+    concurrently(
+        lambda: append(spark, cfg, "state_snapshots", rows, f"{run_id}/state_snapshots",
+                       m.batch_id),
+        lambda: append(spark, cfg, "migrations",
+                       [_row(run_id, m, moved, "started", started_at, None)],
+                       f"{run_id}/migrations/started", m.batch_id),
+    )
     return moved
 
 
@@ -107,18 +117,10 @@ def record_completed(
            f"{run_id}/migrations/completed", m.batch_id)
 
 
-def read_snapshots(spark: SparkSession, cfg: Config, run_id: str, m: Migration) -> list[tuple]:
-    """``(to_engine, (group, state))`` of one migration, read back from Delta."""
-    from pyspark.sql import functions as F
-
-    rows = (
-        spark.read.format("delta").load(cfg.table_path("state_snapshots"))
-        .where((F.col("run_id") == run_id) & (F.col("migration_id") == m.migration_id))
-        .select("to_engine", "group", "state")
-        .collect()
-    )
-    return [(int(r.to_engine), (int(r.group), bytes(r.state) if r.state is not None else None))
-            for r in rows]
+def restore_rows(m: Migration, snapshots: list[tuple[int, int, bytes]]) -> list[tuple]:
+    """``(to_engine, (group, state))`` for the restore tasks, from the engines' snapshots."""
+    dest = m.destination()
+    return [(dest[g], (g, data)) for g, _, data in sorted(snapshots)]
 
 
 def _row(run_id: str, m: Migration, moved: int, status: str, start: datetime,

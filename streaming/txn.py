@@ -7,7 +7,8 @@ crash, Delta skips the appends the first attempt already committed, so each row 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any
 
 from keyshift.config import Config
@@ -47,3 +48,29 @@ def append(
         .save(cfg.table_path(name))
     )
     return len(data)
+
+
+def concurrently(*calls: Callable[[], Any]) -> list[Any]:
+    """Run independent Delta writes at once and wait for all of them.
+
+    A Delta commit here costs ~1 s of mostly fixed work (the write job, then the snapshot
+    jobs that check ``txnAppId`` and rebuild the table state), so the appends of one batch to
+    different tables overlap instead of queueing. Every call runs to its end before the first
+    error is raised, so a failing batch never leaves a write running into its re-execution.
+    """
+    futures = [_pool().submit(c) for c in calls]
+    wait(futures)
+    for f in futures:
+        if f.exception() is not None:
+            raise f.exception()
+    return [f.result() for f in futures]
+
+
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=6, thread_name_prefix="keyshift-delta")
+    return _POOL
