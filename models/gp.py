@@ -132,6 +132,19 @@ _ONLINE_SLACK = 256
 (one full factorisation per this many new windows instead of one per window)."""
 
 
+def _cholesky(k):
+    """Cholesky factor of K + σ²I, with growing diagonal jitter if rounding made it fail
+    (what GPyTorch does too; σ² >= 1e-4 makes it rare)."""
+    torch = _torch()
+    jitter = 0.0
+    for _ in range(6):
+        factor, info = torch.linalg.cholesky_ex(k + jitter * torch.eye(k.shape[0], dtype=k.dtype))
+        if int(info) == 0:
+            return factor
+        jitter = 1e-8 if jitter == 0 else jitter * 10
+    raise ModelInputError("model", "the kernel matrix is not positive definite, even with jitter")
+
+
 class _OnlinePosterior:
     """Exact GP posterior (Eq. 4–6) from a Cholesky factor that grows one row at a time.
 
@@ -155,7 +168,7 @@ class _OnlinePosterior:
             k.diagonal().add_(self.noise)
             n = x.shape[0]
             self._buf = torch.zeros((n + _ONLINE_SLACK, n + _ONLINE_SLACK), dtype=torch.float64)
-            self._buf[:n, :n] = torch.linalg.cholesky(k)
+            self._buf[:n, :n] = _cholesky(k)
             self.n = n
             self._alpha = None
 
