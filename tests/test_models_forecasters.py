@@ -66,3 +66,31 @@ def test_online_updates_match_a_fresh_posterior_on_the_same_rows():
     mean, std = gp.predict(x_star)
     ref_mean, ref_std = fresh()
     np.testing.assert_allclose(mean, ref_mean, rtol=1e-8, atol=1e-6)
+
+
+def test_online_factor_grows_past_its_buffer():
+    """Fitted on few rows, the factor's buffer (rows + slack) fills and doubles; the
+    posterior still equals GPyTorch's on the same rows."""
+    import gpytorch
+    import torch
+
+    from models.features import rate_features
+    from models.gp import _MAX_CHOLESKY, _ONLINE_SLACK, InputRateGP
+
+    rng = np.random.default_rng(2)
+    n = 20 + _ONLINE_SLACK + 30
+    t = np.arange(n) * 1800.0
+    y = 100 + 50 * np.sin(2 * np.pi * t / 86_400) + rng.normal(0, 5, n)
+    gp = InputRateGP(kernel="ard", iters=5, max_train=2 * n).fit(rate_features(t[:20]), y[:20])
+    x_star = rate_features(t[-5:] + 3600.0)
+    gp.predict(x_star)
+    for j in range(20, n):
+        gp.add_observations(rate_features(t[j:j + 1]), y[j:j + 1])
+    assert gp.n_train == n and gp._posterior is not None
+    mean, std = gp.predict(x_star)
+    s = gp._scaling
+    gp._model.set_train_data(torch.as_tensor(s.x(gp._X)), torch.as_tensor(s.y(gp._y)), strict=False)
+    with torch.no_grad(), gpytorch.settings.max_cholesky_size(_MAX_CHOLESKY):
+        d = gp._likelihood(gp._model(torch.as_tensor(s.x(x_star))))
+    np.testing.assert_allclose(mean, d.mean.numpy() * s.y_std + s.y_mean, rtol=1e-8, atol=1e-6)
+    np.testing.assert_allclose(std, np.sqrt(d.variance.numpy()) * s.y_std, rtol=1e-8, atol=1e-6)
