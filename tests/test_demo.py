@@ -69,3 +69,89 @@ def test_demo_json_summary_and_report(tmp_path: Path) -> None:
     assert "timeline.png" in page and (run_dir / "timeline.png").stat().st_size > 1000
     assert (run_dir / "engine_loads.png").exists()
     assert Path(summary["warehouse"]).is_dir()
+
+
+def _port_open(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        s.settimeout(1)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_ctrl_c_stops_everything_and_still_reports(tmp_path: Path) -> None:
+    """Ctrl-C in a terminal is SIGINT to the whole foreground process group (the CLI, the
+    Spark JVM and its Python workers); the demo must stop producer, job and broker, and
+    still account for every record the job took."""
+    import signal
+    import time
+
+    home = tmp_path / "ks"
+    port = free_port()
+    env = {
+        **os.environ,
+        "KEYSHIFT_HOME": str(home),
+        "KEYSHIFT_CACHE": os.environ.get("KEYSHIFT_CACHE", str(ROOT / ".keyshift" / "cache")),
+        "KEYSHIFT_KAFKA__PORT": str(port),
+        "KEYSHIFT_KAFKA__CONTROLLER_PORT": str(free_port()),
+        "KEYSHIFT_GROUPS__COUNT": "64",
+        "KEYSHIFT_SPARK__TRIGGER_S": "1.0",
+        "KEYSHIFT_SPARK__SHUFFLE_PARTITIONS": "2",
+        "KEYSHIFT_CONTROLLER__WINDOW_S": "1.0",
+        "PYSPARK_PYTHON": sys.executable,
+    }
+    out, err = tmp_path / "out.txt", tmp_path / "err.txt"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "keyshift.cli", "demo", "--duration", "600", "--rate", "100",
+         "--json"],
+        cwd=ROOT, env=env, stdout=open(out, "w"), stderr=open(err, "w"),
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 900
+        batches: list[str] = []
+        while time.monotonic() < deadline and proc.poll() is None:
+            found = list((home / "runs").glob("demo-*/batches.jsonl"))
+            batches = found[0].read_text().splitlines() if found else []
+            if len(batches) >= 2:
+                break
+            time.sleep(1)
+        assert len(batches) >= 2, err.read_text()[-3000:]
+        assert _port_open(port)
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=600) == 130, err.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    summary = json.loads(out.read_text().strip().splitlines()[-1])
+    assert summary["interrupted"] is True
+    assert 0 < summary["events_in"] <= summary["produced"] < 60_000
+    assert summary["processed"] + summary["dead_letter"] == summary["events_in"]
+    assert (Path(summary["run_dir"]) / "report.html").exists()
+    assert "interrupted" in err.read_text()
+    assert not _port_open(port), "the demo's broker is still listening"
+    # nothing of the demo's process group keeps running (Spark JVM, Python workers); the JVM
+    # exits when it sees its parent's pipe close, so give it a moment
+    deadline = time.monotonic() + 60
+    while _live_members(proc.pid) and time.monotonic() < deadline:
+        time.sleep(1)
+    assert _live_members(proc.pid) == []
+
+
+def _live_members(pgid: int) -> list[str]:
+    """Processes of a process group that are not zombies (a container's init may never
+    reap an orphan zombie, so ``killpg(pgid, 0)`` would still succeed)."""
+    live = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        comm_end = text.rindex(")")
+        fields = text[comm_end + 2:].split()
+        state, pgrp = fields[0], int(fields[2])
+        if pgrp == pgid and state != "Z":
+            live.append(text[:comm_end + 1])
+    return live

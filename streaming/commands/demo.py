@@ -112,30 +112,38 @@ def run(args: argparse.Namespace) -> int:
         thread.start()
         say(f"run {run_id}: {app} with {policy}, {args.rate:g} events/s for {args.duration:g} s, "
             f"skew {skew}; Ctrl-C stops")
-        _watch(job, thread, args.duration, say, produced)
+        interrupted = False
+        try:
+            _watch(job, thread, args.duration, say, produced)
+        except KeyboardInterrupt:
+            interrupted = True
+            say("interrupted: stopping the producer, then the streaming job after its "
+                "current batch ...")
         wall = time.monotonic() - t0
+        stop.set()
+        thread.join(timeout=30)
         job.stop()
-        if "error" in produced:
+        if "error" in produced and not interrupted:
             raise UsageError(f"producer: {produced['error']}")
         from streaming.report import summarize, write_report
 
         summary = summarize(spark, cfg, run_id, wall, job.totals.records)
         summary.update({"app": app, "policy": policy, "produced": produced.get("sent", 0),
-                        "run_dir": str(job.run_dir)})
+                        "run_dir": str(job.run_dir), "interrupted": interrupted})
         page = write_report(spark, cfg, run_id, job.run_dir, summary, app)
         summary["report"] = str(page)
         if args.json:
             print(json.dumps(summary))
         else:
             _print_summary(summary)
-        return 0
+        return 130 if interrupted else 0
     except KeyboardInterrupt:
-        say("interrupted: stopping producer, streaming job and broker ...")
+        say("interrupted again: stopping without a summary ...")
         return 130
     finally:
         stop.set()
         if job is not None:
-            job.stop()
+            job.stop(timeout_s=30)
         if started_broker:
             broker.stop()
 
@@ -153,12 +161,14 @@ def _produce(cfg, topic: str, app: str, skew: str, rate: float, duration: float,
                 raise _Stop
             return gen.batch(n, t_s, now_ms)
 
+    seen: dict[str, Any] = {}
     try:
         stats = produce(connect(cfg.kafka.bootstrap), topic, Stoppable(), rate=rate,
-                        duration_s=duration)
+                        duration_s=duration, progress=lambda st: seen.setdefault("stats", st))
         out["sent"] = stats.sent
     except _Stop:
-        out["sent"] = -1
+        # the sender was flushed and closed before _Stop left produce(): the count is final
+        out["sent"] = seen["stats"].sent if "stats" in seen else 0
     except Exception as exc:  # reported by the main thread as one line
         out["error"] = repr(exc)
     finally:
