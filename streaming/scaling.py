@@ -305,7 +305,7 @@ class EngineScaler:
         self.ctl.path_ = np.asarray(path, dtype=np.int64)
         self.ctl.position_ = pos
         self.ctl.forecast_ = Forecast(in_mean, in_std, lat_mean, lat_std)
-        self.plan_source = "restored after a restart"
+        self.plan_source = "a forecast made before a restart"
 
     def _k(self) -> int:
         return self.ctl.bounds()[1]
