@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
                       spark={"trigger_s": 1.0, "shuffle_partitions": 2},
                       controller={"window_s": 1.0, "theta": 15.0})
     broker = Broker.from_config(cfg)
-    console = Console()
+    console = Console(width=220)  # the table is wide; a log file must not truncate it
     console.print(f"broker: {broker.start()}")
     results: dict[tuple[str, str], list[dict]] = {}
     try:

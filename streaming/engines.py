@@ -196,6 +196,7 @@ def run_engine(spec: BatchSpec, engine: int, rows: Iterable[tuple]) -> Iterator[
 
         events: list[tuple[int, dict[str, Any]]] = []
         kafka_ts = 0.0
+        kafka_first, kafka_last = float("inf"), float("-inf")
         dead = 0
         for _, (group, partition, offset, value, reason, raw, kts) in rows:
             if reason is not None:
@@ -206,6 +207,8 @@ def run_engine(spec: BatchSpec, engine: int, rows: Iterable[tuple]) -> Iterator[
             e["partition"], e["offset"] = partition, offset
             events.append((group, e))
             kafka_ts += kts or 0.0
+            if kts:
+                kafka_first, kafka_last = min(kafka_first, kts), max(kafka_last, kts)
         events.sort(key=lambda ge: order_key(ge[1]))
         arriving = set(spec.moves_in.get(engine, []))
         waiting = [ge for ge in events if ge[0] in arriving]
@@ -242,6 +245,8 @@ def run_engine(spec: BatchSpec, engine: int, rows: Iterable[tuple]) -> Iterator[
                 "events": len(events),
                 "dead": dead,
                 "kafka_ts_sum": kafka_ts,
+                "kafka_ts_first": kafka_first if events else None,
+                "kafka_ts_last": kafka_last if events else None,
                 "buffered": len(waiting),
                 "released": len(leaving),
                 "release_s": t_release - t0,

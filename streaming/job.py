@@ -239,7 +239,6 @@ class StreamJob:
             tasks += [r[1] for r in restored if r[0] == TASK]
             pause_s = time.perf_counter() - t_mig
 
-        now = datetime.now(UTC)
         loads = np.zeros(self.groups)
         state = np.zeros(self.groups)
         for g, _, n, size in load_rows:
@@ -248,8 +247,8 @@ class StreamJob:
         engine_loads = np.bincount(plan.assignment, weights=loads, minlength=plan.engines)
         processed = sum(t.get("events", 0) - t.get("buffered", 0) + t.get("replayed", 0)
                         for t in tasks)
-        self.controller.collect(batch_id, loads, state,
-                                engine_s=sum(t["duration_s"] for t in tasks), started=start_wall)
+        engine_s = sum(t["duration_s"] for t in tasks)
+        self.controller.collect(batch_id, loads, state, engine_s=engine_s, started=start_wall)
         # the batch's outputs, the migration's end and the controller's decision go to
         # different tables: one round of concurrent commits instead of a queue of them
         t_writes = time.perf_counter()
@@ -273,18 +272,23 @@ class StreamJob:
         duration = time.perf_counter() - t0
         stage1 = [t for t in tasks if not t.get("restore")]
         valid = sum(t["events"] for t in stage1)
-        kafka_ts = sum(t["kafka_ts_sum"] for t in stage1) / valid if valid else 0.0
         live = live_loads(plan.assignment, loads, plan.live)
         bal = Balance.of(live)
-        latency = max(0.0, now.timestamp() - kafka_ts) if valid else 0.0
+        arrived = [(t["kafka_ts_first"], t["kafka_ts_last"]) for t in stage1
+                   if t.get("kafka_ts_first") is not None]
+        span = (max(b for _, b in arrived) - min(a for a, _ in arrived)) if arrived else 0.0
         metrics = {
             "run_id": self.run_id, "batch_id": batch_id, "window_start": start_wall,
             "window_end": datetime.now(UTC), "events_in": valid, "dead_letter": len(dead),
             "processed": processed, "out_events": len(outs), "missed": valid - processed,
             "selectivity": len(outs) / valid if valid else 0.0, "engines": plan.parallelism,
             "engine_loads": [int(x) for x in engine_loads], "rstd": bal.rstd,
-            "var_load": bal.var, "input_rate": valid / max(duration, self.trigger_s),
-            "latency_s": latency, "batch_duration_s": duration,
+            "var_load": bal.var,
+            # the monitor of elastic-cep Eq. 1-2, the GPs' training data: In per second of
+            # arrival (Kafka append times; a catch-up batch spans more than one trigger) and
+            # Lat = engine-task seconds per tuple, the planner's unit (the scaler's too)
+            "input_rate": valid / max(span, self.trigger_s),
+            "latency_s": engine_s / valid if valid else 0.0, "batch_duration_s": duration,
             "plan_version": plan.version, "policy": self.opt.policy,
         }
         append(self.spark, self.cfg, "metrics", [metrics], f"{self.run_id}/metrics", batch_id)
