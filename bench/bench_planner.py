@@ -83,7 +83,7 @@ def main() -> None:
             dj_cost = dijkstra_plan(fc, start, costs, window_s)
             dp = median_ms(lambda: planner.plan(fc, start + 1), repeats)
             floor = fc.in_mean * 1.5
-            dpf = median_ms(lambda: planner.plan(fc, start + 1, in_floor=floor), repeats)
+            dpf = median_ms(lambda: planner.plan(fc, start + 1, in_floor=floor), repeats)  # noqa: B023
             dj = median_ms(lambda: dijkstra_plan(fc, start, costs, window_s), repeats)
             same = abs(dp_cost - dj_cost) <= 1e-6 * max(1.0, abs(dj_cost))
             table.add_row(str(h), str(k), f"{dp:.3f}", f"{dpf:.3f}", f"{dj:.2f}", f"{dj / dp:.1f}×", "yes" if same else "NO")

@@ -70,7 +70,7 @@ def main() -> None:
         test, prev = y[n:], y[n - 1:-1]
         need = np.minimum(np.searchsorted(usable, test) + 1, K)
 
-        def cell(floor: np.ndarray) -> str:
+        def cell(floor: np.ndarray, usable=usable, cap=cap, test=test, need=need) -> str:
             eng = np.minimum(np.searchsorted(usable, floor) + 1, K)
             missed = np.maximum(test - cap[eng - 1], 0).sum() / test.sum() * 100
             return f"{missed:.3g} / {np.maximum(eng, need).mean() / K:.2f}"

@@ -199,7 +199,7 @@ def test_simulator_cross_check_with_migration_pauses():
     # A ramp the threshold scaler follows one engine per window, so scale-outs land while
     # the previous migration still pauses its groups (pause 30 s of a 60-s window).
     ins = np.concatenate([np.full(4, 60_000.0), np.full(8, 300_000.0)])
-    kw = dict(window_s=60, lat_s=0.002, costs=Costs(), initial_engines=2, groups=64)
+    kw = {"window_s": 60, "lat_s": 0.002, "costs": Costs(), "initial_engines": 2, "groups": 64}
     paused = run_in_simulator(ins, ThresholdScaler(max_engines=12), pause_s=30.0, **kw)
     free = run_in_simulator(ins, ThresholdScaler(max_engines=12), pause_s=0.0, **kw)
     assert paused.summary()["scale_actions"] >= 3

@@ -16,7 +16,12 @@ import numpy as np
 from keyshift.elastic.cost import OBJECTIVES, Forecast
 from keyshift.elastic.decision import Observation
 from keyshift.elastic.errors import ElasticInputError
-from keyshift.elastic.planner import GraphPlanner, check_count, check_nonneg, floor_capacity
+from keyshift.elastic.planner import (
+    GraphPlanner,
+    check_count,
+    check_nonneg,
+    floor_capacity,
+)
 from keyshift.elastic.reserve import RiseQuantile, check_quantile
 from keyshift.elastic.scaler import ForecastFn, Scaler
 

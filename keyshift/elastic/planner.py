@@ -216,4 +216,4 @@ class GraphPlanner:
         )
 
 
-__all__ = ["GraphPlanner", "PathPlan", "OBJECTIVES", "check_count", "check_nonneg", "floor_capacity", "floor_penalty"]
+__all__ = ["OBJECTIVES", "GraphPlanner", "PathPlan", "check_count", "check_nonneg", "floor_capacity", "floor_penalty"]
