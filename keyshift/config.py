@@ -99,6 +99,7 @@ class ControllerConfig(_Section):
     clb_period: int = Field(24, ge=1)
     clb_theta: float = Field(0.0, ge=0)
     clb_subsets: int = Field(0, ge=0)
+    min_gain: float = Field(0.05, ge=0, lt=1)
 
     @model_validator(mode="after")
     def _band(self) -> ControllerConfig:

@@ -136,3 +136,46 @@ def test_policy_params_follow_the_constructor() -> None:
     elb = policy_params(cfg, "elb")
     assert elb["band"] == (40.0, 60.0) and elb["max_engines"] == cfg.engines.max
     assert "band" not in policy_params(load_config(env={}), "elb")
+
+
+def _hot_key_window(c: Controller) -> np.ndarray:
+    """One group on engine 0 outweighs everything else; engines 1 and 2 are uneven."""
+    a = c.plan_for(0).assignment
+    loads = np.zeros(a.size)
+    loads[np.flatnonzero(a == 0)[0]] = 100.0
+    loads[np.flatnonzero(a == 1)] = 30.0 / max(1, int((a == 1).sum()))
+    loads[np.flatnonzero(a == 1)[:2]] += 20.0
+    loads[np.flatnonzero(a == 2)] = 1.0
+    return loads
+
+
+@pytest.mark.parametrize("min_gain", [0.05, 0.0])
+def test_a_rebalance_that_cannot_shorten_the_batch_is_declined(min_gain: float) -> None:
+    """A hot key keeps imbScore above θ whatever the plan: DLB-H still shuffles the light
+    engines, which costs a migration and shortens no batch. min_gain declines it (recorded
+    with the reason); 0 realizes the policy's decision as the paper's algorithm would."""
+    cfg = load_config(env={}, controller={"min_gain": min_gain})
+    log = FakeLog()
+    c = Controller(cfg, "r", "dlb-h", groups=32, engines=3, batches_per_window=1, log=log)
+    c.recover(0)
+    loads = _hot_key_window(c)
+    c.collect(0, loads, loads)
+    d = c.end_of_batch(0)
+    row = log.decisions[-1]
+    if min_gain:
+        assert d is None and c.plan_for(1).version == 0
+        assert row["action"] == "none" and row["plan_version"] is None
+        assert row["reason"].startswith("declined:") and "controller.min_gain" in row["reason"]
+        assert row["moved_groups"] == 0
+    else:
+        assert d is not None and d.changed and c.plan_for(1).version == 1
+        moved = c.plan_for(1).assignment != c.plan_for(0).assignment
+        assert moved.any() and not moved[loads == 100.0].any()  # the hot group cannot move
+        assert row["action"] == "rebalance"
+
+
+def test_min_gain_must_be_a_fraction() -> None:
+    from keyshift.config import ConfigError
+
+    with pytest.raises(ConfigError, match="min_gain"):
+        load_config(env={}, controller={"min_gain": 1.5})
