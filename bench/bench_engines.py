@@ -48,6 +48,32 @@ def pct(xs: list[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
+def stage_bound(skew: str, records: int, engines: int, groups: int) -> tuple[float, float]:
+    """The best engine-stage ratio any plan that keeps a key on one engine can reach.
+
+    A group cannot be split (its state lives on one engine), so the stage lasts at least
+    max(hottest group, total / engines); KG lasts as long as its most loaded engine. On C
+    cores the tasks also share the CPUs: a stage lasts at least max(hottest engine, total/C).
+    Counts stand in for work (FSD's cost per event grows with its bucket, so the hot group's
+    share of the work is, if anything, larger).
+    """
+    import numpy as np
+
+    from keyshift.groups import group_of
+    from keyshift.plan import Plan
+    from keyshift.workloads.events import make_generator
+
+    keys = [e["key"] for e in make_generator("fsd", skew=skew, seed=3, keys=500)
+            .batch(records, 0.0, 0)]
+    loads = np.bincount([group_of(k, groups) for k in keys], minlength=groups).astype(float)
+    total = loads.sum()
+    kg = np.bincount(Plan.hashed(groups, engines).assignment, weights=loads,
+                     minlength=engines).max()
+    best = max(loads.max(), total / engines)
+    cores = os.cpu_count() or 1
+    return best / kg, max(best, total / cores) / max(kg, total / cores)
+
+
 def one_run(spark, cfg, topic: str, policy: str, records: int, engines: int,
             batch: int) -> dict:
     from streaming.job import JobOptions, StreamJob
@@ -161,6 +187,10 @@ def main(argv: list[str] | None = None) -> int:
     console.print(f"RATIO skewed batch p95 DLB-H/KG = {p95:.2f} (target <= 0.8)")
     task = med(skw, "dlb-h", "task_p95") / med(skw, "kg", "task_p95")
     console.print(f"RATIO skewed slowest-engine-task p95 DLB-H/KG = {task:.2f}")
+    best, cores = stage_bound(INPUTS[skw], records, args.engines, cfg.groups.count)
+    console.print(f"bound: no key-granular plan can make the skewed engine stage shorter than "
+                  f"{best:.2f}x KG's (event counts, {args.engines} engines), "
+                  f"{cores:.2f}x on this machine's {os.cpu_count()} cores")
     (home / "bench_engines.json").write_text(json.dumps(
         {f"{k[0]}|{k[1]}": v for k, v in results.items()}, indent=2))
     console.print(f"raw results: {home / 'bench_engines.json'}")
