@@ -106,11 +106,17 @@ def test_ramp_scales_out_and_in_with_the_champion(spark, platform_config, tmp_pa
     for r in rows:
         print(r.batch_id, r.action, r.engines_before, r.engines_after, r.reason[:600])
     assert rows, "no scaler decisions"
-    assert all("champion GPs keyshift-input-rate v1, keyshift-latency v1" in r.reason
-               or "following the path planned from champion" in r.reason
+    champion = ("champion GPs keyshift-input-rate v1, keyshift-latency v1",
+                "following the path planned from champion")
+    # the latency GP is conditioned online on real task timings (0.1 ms to 4 ms per tuple
+    # here) and can forecast a negative Lat for an engine count it has not seen; the scaler
+    # then falls back for that window and says why: that is the only other reason allowed
+    assert all(any(c in r.reason for c in champion) or "(GP forecast failed:" in r.reason
                for r in rows), [r.reason for r in rows]
     actions = [r.action for r in rows if r.plan_version is not None]
     assert "scale_out" in actions, [r.reason for r in rows]
+    assert any(r.action == "scale_out" and any(c in r.reason for c in champion)
+               for r in rows), [r.reason for r in rows]
     metrics = sorted(table_rows(spark, cfg, "metrics", job.run_id), key=lambda r: r.batch_id)
     engines = [m.engines for m in metrics]
     assert max(engines) > 2
