@@ -198,7 +198,7 @@ class Controller:
             if declined:
                 row = self._row(batch_id, "none", f"declined: {_reason(decision)}; {declined}",
                                 decision.before, decision.before, 0, 0.0, plan, plan, None)
-                self._record(rows, row, batch_id)
+                self.log.write_decisions([*rows, row], batch_id)
                 self.decide_s = time.perf_counter() - t0
                 return None
             if decision.changed:
@@ -212,16 +212,9 @@ class Controller:
             row = self._row(batch_id, action, _reason(decision), decision.before, decision.after,
                             len(decision.moves), decision.moves.total_state, plan, new,
                             new.version if decision.changed else None)
-        self._record(rows, row, batch_id)
+        self.log.write_decisions([*rows, row], batch_id)
         self.decide_s = time.perf_counter() - t0
         return decision
-
-    def _record(self, rows: list[dict], row: dict, batch_id: int) -> None:
-        """The window's decision rows: the scaler's (if any) and the balancer's, one append."""
-        if rows:
-            self.log.write_decisions(rows + [row], batch_id)
-        else:
-            self.log.write_decision(row, batch_id)
 
     def _declined(self, plan: Plan, decision: Decision, loads: np.ndarray) -> str:
         """Why a rebalance is not worth its migration ('' when it is).
@@ -357,9 +350,6 @@ class ControlLog:
             "reason": reason,
         }
         append(self.spark, self.cfg, "plans", [row], f"{self.run_id}/plans", batch_id + 1)
-
-    def write_decision(self, row: dict, batch_id: int) -> None:
-        self.write_decisions([row], batch_id)
 
     def write_decisions(self, rows: list[dict], batch_id: int) -> None:
         """A window's rows (scaler, balancer) in one idempotent append."""

@@ -195,7 +195,6 @@ def run_engine(spec: BatchSpec, engine: int, rows: Iterable[tuple]) -> Iterator[
         t_release = time.perf_counter()
 
         events: list[tuple[int, dict[str, Any]]] = []
-        kafka_ts = 0.0
         kafka_first, kafka_last = float("inf"), float("-inf")
         dead = 0
         for _, (group, partition, offset, value, reason, raw, kts) in rows:
@@ -206,7 +205,6 @@ def run_engine(spec: BatchSpec, engine: int, rows: Iterable[tuple]) -> Iterator[
             e = json.loads(value)
             e["partition"], e["offset"] = partition, offset
             events.append((group, e))
-            kafka_ts += kts or 0.0
             if kts:
                 kafka_first, kafka_last = min(kafka_first, kts), max(kafka_last, kts)
         events.sort(key=lambda ge: order_key(ge[1]))
@@ -244,7 +242,6 @@ def run_engine(spec: BatchSpec, engine: int, rows: Iterable[tuple]) -> Iterator[
                 "pid": os.getpid(),
                 "events": len(events),
                 "dead": dead,
-                "kafka_ts_sum": kafka_ts,
                 "kafka_ts_first": kafka_first if events else None,
                 "kafka_ts_last": kafka_last if events else None,
                 "buffered": len(waiting),

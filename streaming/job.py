@@ -33,8 +33,18 @@ from keyshift.groups import spark_group_expr_sql
 from keyshift.metrics import Balance, live_loads
 from keyshift.schemas import event_schema
 
-from .controller import ControlLog, Controller
-from .engines import DEAD, LOAD, OUT, SNAP, TASK, BatchSpec, engine_partitioner, run_engine, run_restore
+from .controller import Controller, ControlLog
+from .engines import (
+    DEAD,
+    LOAD,
+    OUT,
+    SNAP,
+    TASK,
+    BatchSpec,
+    engine_partitioner,
+    run_engine,
+    run_restore,
+)
 from .migration import Migration, record_completed, record_started, restore_rows
 from .txn import append, concurrently
 
@@ -81,7 +91,6 @@ class Totals:
     moved_groups: int = 0
     moved_bytes: int = 0
     last_batch: int = -1
-    tasks: list[dict] = field(default_factory=list)
 
 
 class StreamJob:
@@ -305,11 +314,11 @@ class StreamJob:
                 t.moved_groups += len(migration)
                 t.moved_bytes += moved
             t.last_batch = batch_id
-            t.tasks.append({"batch_id": batch_id, "tasks": tasks, "engines_s": engines_s,
-                            "controller_s": controller_s, "migration_s": pause_s,
-                            "writes_s": writes_s, "duration_s": duration, "slots": slots})
-        self._write_timing(batch_id, tasks, engines_s, controller_s, pause_s, writes_s,
-                           duration, slots, len(migration), moved)
+        self._write_timing({
+            "batch_id": batch_id, "slots": slots, "engines_s": engines_s,
+            "controller_s": controller_s, "migration_s": pause_s, "writes_s": writes_s,
+            "duration_s": duration, "moved_groups": len(migration), "moved_bytes": moved,
+            "tasks": tasks})
 
     def _output_writes(self, batch_id: int, outs: list[tuple], load_rows: list[tuple],
                        dead: list, plan) -> list:
@@ -340,16 +349,10 @@ class StreamJob:
             if rows
         ]
 
-    def _write_timing(self, batch_id: int, tasks: list[dict], engines_s: float,
-                      controller_s: float, pause_s: float, writes_s: float, duration: float,
-                      slots: int, moved_groups: int, moved_bytes: int) -> None:
+    def _write_timing(self, record: dict[str, Any]) -> None:
         """Per-batch task records (the 1:1 proof, timings) as JSON lines in the run folder."""
-        line = json.dumps({"batch_id": batch_id, "slots": slots, "engines_s": engines_s,
-                           "controller_s": controller_s, "migration_s": pause_s,
-                           "writes_s": writes_s, "duration_s": duration, "moved_groups": moved_groups,
-                           "moved_bytes": moved_bytes, "tasks": tasks})
         with open(self.run_dir / "batches.jsonl", "a") as f:
-            f.write(line + "\n")
+            f.write(json.dumps(record) + "\n")
 
     # -- helpers for callers (demo, tests, bench) --------------------------------------
     def wait_for(self, records: int, timeout_s: float, poll_s: float = 0.5) -> bool:

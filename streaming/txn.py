@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from keyshift.config import Config
@@ -58,7 +59,7 @@ def concurrently(*calls: Callable[[], Any]) -> list[Any]:
     different tables overlap instead of queueing. Every call runs to its end before the first
     error is raised, so a failing batch never leaves a write running into its re-execution.
     """
-    futures = [_pool().submit(c) for c in calls]
+    futures = [_writers().submit(c) for c in calls]
     wait(futures)
     for f in futures:
         if f.exception() is not None:
@@ -66,11 +67,7 @@ def concurrently(*calls: Callable[[], Any]) -> list[Any]:
     return [f.result() for f in futures]
 
 
-_POOL: ThreadPoolExecutor | None = None
-
-
-def _pool() -> ThreadPoolExecutor:
-    global _POOL
-    if _POOL is None:
-        _POOL = ThreadPoolExecutor(max_workers=6, thread_name_prefix="keyshift-delta")
-    return _POOL
+@cache
+def _writers() -> ThreadPoolExecutor:
+    """One pool per process, made on first use (a batch has at most six appends at once)."""
+    return ThreadPoolExecutor(max_workers=6, thread_name_prefix="keyshift-delta")

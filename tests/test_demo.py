@@ -34,15 +34,13 @@ def test_bad_options_exit_2_with_one_line(argv, field, capsys, ks_home) -> None:
     assert err.count("\n") == 0 and field in err
 
 
-@pytest.mark.integration
-@pytest.mark.slow
-def test_demo_json_summary_and_report(tmp_path: Path) -> None:
-    home = tmp_path / "ks"
-    env = {
+def _demo_env(home: Path, kafka_port: int) -> dict[str, str]:
+    """A small, fast demo in its own home: 64 groups, 1-s triggers and windows."""
+    return {
         **os.environ,
         "KEYSHIFT_HOME": str(home),
         "KEYSHIFT_CACHE": os.environ.get("KEYSHIFT_CACHE", str(ROOT / ".keyshift" / "cache")),
-        "KEYSHIFT_KAFKA__PORT": str(free_port()),
+        "KEYSHIFT_KAFKA__PORT": str(kafka_port),
         "KEYSHIFT_KAFKA__CONTROLLER_PORT": str(free_port()),
         "KEYSHIFT_GROUPS__COUNT": "64",
         "KEYSHIFT_SPARK__TRIGGER_S": "1.0",
@@ -50,6 +48,13 @@ def test_demo_json_summary_and_report(tmp_path: Path) -> None:
         "KEYSHIFT_CONTROLLER__WINDOW_S": "1.0",
         "PYSPARK_PYTHON": sys.executable,
     }
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_demo_json_summary_and_report(tmp_path: Path) -> None:
+    home = tmp_path / "ks"
+    env = _demo_env(home, free_port())
     proc = subprocess.run(
         [sys.executable, "-m", "keyshift.cli", "demo", "--duration", "8", "--rate", "100",
          "--json"],
@@ -90,25 +95,14 @@ def test_ctrl_c_stops_everything_and_still_reports(tmp_path: Path) -> None:
 
     home = tmp_path / "ks"
     port = free_port()
-    env = {
-        **os.environ,
-        "KEYSHIFT_HOME": str(home),
-        "KEYSHIFT_CACHE": os.environ.get("KEYSHIFT_CACHE", str(ROOT / ".keyshift" / "cache")),
-        "KEYSHIFT_KAFKA__PORT": str(port),
-        "KEYSHIFT_KAFKA__CONTROLLER_PORT": str(free_port()),
-        "KEYSHIFT_GROUPS__COUNT": "64",
-        "KEYSHIFT_SPARK__TRIGGER_S": "1.0",
-        "KEYSHIFT_SPARK__SHUFFLE_PARTITIONS": "2",
-        "KEYSHIFT_CONTROLLER__WINDOW_S": "1.0",
-        "PYSPARK_PYTHON": sys.executable,
-    }
+    env = _demo_env(home, port)
     out, err = tmp_path / "out.txt", tmp_path / "err.txt"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "keyshift.cli", "demo", "--duration", "600", "--rate", "100",
-         "--json"],
-        cwd=ROOT, env=env, stdout=open(out, "w"), stderr=open(err, "w"),
-        start_new_session=True,
-    )
+    with open(out, "w") as stdout, open(err, "w") as stderr:  # the child keeps its copies
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "keyshift.cli", "demo", "--duration", "600", "--rate",
+             "100", "--json"],
+            cwd=ROOT, env=env, stdout=stdout, stderr=stderr, start_new_session=True,
+        )
     try:
         deadline = time.monotonic() + 900
         batches: list[str] = []

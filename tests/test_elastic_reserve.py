@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_elastic_scalers import run_controller
 
 from keyshift.elastic.controller import PathController
 from keyshift.elastic.cost import Forecast
-from keyshift.elastic.decision import Observation
 from keyshift.elastic.errors import ElasticInputError
 from keyshift.elastic.planner import GraphPlanner, floor_capacity
 from keyshift.elastic.reserve import RiseQuantile
@@ -103,22 +103,13 @@ def test_floor_with_max_step_comes_as_close_as_the_limits_allow():
     assert path.tolist() == [3, 5, 7]
 
 
-def obs(in_tuples, engines, lat=0.1, window_s=10.0):
-    return Observation(float(in_tuples), lat, engines, window_s)
-
-
 def run(ctl, planned, actual):
+    """Drive ``ctl`` window by window with ``planned`` as the forecast of every window."""
     def fc(start, horizon):
         idx = np.minimum(np.arange(start, start + horizon), len(planned) - 1)
         return forecast(np.asarray(planned, float)[idx])
 
-    engines, o, out = 1, None, []
-    for j in range(len(actual)):
-        d = ctl.decide(j, engines, o, fc)
-        engines = d.engines_after
-        out.append(d)
-        o = obs(actual[j], engines)
-    return out
+    return run_controller(ctl, fc, actual)
 
 
 def test_reserve_absorbs_a_burst_the_plain_planner_misses():

@@ -68,8 +68,8 @@ class FakeLog:
     def write_plan(self, plan, policy, reason, batch_id):
         self.plans_written.append(plan)
 
-    def write_decision(self, row, batch_id):
-        self.decisions.append(row)
+    def write_decisions(self, rows, batch_id):
+        self.decisions.extend(rows)
 
     def plan_changes(self, before):
         return [(d["batch_id"], d["plan_version"]) for d in self.decisions

@@ -277,9 +277,6 @@ class FakeLog:
     def write_plan(self, plan, policy, reason, batch_id):
         self.plans_written.append(plan)
 
-    def write_decision(self, row, batch_id):
-        self.rows.append(row)
-
     def write_decisions(self, rows, batch_id):
         self.rows.extend(rows)
 
