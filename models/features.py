@@ -85,7 +85,7 @@ def build_features(
     """(X_rate, y_rate, X_lat, y_lat) from rows of the Delta ``metrics`` table.
 
     Rows are ordered by ``window_start`` so a held-out tail is the most recent history.
-    Rows whose target is missing or not finite are dropped (a window that crashed mid-way
+    Rows whose target is missing or not finite (or, for latency, not positive) are dropped (a window that crashed mid-way
     must not poison a nightly fit); a missing column is an error naming it.
     """
     if not isinstance(metrics, pd.DataFrame):
@@ -105,9 +105,11 @@ def build_features(
     frame = frame.sort_values("_t", kind="stable")
 
     rate_ok = np.isfinite(frame["input_rate"].to_numpy(np.float64))
-    lat_ok = np.isfinite(frame["latency_s"].to_numpy(np.float64)) & (frame["engines"] >= 1)
+    # a window that processed no tuple records latency 0: it measured nothing
+    lat_s = frame["latency_s"].to_numpy(np.float64)
+    lat_ok = np.isfinite(lat_s) & (lat_s > 0) & (frame["engines"] >= 1).to_numpy()
     rate = frame[rate_ok]
-    lat = frame[lat_ok.to_numpy()]
+    lat = frame[lat_ok]
     X_rate = rate_features(rate["_t"].to_numpy())
     y_rate = rate["input_rate"].to_numpy(np.float64)
     X_lat = latency_features(lat["_t"].to_numpy(), lat["engines"].to_numpy())

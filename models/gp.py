@@ -19,6 +19,13 @@ longer than an exact GP can afford. ``bench/bench_gp.py`` reports both side by s
 Inputs and targets are standardised inside the model with statistics frozen at ``fit``; the
 online path (:meth:`GPForecaster.add_observations`) reuses them and the hyper-parameters, so
 between nightly retrains new windows only extend the conditioning set (paper step 2).
+
+The latency GP works on log seconds (``log_target``). Latency is positive and spans decades
+(0.05 ms per tuple in a full batch, 5 ms in a nearly empty one, dominated by fixed task
+costs); on raw seconds the GP's mean, conditioned online on such windows, went below zero for
+engine counts it had no data for, and the planner cannot use a negative Lat. In log space
+every forecast is positive, and ``predict`` returns the log-normal's mean and standard
+deviation in seconds, the expectation Eq. 9 multiplies by the input.
 """
 
 from __future__ import annotations
@@ -243,6 +250,8 @@ class GPForecaster:
     """
 
     feature_names: tuple[str, ...] = ()
+    # model log(y) instead of y: set by targets that are positive and span decades (latency)
+    log_target: bool = False
 
     def __init__(
         self,
@@ -293,7 +302,7 @@ class GPForecaster:
         X, y = _check_xy(X, y, len(self.feature_names))
         if X.shape[0] < 3:
             raise ModelInputError("X", f"need at least 3 rows to fit, got {X.shape[0]}")
-        X, y = X[-self.max_train:], y[-self.max_train:]
+        X, y = X[-self.max_train:], self._to_model_space(y[-self.max_train:])
         torch = _torch()
         torch.set_num_threads(self.threads)
         started = time.perf_counter()
@@ -315,6 +324,25 @@ class GPForecaster:
             self._condition_on(X, y)
         self.train_seconds_ = time.perf_counter() - started
         return self
+
+    def _to_model_space(self, y: np.ndarray) -> np.ndarray:
+        """The targets the GP itself sees: ``log(y)`` for a ``log_target`` model."""
+        if not self.log_target:
+            return y
+        if (y <= 0).any():
+            raise ModelInputError("y", f"{type(self).__name__} models log(y): every target must "
+                                       f"be > 0, got {float(y.min()):.3g}")
+        return np.log(y)
+
+    def _from_model_space(self, mean: np.ndarray, std: np.ndarray
+                          ) -> tuple[np.ndarray, np.ndarray]:
+        """Mean and std in the target's units; for a log target those of the log-normal."""
+        if not self.log_target:
+            return mean, std
+        var = np.square(std)
+        # exp(var) - 1 loses all precision for tiny var; expm1 keeps it
+        out_mean = np.exp(mean + var / 2.0)
+        return out_mean, out_mean * np.sqrt(np.expm1(var))
 
     def _train(self, kernel: str, X: np.ndarray, y: np.ndarray):
         import gpytorch
@@ -372,7 +400,7 @@ class GPForecaster:
                 mean = dist.mean.numpy()
                 var = dist.variance.clamp_min(0).numpy()
         s = self._scaling
-        return mean * s.y_std + s.y_mean, np.sqrt(var) * s.y_std
+        return self._from_model_space(mean * s.y_std + s.y_mean, np.sqrt(var) * s.y_std)
 
     def _online(self) -> _OnlinePosterior:
         """The exact posterior's Cholesky factor, built once and then extended row by row."""
@@ -397,6 +425,7 @@ class GPForecaster:
         X, y = _check_xy(X, y, len(self.feature_names))
         if X.shape[0] == 0:
             return self
+        y = self._to_model_space(y)
         rows, targets = np.vstack([self._X, X]), np.concatenate([self._y, y])
         cache = getattr(self, "_posterior", None)
         if cache is not None and rows.shape[0] <= self.max_train + _ONLINE_SLACK:
@@ -428,7 +457,8 @@ class GPForecaster:
 
     def hyperparameters(self) -> dict[str, float]:
         """Fitted hyper-parameters in the features' own units (length scales in seconds, hours,
-        days, engines): a long length scale means the feature hardly matters (ARD)."""
+        days, engines): a long length scale means the feature hardly matters (ARD). For a
+        ``log_target`` model the noise and output scale are in log units."""
         self._require_fitted()
         out: dict[str, float] = {"noise_std": float(np.sqrt(self._likelihood.noise.item()))
                                  * self._scaling.y_std}
@@ -457,7 +487,8 @@ class GPForecaster:
             "train_seconds_": self.train_seconds_,
             "scaling": (s.x_mean, s.x_std, s.y_mean, s.y_std),
             "X": self._X,
-            "y": self._y,
+            "y": self._y,  # in model space (log seconds for a log target)
+            "log_target": self.log_target,
             "state_dict": self._model.state_dict(),
         }
         buf = io.BytesIO()
@@ -472,6 +503,10 @@ class GPForecaster:
         if cls is None:
             raise ModelInputError("model", f"unknown forecaster class {blob.get('class')!r}")
         gp = cls(**blob["params"])
+        if bool(blob.get("log_target", False)) != cls.log_target:
+            raise ModelInputError("model", f"stored {cls.__name__} was trained with log_target="
+                                           f"{blob.get('log_target', False)}; this version "
+                                           f"expects {cls.log_target}: retrain it")
         x_mean, x_std, y_mean, y_std = blob["scaling"]
         gp._scaling = _Scaling(np.asarray(x_mean), np.asarray(x_std), float(y_mean), float(y_std))
         gp._X, gp._y = np.asarray(blob["X"]), np.asarray(blob["y"])
@@ -498,7 +533,9 @@ class InputRateGP(GPForecaster):
 
 
 class LatencyGP(GPForecaster):
-    """Latency per event (s) from (timestamp, time of day, day of week, engines)."""
+    """Latency per event (s) from (timestamp, time of day, day of week, engines), fitted on
+    log seconds so that no forecast is negative."""
 
     feature_names = LATENCY_FEATURES
+    log_target = True
 

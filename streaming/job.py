@@ -44,6 +44,7 @@ from .engines import (
     engine_partitioner,
     run_engine,
     run_restore,
+    work_seconds,
 )
 from .migration import Migration, record_completed, record_started, restore_rows
 from .txn import append, concurrently
@@ -256,7 +257,7 @@ class StreamJob:
         engine_loads = np.bincount(plan.assignment, weights=loads, minlength=plan.engines)
         processed = sum(t.get("events", 0) - t.get("buffered", 0) + t.get("replayed", 0)
                         for t in tasks)
-        engine_s = sum(t["duration_s"] for t in tasks)
+        engine_s = work_seconds(tasks)
         self.controller.collect(batch_id, loads, state, engine_s=engine_s, started=start_wall)
         # the batch's outputs, the migration's end and the controller's decision go to
         # different tables: one round of concurrent commits instead of a queue of them
@@ -295,7 +296,8 @@ class StreamJob:
             "var_load": bal.var,
             # the monitor of elastic-cep Eq. 1-2, the GPs' training data: In per second of
             # arrival (Kafka append times; a catch-up batch spans more than one trigger) and
-            # Lat = engine-task seconds per tuple, the planner's unit (the scaler's too)
+            # Lat = engine work seconds per tuple (task time without the wait for input), the
+            # planner's unit (the scaler's too)
             "input_rate": valid / max(span, self.trigger_s),
             "latency_s": engine_s / valid if valid else 0.0, "batch_duration_s": duration,
             "plan_version": plan.version, "policy": self.opt.policy,

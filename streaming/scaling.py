@@ -8,9 +8,10 @@ At the end of every statistic window, when ``[planner] enabled`` is set, the sca
    * ``in_tuples`` (In of Eq. 9) = the valid events routed to the engines in the window, the
      sum of the per-group loads (``key_loads``), buffered events of arriving groups included;
    * ``lat_s`` (Lat of Eq. 9, seconds one engine spends per tuple) = the seconds the engine
-     tasks of the window's batches ran (the ``duration_s`` of every engine and restore task,
-     summed: state load/save and hand-over included, because they are part of what an engine
-     does per batch) divided by the tuples those batches took. Then Δt · N / Lat is the
+     tasks of the window's batches worked (``streaming.engines.work_seconds``: every engine
+     and restore task's ``duration_s`` without its wait for the first input row; state
+     load/save and hand-over included, because they are part of what an engine does per
+     batch) divided by the tuples those batches took. Then Δt · N / Lat is the
      window's capacity with N engines running side by side (Eq. 1). Delta commits and the
      driver are not engine work and are left out. On a host with fewer cores than engines
      the engines share cores, so the capacity of large N is optimistic there;
@@ -313,7 +314,7 @@ class EngineScaler:
     # -- per batch ------------------------------------------------------------------------------
     def collect(self, tuples: float, engine_s: float | None, started: datetime | float | None
                 ) -> None:
-        """One batch's contribution: its tuples, engine-task seconds and start time."""
+        """One batch's contribution: its tuples, engine work seconds and start time."""
         self._in += float(tuples)
         if engine_s is not None and engine_s > 0 and tuples > 0:
             self._engine_s += float(engine_s)

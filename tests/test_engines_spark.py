@@ -74,12 +74,14 @@ def test_engines_one_task_each_migrate_through_delta_and_match_reference(
     assert decisions and all(d.reason for d in decisions)
     assert outputs(spark, cfg, job.run_id) == reference("wordcount", events, 64, PARAMS)
 
-    # the monitor (elastic-cep Eq. 1-2) the GPs are trained on: Lat = engine-task seconds per
-    # tuple, In per second of arrival; both from the same batch records as the scaler's
+    # the monitor (elastic-cep Eq. 1-2) the GPs are trained on: Lat = engine work seconds per
+    # tuple (task time without the wait for input), In per second of arrival; both from the
+    # same batch records as the scaler's
     by_batch = {b["batch_id"]: b for b in lines}
     for m in table_rows(spark, cfg, "metrics", job.run_id):
         b = by_batch[m.batch_id]
-        busy = sum(x["duration_s"] for x in b["tasks"])
+        assert all(0 <= x["input_wait_s"] <= x["duration_s"] for x in b["tasks"])
+        busy = sum(x["duration_s"] - x["input_wait_s"] for x in b["tasks"])
         assert m.latency_s == pytest.approx(busy / m.events_in if m.events_in else 0.0)
         assert m.input_rate <= m.events_in / cfg.spark.trigger_s + 1e-9
         assert m.input_rate > 0 or m.events_in == 0

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import time
+
 import numpy as np
 import pytest
 
 from keyshift.config import load_config
 from keyshift.plan import Plan
 from streaming.controller import Controller, ControllerError, policy_params
-from streaming.engines import EngineStore
+from streaming.engines import TASK, BatchSpec, EngineStore, run_engine, work_seconds
 from streaming.migration import Migration
 
 
@@ -179,3 +182,25 @@ def test_min_gain_must_be_a_fraction() -> None:
 
     with pytest.raises(ConfigError, match="min_gain"):
         load_config(env={}, controller={"min_gain": 1.5})
+
+
+def test_engine_task_separates_the_wait_for_input_from_its_work(tmp_path) -> None:
+    """Lat counts engine work only: rows that arrive late (a shuffle fetch) are waited for,
+    and that wait is recorded apart from the task's duration."""
+
+    def late_rows(n: int, delay_s: float):
+        time.sleep(delay_s)  # nothing has arrived yet
+        for i in range(n):
+            event = {"key": f"w{i % 7}", "word": f"w{i % 7}", "ts": 1_700_000_000_000 + i,
+                     "id": f"e{i}"}
+            yield 0, (i % 5, 0, i, json.dumps(event), None, None, 1_700_000_000.0 + i / 1e3)
+
+    spec = BatchSpec(0, "wordcount", {"window_s": 1.0}, str(tmp_path))
+    tasks = [rec for kind, rec in run_engine(spec, 0, late_rows(50, 0.2)) if kind == TASK]
+    (task,) = tasks
+    assert task["events"] == 50
+    assert 0.2 <= task["input_wait_s"] <= task["duration_s"]
+    assert work_seconds(tasks) == pytest.approx(task["duration_s"] - task["input_wait_s"])
+    spec1 = BatchSpec(1, "wordcount", {"window_s": 1.0}, str(tmp_path))
+    (empty,) = [rec for kind, rec in run_engine(spec1, 0, late_rows(0, 0.1)) if kind == TASK]
+    assert empty["events"] == 0 and empty["input_wait_s"] >= 0.1  # no row: all of it waited

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
 import pytest
 
@@ -77,7 +79,7 @@ def test_latency_gp_uses_engines():
     engines = rng.integers(1, 9, 160)
     y = 2.0 / engines + rng.normal(0, 0.01, 160)
     X = latency_features(t, engines)
-    gp = LatencyGP(kernel="ard", iters=30).fit(X[:120], y[:120])
+    gp = LatencyGP(kernel="ard", iters=60).fit(X[:120], y[:120])  # 30 steps: not converged
     mean, _ = gp.predict(X[120:])
     assert score(y[120:], mean)["cc"] > 0.9
     hp = gp.hyperparameters()
@@ -144,3 +146,76 @@ def test_svm_and_nn_follow_the_same_interface():
     assert NNForecaster(layouts=((8,), (16,)), max_iter=50).fit(X, y).layout_ in ((8,), (16,))
     with pytest.raises(ModelInputError, match="^validation_fraction"):
         NNForecaster(validation_fraction=1.5).fit(X, y)
+
+
+def _scaler_like_latency_history(now: float):
+    """What the scaling integration test registers (a fixed 0.1 s per task plus 0.1 ms per
+    tuple, 50 to 4,950 tuples per window; the champion is fitted on the first 80 %, as
+    ``train_and_register`` does) and the windows one CI run then observed online, with their
+    times: Lat from 0.06 ms (full windows) to 12 ms (40-tuple windows)."""
+    rng = np.random.default_rng(0)
+    i = np.arange(48)
+    tuples = (2500 + 2450 * np.sin(2 * np.pi * i * 15.0 / 300)) * (1 + rng.normal(0, 0.02, 48))
+    X = latency_features(now - 15.0 * (48 - i), 1 + i % 3)
+    y = 0.1 / np.maximum(tuples, 1) + 1e-4
+    seen = [(4, 0.00846801042), (2, 0.000149400697), (2, 5.78414771e-05), (1, 0.000104308545),
+            (1, 0.003905198), (6, 0.0111135435), (6, 0.0121420137)]
+    t_seen = now + np.array([21.7, 26.3, 34.2, 40.6, 46.0, 52.0, 57.0])
+    return X[:38], y[:38], t_seen, seen
+
+
+def test_latency_gp_forecasts_stay_positive_where_raw_seconds_went_negative():
+    """The CI failure of the scaling test: conditioned online on real task timings, a GP on raw
+    seconds forecast Lat < 0 for engine counts it had no data for. On log seconds it cannot."""
+
+    class RawSecondsLatencyGP(LatencyGP):
+        log_target = False
+
+    X, y, t_seen, seen = _scaler_like_latency_history(1_795_661_840.0)
+    lowest = {}
+    for cls in (RawSecondsLatencyGP, LatencyGP):
+        gp = cls(kernel="ard", iters=30).fit(X, y)
+        forecasts = []
+        for t, (engines, lat) in zip(t_seen, seen):
+            gp.add_observations(latency_features([t], [engines]), [lat])
+            # the scaler's next forecast: H = 3 windows of 0.2 s, 1..6 engines each
+            ahead = latency_features(np.repeat(t + 0.2 * np.arange(1, 4), 6),
+                                     np.tile(np.arange(1, 7), 3))
+            forecasts.append(gp.predict(ahead))
+        lowest[cls] = min(float(m.min()) for m, _ in forecasts)
+        if cls is LatencyGP:
+            assert all((s > 0).all() and np.isfinite(m).all() for m, s in forecasts)
+            # it follows what it observed: 1 engine at ~0.1 ms per tuple after the full windows
+            assert forecasts[3][0][0] < 1e-3
+    assert lowest[RawSecondsLatencyGP] < 0  # the failure is real
+    assert lowest[LatencyGP] > 0
+
+
+def test_latency_gp_returns_seconds_and_round_trips_its_log_target():
+    rng = np.random.default_rng(2)
+    t = 1_700_000_000.0 + np.arange(120) * 600.0
+    engines = rng.integers(1, 7, 120)
+    y = 1e-3 / engines * np.exp(rng.normal(0, 0.05, 120))  # ms per tuple, multiplicative noise
+    X = latency_features(t, engines)
+    gp = LatencyGP(kernel="ard", iters=30).fit(X[:100], y[:100])
+    mean, std = gp.predict(X[100:])
+    assert score(y[100:], mean)["cc"] > 0.9
+    np.testing.assert_allclose(np.median(mean / y[100:]), 1.0, atol=0.1)  # seconds, not log
+    assert (std < mean).all()
+    clone = GPForecaster.from_bytes(gp.to_bytes())
+    assert isinstance(clone, LatencyGP) and clone.log_target
+    np.testing.assert_allclose(clone.predict(X[100:])[0], mean, rtol=1e-6)
+    # a latency model stored before log targets holds raw seconds: refused, not misread
+    import torch
+
+    blob = torch.load(io.BytesIO(gp.to_bytes()), weights_only=False)
+    del blob["log_target"]
+    buf = io.BytesIO()
+    torch.save(blob, buf)
+    with pytest.raises(ModelInputError, match="^model: .*retrain it"):
+        GPForecaster.from_bytes(buf.getvalue())
+    with pytest.raises(ModelInputError, match="^y: LatencyGP models log"):
+        LatencyGP(iters=2).fit(X[:10], np.r_[y[:9], 0.0])
+    with pytest.raises(ModelInputError, match="^y:"):
+        gp.add_observations(X[:1], [-1e-3])
+    assert gp.n_train == 100  # the rejected observation left the model as it was
