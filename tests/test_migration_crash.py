@@ -1,14 +1,15 @@
 """Crash mid-migration: SIGKILL the streaming process (and its JVM and Python workers) while
 a migration is in flight, restart it with the same run id, and check the outputs are those of
-an uninterrupted run: nothing lost, nothing doubled, every migration completed."""
+an uninterrupted run: nothing lost, nothing doubled, every migration completed. Once with a
+DLB-H rebalance in flight, once with the engine scaler's change of N in flight."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
-
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PARAMS = '{"window_s": 1.0}'
 
 
-def _start(cfg, run_id: str, topic: str, log: Path) -> subprocess.Popen:
+def _start(cfg, run_id: str, topic: str, log: Path, max_offsets: int = 300,
+           extra_env: dict[str, str] | None = None) -> subprocess.Popen:
     env = {
         **os.environ,
         "KEYSHIFT_HOME": str(cfg.home_path),
@@ -40,10 +42,11 @@ def _start(cfg, run_id: str, topic: str, log: Path) -> subprocess.Popen:
         "KEYSHIFT_CONTROLLER__WINDOW_S": str(cfg.controller.window_s),
         "KEYSHIFT_CONTROLLER__THETA": str(cfg.controller.theta),
         "PYSPARK_PYTHON": sys.executable,
+        **(extra_env or {}),
     }
     return subprocess.Popen(
         [sys.executable, "-m", "streaming.job", "--app", "wordcount", "--policy", "dlb-h",
-         "--run-id", run_id, "--topic", topic, "--engines", "4", "--max-offsets", "300",
+         "--run-id", run_id, "--topic", topic, "--engines", "4", "--max-offsets", str(max_offsets),
          "--params", PARAMS],
         cwd=ROOT, env=env, stdout=open(log, "ab"), stderr=subprocess.STDOUT,
         start_new_session=True,
@@ -80,7 +83,14 @@ def test_sigkill_during_migration_then_restart_gives_uninterrupted_output(
     mig = table_rows(spark, cfg, "migrations", run_id)
     assert any(r.status == "started" for r in mig)
 
-    second = _start(cfg, run_id, topic, log)
+    _restart_and_check(spark, cfg, run_id, topic, log, events, total, bad)
+
+
+def _restart_and_check(spark, cfg, run_id: str, topic: str, log: Path, events: list,
+                       total: int, bad: int, **start) -> None:
+    """Restart the killed run, let it finish the input, and compare with an uninterrupted
+    run: every record once, every migration completed once, the reference's outputs."""
+    second = _start(cfg, run_id, topic, log, **start)
     try:
         def done() -> bool:
             if second.poll() is not None:
@@ -105,3 +115,50 @@ def test_sigkill_during_migration_then_restart_gives_uninterrupted_output(
     assert started and started == set(completed) and len(completed) == len(set(completed))
     assert outputs(spark, cfg, run_id) == reference("wordcount", events, cfg.groups.count,
                                                     {"window_s": 1.0})
+
+
+def test_sigkill_during_a_scale_change_then_restart_gives_uninterrupted_output(
+    spark, platform_config, tmp_path
+) -> None:
+    """The engine scaler (planner on, no champion in the store: the pure-core fallback) shrinks
+    4 engines once it has measured three windows, because engines cost far more than the few
+    tuples it could miss. DLB-H's θ is out of reach, so every migration is the scaler's. The
+    process is killed while the groups of the removed engines are in flight."""
+    cfg = job_config(platform_config, policy="dlb-h", theta=1000.0)
+    topic = new_topic(cfg.kafka.bootstrap)
+    total, bad = 3000, 3
+    events = produce_events(cfg.kafka.bootstrap, topic, "wordcount", total,
+                            skew="zipf:0.8", keys=300, malformed=bad)
+    run_id = f"crash-scale-{topic}"
+    run_dir = cfg.home_path / "runs" / run_id
+    log = tmp_path / "job.log"
+    start = {"max_offsets": 200, "extra_env": {
+        "KEYSHIFT_PLANNER__ENABLED": "true", "KEYSHIFT_PLANNER__HORIZON": "3",
+        "KEYSHIFT_PLANNER__MC": "0.001", "KEYSHIFT_PLANNER__EC": "10",
+        "KEYSHIFT_PLANNER__RC": "0.1",
+        "KEYSHIFT_MLFLOW__TRACKING_URI": f"sqlite:///{tmp_path / 'empty-mlflow.db'}",
+        "KEYSHIFT_MLFLOW__ARTIFACT_ROOT": str(tmp_path / "mlartifacts"),
+    }}
+
+    first = _start(cfg, run_id, topic, log, **start)
+    try:
+        assert wait_until(lambda: (run_dir / "migrating.json").exists()
+                          or first.poll() is not None, 1200), "no migration started"
+        assert first.poll() is None, log.read_text()[-3000:]
+    finally:
+        _kill_group(first, signal.SIGKILL)
+    in_flight = json.loads((run_dir / "migrating.json").read_text())
+    scaler = [r for r in table_rows(spark, cfg, "decisions", run_id) if r.component == "scaler"]
+    changed = [r for r in scaler if r.plan_version is not None]
+    assert changed and changed[0].engines_after < changed[0].engines_before == 4, \
+        [r.reason for r in scaler]
+    assert changed[0].batch_id == in_flight["batch_id"] - 1  # realized in the next batch
+
+    _restart_and_check(spark, cfg, run_id, topic, log, events, total, bad, **start)
+    scaler = [r for r in table_rows(spark, cfg, "decisions", run_id) if r.component == "scaler"]
+    ids = [r.batch_id for r in scaler]
+    assert len(ids) == len(set(ids)), "a scaler decision was recorded twice"
+    # the realized N survived the crash: the batches after the change ran on it
+    metrics = {m.batch_id: m.engines for m in table_rows(spark, cfg, "metrics", run_id)}
+    assert metrics[in_flight["batch_id"]] == changed[0].engines_after
+    assert "fallback SeasonalProfile+EngineLatency" in changed[0].reason
