@@ -221,7 +221,7 @@ TABLES: dict[str, TableSchema] = {
         _RUN + (
             _c("batch_id", "BIGINT", False),
             _c("decided_at", "TIMESTAMP", False),
-            _c("component", "STRING", False, "balancer | planner"),
+            _c("component", "STRING", False, "balancer | scaler"),
             _c("policy", "STRING", False),
             _c("action", "STRING", False, "none | rebalance | scale_out | scale_in | ..."),
             _c("reason", "STRING", False),

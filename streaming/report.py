@@ -33,7 +33,9 @@ def summarize(spark: SparkSession, cfg: Config, run_id: str, wall_s: float,
     """The summary object of ``keyshift demo`` (``--json`` prints it as is)."""
     m = _frame(spark, cfg, "metrics", run_id).sort_values("batch_id")
     mig = _frame(spark, cfg, "migrations", run_id)
+    d = _frame(spark, cfg, "decisions", run_id)
     done = mig[mig.status == "completed"] if len(mig) else mig
+    scaled = d[(d.component == "scaler") & d.plan_version.notna()] if len(d) else d
     busy = m[m.events_in > 0] if len(m) else m
     durations = m.batch_duration_s.to_numpy() if len(m) else np.zeros(0)
     processed = int(m.processed.sum()) if len(m) else 0
@@ -53,7 +55,11 @@ def summarize(spark: SparkSession, cfg: Config, run_id: str, wall_s: float,
         "events_per_s": processed / wall_s if wall_s > 0 else 0.0,
         "batch_p50_s": float(np.percentile(durations, 50)) if durations.size else 0.0,
         "batch_p95_s": float(np.percentile(durations, 95)) if durations.size else 0.0,
+        "engines_min": int(m.engines.min()) if len(m) else 0,
+        "engines_max": int(m.engines.max()) if len(m) else 0,
         "engines_final": int(m.engines.iloc[-1]) if len(m) else 0,
+        # changes of N the engine scaler realized (0 unless [planner] enabled)
+        "scale_actions": int(len(scaled)),
         "warehouse": str(cfg.warehouse_path),
     }
 
@@ -84,6 +90,11 @@ def write_report(spark: SparkSession, cfg: Config, run_id: str, folder: Path,
         ax[0].set_title("Load imbalance per batch (red: a rebalance was decided)")
         ax[1].plot(t, m.processed / m.batch_duration_s.clip(lower=1e-3), marker=".")
         ax[1].set_ylabel("events/s (per batch)")
+        live = ax[1].twinx()  # N, which the engine scaler changes when [planner] is on
+        live.step(t, m.engines, where="post", color="tab:green", label="live engines")
+        live.set_ylabel("live engines")
+        live.set_ylim(0, max(int(m.engines.max()), 1) + 1)
+        live.legend(loc="upper right")
         ax[2].plot(t, m.batch_duration_s, marker=".", label="batch duration (s)")
         ax[2].set_ylabel("batch duration (s)")
         ax[2].set_xlabel("seconds since the first batch")

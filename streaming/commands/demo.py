@@ -3,6 +3,7 @@ balancing policy, then a summary and an HTML report in the run folder.
 
     keyshift demo                                  # a few minutes, DLB-H, first story detection
     keyshift demo --duration 60 --policy kg --json
+    keyshift demo --planner                        # and the engine scaler chooses N
 """
 
 from __future__ import annotations
@@ -40,6 +41,10 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--skew", default=None,
                    help="skew schedule (default: zipf:0.2, then 1.5 from a third of the run)")
     p.add_argument("--engines", type=int, default=None, help="initial engines (engines.initial)")
+    p.add_argument("--planner", action="store_true",
+                   help="let the engine scaler choose N as well ([planner] enabled): the "
+                   "champion GPs of the local MLflow registry when there are, else the "
+                   "pure-core forecast fitted on the run's own windows")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.set_defaults(func=run)
     return p
@@ -77,6 +82,8 @@ class _Stop(Exception):
 def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)  # ConfigError: the CLI's one-line message
     policy, app = _validate(args, cfg)
+    if args.planner:
+        cfg = cfg.model_copy(update={"planner": cfg.planner.model_copy(update={"enabled": True})})
     say = (lambda *a: print(*a, file=sys.stderr)) if args.json else print
     skew = args.skew or f"zipf:0.2@0,1.5@{args.duration / 3:g}"
     run_id = time.strftime("demo-%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
@@ -110,8 +117,9 @@ def run(args: argparse.Namespace) -> int:
         job.start()
         t0 = time.monotonic()
         thread.start()
-        say(f"run {run_id}: {app} with {policy}, {args.rate:g} events/s for {args.duration:g} s, "
-            f"skew {skew}; Ctrl-C stops")
+        scaler = ", engine scaler on" if cfg.planner.enabled else ""
+        say(f"run {run_id}: {app} with {policy}{scaler}, {args.rate:g} events/s for "
+            f"{args.duration:g} s, skew {skew}; Ctrl-C stops")
         interrupted = False
         try:
             _watch(job, thread, args.duration, say, produced)
@@ -128,8 +136,9 @@ def run(args: argparse.Namespace) -> int:
         from streaming.report import summarize, write_report
 
         summary = summarize(spark, cfg, run_id, wall, job.totals.records)
-        summary.update({"app": app, "policy": policy, "produced": produced.get("sent", 0),
-                        "run_dir": str(job.run_dir), "interrupted": interrupted})
+        summary.update({"app": app, "policy": policy, "planner": cfg.planner.enabled,
+                        "produced": produced.get("sent", 0), "run_dir": str(job.run_dir),
+                        "interrupted": interrupted})
         page = write_report(spark, cfg, run_id, job.run_dir, summary, app)
         summary["report"] = str(page)
         if args.json:
@@ -216,7 +225,8 @@ def _print_summary(s: dict[str, Any]) -> None:
     table.add_column("value", justify="right")
     for k in ("events_in", "processed", "dead_letter", "complex_events", "batches",
               "migrations", "moved_groups", "moved_bytes", "rstd_mean", "rstd_max",
-              "events_per_s", "batch_p50_s", "batch_p95_s", "engines_final"):
+              "events_per_s", "batch_p50_s", "batch_p95_s", "engines_min", "engines_max",
+              "engines_final", "scale_actions"):
         v = s[k]
         table.add_row(k, f"{v:.2f}" if isinstance(v, float) else str(v))
     console = Console()
