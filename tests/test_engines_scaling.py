@@ -20,10 +20,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 PARAMS = {"window_s": 1.0}  # wordcount's tumbling event-time window
 TRIGGER_S = 0.2
 # Δt, the planner's statistic window. Each 0.2-s trigger closes one window whatever its length,
-# so Δt only sets what one engine can carry per window: Δt / Lat. Wordcount's engine work is
-# ~10-20 µs per tuple here (task time without the wait for input), so with Δt = 10 ms one
-# engine carries ~500-1,000 tuples: a 5,000-tuple window needs several engines on any
-# machine within 3x of this one, and a 40-tuple window one.
+# so Δt only sets what one engine can carry per window: Δt / Lat. Wordcount's engine work
+# measured 45-70 µs per tuple in loaded windows here (task time without the wait for input),
+# so with Δt = 10 ms one engine carries ~150-220 tuples per window: a 5,000-tuple window needs
+# more than the 6 engines allowed even on a machine 3x faster, a 40-tuple window far fewer.
 WINDOW_S = 0.01
 
 
