@@ -21,7 +21,7 @@ online path (:meth:`GPForecaster.add_observations`) reuses them and the hyper-pa
 between nightly retrains new windows only extend the conditioning set (paper step 2).
 
 The latency GP works on log seconds (``log_target``). Latency is positive and spans decades
-(0.05 ms per tuple in a full batch, 5 ms in a nearly empty one, dominated by fixed task
+(0.06 ms per tuple in a full window, 12 ms in a 40-tuple one, dominated by fixed task
 costs); on raw seconds the GP's mean, conditioned online on such windows, went below zero for
 engine counts it had no data for, and the planner cannot use a negative Lat. In log space
 every forecast is positive, and ``predict`` returns the log-normal's mean and standard

@@ -61,6 +61,19 @@ def _kill_group(proc: subprocess.Popen, sig: int) -> None:
     proc.wait(timeout=120)
 
 
+def _kill_mid_migration(cfg, run_id: str, topic: str, log: Path, **start) -> None:
+    """Run the job until a migration is in flight (``migrating.json``: snapshots durable in
+    Delta, restore not done), then SIGKILL its whole process group."""
+    run_dir = cfg.home_path / "runs" / run_id
+    first = _start(cfg, run_id, topic, log, **start)
+    try:
+        assert wait_until(lambda: (run_dir / "migrating.json").exists()
+                          or first.poll() is not None, 1200), "no migration started"
+        assert first.poll() is None, log.read_text()[-3000:]
+    finally:
+        _kill_group(first, signal.SIGKILL)
+
+
 def test_sigkill_during_migration_then_restart_gives_uninterrupted_output(
     spark, platform_config, tmp_path
 ) -> None:
@@ -70,16 +83,9 @@ def test_sigkill_during_migration_then_restart_gives_uninterrupted_output(
     events = produce_events(cfg.kafka.bootstrap, topic, "wordcount", total,
                             skew="zipf:0.2@0,1.5@300", keys=300, malformed=bad)
     run_id = f"crash-{topic}"
-    run_dir = cfg.home_path / "runs" / run_id
     log = tmp_path / "job.log"
 
-    first = _start(cfg, run_id, topic, log)
-    try:
-        assert wait_until(lambda: (run_dir / "migrating.json").exists()
-                          or first.poll() is not None, 1200), "no migration started"
-        assert first.poll() is None, log.read_text()[-3000:]
-    finally:
-        _kill_group(first, signal.SIGKILL)  # mid-migration: snapshots in Delta, not restored
+    _kill_mid_migration(cfg, run_id, topic, log)
     mig = table_rows(spark, cfg, "migrations", run_id)
     assert any(r.status == "started" for r in mig)
 
@@ -140,13 +146,7 @@ def test_sigkill_during_a_scale_change_then_restart_gives_uninterrupted_output(
         "KEYSHIFT_MLFLOW__ARTIFACT_ROOT": str(tmp_path / "mlartifacts"),
     }}
 
-    first = _start(cfg, run_id, topic, log, **start)
-    try:
-        assert wait_until(lambda: (run_dir / "migrating.json").exists()
-                          or first.poll() is not None, 1200), "no migration started"
-        assert first.poll() is None, log.read_text()[-3000:]
-    finally:
-        _kill_group(first, signal.SIGKILL)
+    _kill_mid_migration(cfg, run_id, topic, log, **start)
     in_flight = json.loads((run_dir / "migrating.json").read_text())
     scaler = [r for r in table_rows(spark, cfg, "decisions", run_id) if r.component == "scaler"]
     changed = [r for r in scaler if r.plan_version is not None]
