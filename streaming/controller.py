@@ -178,43 +178,42 @@ class Controller:
         plan = self.plan_for(batch_id + 1)
         w, self._window = self._window, WindowStats.empty(batch_id + 1, self.groups)
         window = Window(loads=w.loads, state=np.where(w.state > 0, w.state, 0.0))
-        rows = []
+        rows, decision = [], None
         if self.scaler is not None:
-            scaled = self._scale(batch_id, plan, window)
-            rows.append(scaled)
-            if scaled["plan_version"] is not None:  # this window's plan change is the scaler's
-                self.log.write_decisions(rows, batch_id)
-                self.decide_s = time.perf_counter() - t0
-                return None
-        if self._policy is None:
-            loads = live_loads(plan.assignment, w.loads, plan.live)
-            decision = None
-            row = self._row(batch_id, "none", f"{self.policy_name} is a fixed plan",
-                            Balance.of(loads), Balance.of(loads), 0, 0.0, plan, plan, None)
-        else:
-            decision = self._policy.decide(plan, window)
-            new = decision.plan
-            declined = self._declined(plan, decision, w.loads)
-            if declined:
-                row = self._row(batch_id, "none", f"declined: {_reason(decision)}; {declined}",
-                                decision.before, decision.before, 0, 0.0, plan, plan, None)
-                self.log.write_decisions([*rows, row], batch_id)
-                self.decide_s = time.perf_counter() - t0
-                return None
-            if decision.changed:
-                new = Plan(new.assignment, new.engines, plan.version + 1, new.live)
-                decision = Decision(new, decision.moves, decision.before, decision.after,
-                                    decision.elapsed_ms, decision.info)
-                self.log.write_plan(new, self.policy_name, _reason(decision), batch_id)
-                self._plans[new.version] = new
-                self._decided.append((batch_id, new.version))
-            action = _action(plan, new) if decision.changed else "none"
-            row = self._row(batch_id, action, _reason(decision), decision.before, decision.after,
-                            len(decision.moves), decision.moves.total_state, plan, new,
-                            new.version if decision.changed else None)
-        self.log.write_decisions([*rows, row], batch_id)
+            rows.append(self._scale(batch_id, plan, window))
+        if not rows or rows[0]["plan_version"] is None:  # else the window's change is N's
+            row, decision = self._balance(batch_id, plan, window, w.loads)
+            rows.append(row)
+        self.log.write_decisions(rows, batch_id)
         self.decide_s = time.perf_counter() - t0
         return decision
+
+    def _balance(self, batch_id: int, plan: Plan, window: Window, loads: np.ndarray
+                 ) -> tuple[dict, Decision | None]:
+        """The balancer's row for this window and, when it changes the plan, its decision
+        (the new plan version written)."""
+        if self._policy is None:
+            live = live_loads(plan.assignment, loads, plan.live)
+            return self._row(batch_id, "none", f"{self.policy_name} is a fixed plan",
+                             Balance.of(live), Balance.of(live), 0, 0.0, plan, plan, None), None
+        decision = self._policy.decide(plan, window)
+        declined = self._declined(plan, decision, loads)
+        if declined:
+            return self._row(batch_id, "none", f"declined: {_reason(decision)}; {declined}",
+                             decision.before, decision.before, 0, 0.0, plan, plan, None), None
+        new = decision.plan
+        if decision.changed:
+            new = Plan(new.assignment, new.engines, plan.version + 1, new.live)
+            decision = Decision(new, decision.moves, decision.before, decision.after,
+                                decision.elapsed_ms, decision.info)
+            self.log.write_plan(new, self.policy_name, _reason(decision), batch_id)
+            self._plans[new.version] = new
+            self._decided.append((batch_id, new.version))
+        action = _action(plan, new) if decision.changed else "none"
+        row = self._row(batch_id, action, _reason(decision), decision.before, decision.after,
+                        len(decision.moves), decision.moves.total_state, plan, new,
+                        new.version if decision.changed else None)
+        return row, decision
 
     def _declined(self, plan: Plan, decision: Decision, loads: np.ndarray) -> str:
         """Why a rebalance is not worth its migration ('' when it is).

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,12 +29,25 @@ def _frame(spark: SparkSession, cfg: Config, name: str, run_id: str) -> pd.DataF
             .where(f"run_id = '{run_id}'").toPandas())
 
 
-def summarize(spark: SparkSession, cfg: Config, run_id: str, wall_s: float,
+@dataclass(frozen=True)
+class RunTables:
+    """The run's rows the summary and the report are built from, read from Delta once."""
+
+    metrics: pd.DataFrame
+    decisions: pd.DataFrame
+    migrations: pd.DataFrame
+
+    @classmethod
+    def read(cls, spark: SparkSession, cfg: Config, run_id: str) -> RunTables:
+        return cls(_frame(spark, cfg, "metrics", run_id).sort_values("batch_id"),
+                   _frame(spark, cfg, "decisions", run_id).sort_values("batch_id"),
+                   _frame(spark, cfg, "migrations", run_id))
+
+
+def summarize(tables: RunTables, cfg: Config, run_id: str, wall_s: float,
               records: int) -> dict[str, Any]:
     """The summary object of ``keyshift demo`` (``--json`` prints it as is)."""
-    m = _frame(spark, cfg, "metrics", run_id).sort_values("batch_id")
-    mig = _frame(spark, cfg, "migrations", run_id)
-    d = _frame(spark, cfg, "decisions", run_id)
+    m, mig, d = tables.metrics, tables.migrations, tables.decisions
     done = mig[mig.status == "completed"] if len(mig) else mig
     scaled = d[(d.component == "scaler") & d.plan_version.notna()] if len(d) else d
     busy = m[m.events_in > 0] if len(m) else m
@@ -64,18 +78,17 @@ def summarize(spark: SparkSession, cfg: Config, run_id: str, wall_s: float,
     }
 
 
-def write_report(spark: SparkSession, cfg: Config, run_id: str, folder: Path,
-                 summary: dict[str, Any], app: str) -> Path:
-    """PNG plots and ``report.html`` in the run folder; returns the HTML path."""
+def write_report(spark: SparkSession, cfg: Config, run_id: str, tables: RunTables,
+                 folder: Path, summary: dict[str, Any], app: str) -> Path:
+    """PNG plots and ``report.html`` in the run folder; returns the HTML path (``spark``
+    reads ``events_out`` for the click-stream app's top-k table)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     folder.mkdir(parents=True, exist_ok=True)
-    m = _frame(spark, cfg, "metrics", run_id).sort_values("batch_id")
-    d = _frame(spark, cfg, "decisions", run_id).sort_values("batch_id")
-    mig = _frame(spark, cfg, "migrations", run_id)
+    m, d, mig = tables.metrics, tables.decisions, tables.migrations
     images = []
     if len(m):
         t = (m.window_end - m.window_end.iloc[0]).dt.total_seconds().to_numpy()

@@ -256,12 +256,9 @@ class EngineScaler:
                 self.recorded[b] = _as_dict(r)
                 continue
             sample = _parse_obs(_get(r, "reason") or "")
-            if sample is not None and (sample.lat_s is not None or sample.in_tuples > 0):
-                self.history.append(sample)
+            if sample is not None:
+                self._remember(sample)
             last = r
-        if self.models is not None:
-            for s in self.history:
-                self.models.observe(s, self.window_s)
         self._refit_reserve()
         if last is not None:
             self._restore_path(_get(last, "reason") or "")
@@ -383,9 +380,7 @@ class EngineScaler:
             except Exception as exc:  # noqa: BLE001 -- the scaler never stops the job
                 return self._keep(batch_id, plan, sample, run_id,
                                   f"{reason}; not realized: {_one_line(exc)}")
-        row = d.to_record(run_id, batch_id)
-        row.pop("schema_version", None)
-        row["component"] = COMPONENT
+        row = _record(d, run_id, batch_id)
         balance = Balance.of(live_loads(plan.assignment, loads, plan.live))
         row["rstd_before"] = balance.rstd
         if new is not None:
@@ -402,9 +397,7 @@ class EngineScaler:
         n = plan.parallelism
         d = ScalingDecision(window=0, policy=self.ctl.name, engines_before=n, proposed=n,
                             engines_after=n, reason=reason)
-        row = d.to_record(run_id, batch_id)
-        row.pop("schema_version", None)
-        row["component"] = COMPONENT
+        row = _record(d, run_id, batch_id)
         row["reason"] = reason + self._tail(sample, None)
         return ScaleOutcome(row, None, d)
 
@@ -457,6 +450,15 @@ def _parse_obs(reason: str) -> WindowSample | None:
         return None
     lat = None if m.group(2) == "none" else float(m.group(2))
     return WindowSample(float(m.group(4)), float(m.group(1)), lat, int(m.group(3)))
+
+
+def _record(d: ScalingDecision, run_id: str, batch_id: int) -> dict[str, Any]:
+    """The decision as a ``decisions`` row of the scaler (the schema version is the
+    controller's, which writes the window's rows together)."""
+    row = d.to_record(run_id, batch_id)
+    row.pop("schema_version", None)
+    row["component"] = COMPONENT
+    return row
 
 
 def _prefix_dry(d: ScalingDecision, reason: str) -> str:

@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 import pytest
+from engines_support import MemoryControlLog
 
 from keyshift.config import load_config
 from keyshift.plan import Plan
@@ -57,39 +58,9 @@ def test_migration_between_plans_groups_moves_by_engine() -> None:
         Migration.between("r", 5, old, Plan(np.zeros(3, dtype=int), 1))
 
 
-class FakeLog:
-    """In-memory stand-in for the Delta-backed ControlLog."""
-
-    def __init__(self) -> None:
-        self.plans_written: list[Plan] = []
-        self.decisions: list[dict] = []
-        self.loads: dict[int, np.ndarray] = {}
-
-    def plans(self, groups):
-        return [p for p in self.plans_written if p.groups == groups]
-
-    def write_plan(self, plan, policy, reason, batch_id):
-        self.plans_written.append(plan)
-
-    def write_decisions(self, rows, batch_id):
-        self.decisions.extend(rows)
-
-    def plan_changes(self, before):
-        return [(d["batch_id"], d["plan_version"]) for d in self.decisions
-                if d["plan_version"] is not None and d["batch_id"] < before]
-
-    def window_loads(self, start, end, groups):
-        total = sum((self.loads[b] for b in range(start, end) if b in self.loads),
-                    np.zeros(groups))
-        return total, np.zeros(groups)
-
-    def baseline_plan(self, policy, groups):
-        return None
-
-
 def test_controller_decides_per_window_and_recovers_from_its_log() -> None:
     cfg = load_config(env={})
-    log = FakeLog()
+    log = MemoryControlLog()
     c = Controller(cfg, "r", "dlb-h", groups=8, engines=2, batches_per_window=2, log=log)
     c.recover(0)
     assert c.plan_for(0).version == 0 and len(log.plans_written) == 1
@@ -112,7 +83,7 @@ def test_controller_decides_per_window_and_recovers_from_its_log() -> None:
 
 def test_controller_mid_window_restart_reloads_the_window() -> None:
     cfg = load_config(env={})
-    log = FakeLog()
+    log = MemoryControlLog()
     log.loads[0] = np.array([9.0, 0, 0, 0])
     c = Controller(cfg, "r", "dlb-h", groups=4, engines=2, batches_per_window=2, log=log)
     c.recover(1)
@@ -121,14 +92,14 @@ def test_controller_mid_window_restart_reloads_the_window() -> None:
 
 def test_fixed_plan_policies_and_bad_config() -> None:
     cfg = load_config(env={})
-    log = FakeLog()
+    log = MemoryControlLog()
     kg = Controller(cfg, "r", "kg", groups=4, engines=2, batches_per_window=1, log=log)
     kg.recover(0)
     kg.collect(0, np.array([9.0, 0, 0, 0]), np.zeros(4))
     assert kg.end_of_batch(0) is None and log.decisions[-1]["action"] == "none"
     with pytest.raises(ControllerError, match="controller.policy"):
         Controller(cfg, "r", "lptf", groups=4, engines=2, batches_per_window=1,
-                   log=FakeLog()).recover(0)
+                   log=MemoryControlLog()).recover(0)
     with pytest.raises(ControllerError, match="window_s"):
         Controller(cfg, "r", "kg", groups=4, engines=2, batches_per_window=0, log=log)
 
@@ -158,7 +129,7 @@ def test_a_rebalance_that_cannot_shorten_the_batch_is_declined(min_gain: float) 
     engines, which costs a migration and shortens no batch. min_gain declines it (recorded
     with the reason); 0 realizes the policy's decision as the paper's algorithm would."""
     cfg = load_config(env={}, controller={"min_gain": min_gain})
-    log = FakeLog()
+    log = MemoryControlLog()
     c = Controller(cfg, "r", "dlb-h", groups=32, engines=3, batches_per_window=1, log=log)
     c.recover(0)
     loads = _hot_key_window(c)

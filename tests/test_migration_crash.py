@@ -61,6 +61,14 @@ def _kill_group(proc: subprocess.Popen, sig: int) -> None:
     proc.wait(timeout=120)
 
 
+def _word_input(cfg, total: int, bad: int, skew: str) -> tuple[str, list]:
+    """A new topic with ``total`` word-count records over 300 keys, ``bad`` of them
+    malformed; returns the topic and the good events in production order."""
+    topic = new_topic(cfg.kafka.bootstrap)
+    return topic, produce_events(cfg.kafka.bootstrap, topic, "wordcount", total, skew=skew,
+                                 keys=300, malformed=bad)
+
+
 def _kill_mid_migration(cfg, run_id: str, topic: str, log: Path, **start) -> None:
     """Run the job until a migration is in flight (``migrating.json``: snapshots durable in
     Delta, restore not done), then SIGKILL its whole process group."""
@@ -78,10 +86,8 @@ def test_sigkill_during_migration_then_restart_gives_uninterrupted_output(
     spark, platform_config, tmp_path
 ) -> None:
     cfg = job_config(platform_config, policy="dlb-h", theta=10.0)
-    topic = new_topic(cfg.kafka.bootstrap)
     total, bad = 1200, 4
-    events = produce_events(cfg.kafka.bootstrap, topic, "wordcount", total,
-                            skew="zipf:0.2@0,1.5@300", keys=300, malformed=bad)
+    topic, events = _word_input(cfg, total, bad, "zipf:0.2@0,1.5@300")
     run_id = f"crash-{topic}"
     log = tmp_path / "job.log"
 
@@ -131,10 +137,8 @@ def test_sigkill_during_a_scale_change_then_restart_gives_uninterrupted_output(
     tuples it could miss. DLB-H's θ is out of reach, so every migration is the scaler's. The
     process is killed while the groups of the removed engines are in flight."""
     cfg = job_config(platform_config, policy="dlb-h", theta=1000.0)
-    topic = new_topic(cfg.kafka.bootstrap)
     total, bad = 3000, 3
-    events = produce_events(cfg.kafka.bootstrap, topic, "wordcount", total,
-                            skew="zipf:0.8", keys=300, malformed=bad)
+    topic, events = _word_input(cfg, total, bad, "zipf:0.8")
     run_id = f"crash-scale-{topic}"
     run_dir = cfg.home_path / "runs" / run_id
     log = tmp_path / "job.log"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from engines_support import MemoryControlLog
 
 from keyshift.config import load_config
 from keyshift.plan import Plan
@@ -266,34 +267,9 @@ def _no_registry(cfg):
 
 
 # -- the controller's order: one plan version per window -------------------------------------
-class FakeLog:
-    def __init__(self) -> None:
-        self.plans_written: list[Plan] = []
-        self.rows: list[dict] = []
-
-    def plans(self, groups):
-        return [p for p in self.plans_written if p.groups == groups]
-
-    def write_plan(self, plan, policy, reason, batch_id):
-        self.plans_written.append(plan)
-
-    def write_decisions(self, rows, batch_id):
-        self.rows.extend(rows)
-
-    def plan_changes(self, before):
-        return sorted((r["batch_id"], r["plan_version"]) for r in self.rows
-                      if r["plan_version"] is not None and r["batch_id"] < before)
-
-    def window_loads(self, start, end, groups):
-        return np.zeros(groups), np.zeros(groups)
-
-    def scaler_rows(self):
-        return [r for r in self.rows if r["component"] == "scaler"]
-
-
 def test_controller_scaler_change_is_the_windows_plan_change(tmp_path, champion) -> None:
     cfg = config(tmp_path)
-    log = FakeLog()
+    log = MemoryControlLog()
     scaler = EngineScaler(cfg, loader=lambda _cfg: champion, clock=Clock())
     c = Controller(cfg, "r", "dlb-h", groups=24, engines=2, batches_per_window=1, log=log,
                    scaler=scaler)
@@ -304,11 +280,11 @@ def test_controller_scaler_change_is_the_windows_plan_change(tmp_path, champion)
         c.collect(b, loads, loads, engine_s=0.02 * loads.sum(), started=None)
         c.end_of_batch(b)
     by_batch: dict[int, list[dict]] = {}
-    for r in log.rows:
+    for r in log.decisions:
         by_batch.setdefault(r["batch_id"], []).append(r)
     scaled = [b for b, rs in by_batch.items()
               if any(r["component"] == "scaler" and r["plan_version"] is not None for r in rs)]
-    assert scaled, [r["reason"] for r in log.rows]
+    assert scaled, [r["reason"] for r in log.decisions]
     for b, rs in by_batch.items():
         versions = [r["plan_version"] for r in rs if r["plan_version"] is not None]
         assert len(versions) <= 1  # one plan version per window

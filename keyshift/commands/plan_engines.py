@@ -52,13 +52,9 @@ def _get(obj: dict[str, Any], key: str, default: Any = None, required: bool = Fa
     return obj[key]
 
 
-def parse_request(doc: Any) -> tuple[GraphPlanner, Forecast, int, int | None]:
-    planner, forecast, engines_now, since, _ = parse_request_floor(doc)
-    return planner, forecast, engines_now, since
-
-
-def parse_request_floor(doc: Any) -> tuple[GraphPlanner, Forecast, int, int | None, list | None]:
-    """Validate the request object; every error names its field."""
+def parse_request(doc: Any) -> tuple[GraphPlanner, Forecast, int, int | None, list | None]:
+    """Validate the request object; every error names its field. Returns the planner, the
+    forecast, engines_now, windows_since_change and the per-window floors (None: none)."""
     if not isinstance(doc, dict):
         raise ElasticInputError("input", "must be a JSON object")
     unknown = sorted(set(doc) - _KNOWN)
@@ -133,7 +129,7 @@ def parse_request_floor(doc: Any) -> tuple[GraphPlanner, Forecast, int, int | No
 
 
 def plan_request(doc: Any) -> dict[str, Any]:
-    planner, forecast, engines_now, since, floors = parse_request_floor(doc)
+    planner, forecast, engines_now, since, floors = parse_request(doc)
     return planner.plan(forecast, engines_now, since, in_floor=floors).to_json()
 
 
