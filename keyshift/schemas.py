@@ -1,5 +1,6 @@
-"""Every data contract of keyshift in one versioned module: Kafka event schemas of the four
-applications and the Delta tables under the warehouse root.
+"""Every data contract of keyshift in one versioned module: the Kafka event envelope (each
+operator declares its payload columns with the types below; ``EVENTS`` holds the four shipped
+applications') and the Delta tables under the warehouse root.
 
 Types are Spark SQL DDL type names, so that this module stays free of Spark (the pure core)
 while the streaming and batch layers build ``StructType``s from :meth:`TableSchema.ddl`.
@@ -60,37 +61,26 @@ def _c(name: str, type_: str, nullable: bool = True, doc: str = "") -> Column:
 # milliseconds; the rest is the application's payload. Oversized records are rejected.
 MAX_EVENT_BYTES = 64 * 1024
 
-_ENVELOPE = (
+ENVELOPE: tuple[Column, ...] = (
     _c("id", "STRING", False, "producer-assigned unique event id"),
     _c("key", "STRING", False, "partition attribute; hashed to a key group"),
     _c("ts", "BIGINT", False, "event time, epoch milliseconds"),
 )
 
-EVENTS: dict[str, TableSchema] = {
-    "fsd": TableSchema(
-        "event_fsd", 1, _ENVELOPE + (_c("text", "STRING", False, "short text (tweet)"),),
-        "first story detection; key = LSH bucket of the text (dlb Listing 1.1)",
-    ),
-    "traffic": TableSchema(
-        "event_traffic", 1,
-        _ENVELOPE + (
-            _c("line_id", "STRING"), _c("vehicle_id", "STRING"),
-            _c("lon", "DOUBLE", False), _c("lat", "DOUBLE", False),
-            _c("delay_s", "DOUBLE", False, "delay against the timetable, seconds"),
-            _c("congestion", "INT"),
-        ),
-        "bus positions and delays; key = city area (elastic-cep §IV)",
-    ),
-    "clicks": TableSchema(
-        "event_clicks", 1,
-        _ENVELOPE + (_c("user", "STRING"), _c("url", "STRING", False), _c("status", "INT")),
-        "click stream; key = session id (streammine3g §6)",
-    ),
-    "wordcount": TableSchema(
-        "event_wordcount", 1, _ENVELOPE + (_c("word", "STRING", False),),
-        "words; key = the word (elb-clb §5.2)",
-    ),
-}
+# The payload beyond the envelope is declared by each operator (``event_columns`` of
+# keyshift.apps.base.Operator, Operator API), so a user's operator brings its own event
+# schema. ``EVENTS`` (the shipped applications' schemas) and :func:`event_schema` are built
+# from those declarations on first use: importing the operators here would be circular.
+
+
+def __getattr__(name: str) -> object:
+    """``EVENTS``: the four shipped applications' event schemas, by application name."""
+    if name == "EVENTS":
+        from keyshift.apps.registry import shipped_event_schemas
+
+        return shipped_event_schemas()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 # --- Delta tables -------------------------------------------------------------------
 _RUN = (
@@ -246,7 +236,8 @@ def table(name: str) -> TableSchema:
 
 
 def event_schema(app: str) -> TableSchema:
-    try:
-        return EVENTS[app]
-    except KeyError:
-        raise KeyError(f"unknown application {app!r}; known: {', '.join(sorted(EVENTS))}") from None
+    """The Kafka event schema of an operator spec: a shipped application's name, an entry
+    point of group ``keyshift.operators`` or ``module:Class`` (keyshift.apps.registry)."""
+    from keyshift.apps.registry import resolve_operator
+
+    return resolve_operator(app).schema

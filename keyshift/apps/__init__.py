@@ -1,50 +1,54 @@
-"""The operators of the four shipped applications behind one interface (:mod:`.base`).
+"""Operators: the Operator API (:mod:`.base`), the four shipped applications, and the one
+resolver (:mod:`.registry`) that loads an operator by shipped name, entry point (group
+``keyshift.operators``) or ``module:Class``.
 
-``make_operator(app, **params)`` builds one by name, like ``make_policy`` for policies.
+``make_operator(spec, **params)`` builds one, like ``make_policy`` for policies.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from keyshift.apps.base import ComplexEvent, Operator, OperatorInputError, order_key
+from keyshift.apps.base import (
+    OPERATOR_API_VERSION,
+    SUPPORTED_API_VERSIONS,
+    ComplexEvent,
+    Operator,
+    OperatorInputError,
+    detail_json,
+    order_key,
+)
 from keyshift.apps.clicks import ClickPatterns, TopK
 from keyshift.apps.fsd import FirstStoryDetection
+from keyshift.apps.registry import (
+    ENTRY_POINT_GROUP,
+    SHIPPED,
+    OperatorSpec,
+    UnknownOperatorError,
+    make_operator,
+    resolve_operator,
+)
 from keyshift.apps.traffic import TrafficAnomaly
 from keyshift.apps.wordcount import WindowedWordCount
 
-OPERATORS: dict[str, type[Operator]] = {
-    "fsd": FirstStoryDetection,
-    "traffic": TrafficAnomaly,
-    "clicks": ClickPatterns,
-    "wordcount": WindowedWordCount,
-}
-
-
-def make_operator(app: str, **params: Any) -> Operator:
-    """Build an application's operator; a bad name or parameter names the field."""
-    try:
-        cls = OPERATORS[app]
-    except KeyError:
-        raise OperatorInputError(
-            "app", f"unknown application {app!r}; choose one of {', '.join(sorted(OPERATORS))}"
-        ) from None
-    try:
-        return cls(**params)
-    except TypeError as exc:
-        raise OperatorInputError("params", f"{app}: {exc}") from None
-
+OPERATORS = SHIPPED  # the shipped applications by name (older name)
 
 __all__ = [
+    "ENTRY_POINT_GROUP",
     "OPERATORS",
+    "OPERATOR_API_VERSION",
+    "SHIPPED",
+    "SUPPORTED_API_VERSIONS",
     "ClickPatterns",
     "ComplexEvent",
     "FirstStoryDetection",
     "Operator",
     "OperatorInputError",
+    "OperatorSpec",
     "TopK",
     "TrafficAnomaly",
+    "UnknownOperatorError",
     "WindowedWordCount",
+    "detail_json",
     "make_operator",
     "order_key",
+    "resolve_operator",
 ]

@@ -12,6 +12,22 @@ run produce exactly the complex events of key grouping (dlb §4).
 Ordering contract: the engine feeds each group's events sorted by :func:`order_key`
 (event time, then the Kafka partition and offset, then the event id), so ties are broken the
 same way in every run.
+
+This module is keyshift's public **Operator API**, version :data:`OPERATOR_API_VERSION`
+(docs/operators.md is the guide). A user's operator subclasses :class:`Operator`, declares
+the payload columns of its Kafka events (``event_columns``) and is loaded by name, by entry
+point (group ``keyshift.operators``) or as ``module:Class`` (:mod:`keyshift.apps.registry`).
+The contract a subclass must keep:
+
+- **per-key state only**: ``_on_event`` reads and mutates the state of the event's key and
+  nothing else (no globals, no other key, no wall clock, no randomness without a seed kept in
+  that state), so a key's outputs cannot depend on placement or batching;
+- **deterministic in event-time order**: the same events of a key in :func:`order_key` order
+  give the same complex events, in every run and on every engine;
+- **round trip**: per-key state is picklable and ``restore(g, snapshot(g))`` on a fresh
+  operator continues exactly as the original would (``drop`` then forgets the group);
+- **declared payload**: every field ``_on_event`` reads is in ``required`` (checked for
+  presence before the rule runs) and declared in ``event_columns`` (typed by ingestion).
 """
 
 from __future__ import annotations
@@ -24,6 +40,15 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from keyshift.errors import FieldError
+from keyshift.schemas import ENVELOPE, Column, TableSchema
+
+OPERATOR_API_VERSION = 1
+"""The Operator API this keyshift implements. Bumped only when a change would break an
+operator written against the previous version (a hook renamed, a guarantee weakened); an
+additive change (a new optional hook with a default) keeps it. An operator states the version
+it was written for in ``api_version``; loading refuses one this keyshift does not support."""
+
+SUPPORTED_API_VERSIONS: frozenset[int] = frozenset({1})
 
 
 class OperatorInputError(FieldError):
@@ -61,16 +86,44 @@ def detail_json(**fields: Any) -> str:
 
 
 class Operator(ABC):
-    """A keyed stateful operator with per-group explicit state.
+    """A keyed stateful operator with per-group explicit state (Operator API v1).
 
-    Subclasses set ``app`` and ``required`` (the payload fields they read), take their rule's
-    parameters in the constructor (validated there, nothing else done) and implement
-    :meth:`_new_state` and :meth:`_on_event`. Everything else (the group → key → state map,
-    snapshot, restore, drop, sizes) lives here once.
+    Subclasses declare, as class attributes:
+
+    - ``app``: a short name (letters, digits, ``_``); it names the event schema
+      (``event_<app>``) and appears in error messages;
+    - ``event_columns``: the payload columns of the operator's Kafka events, beyond the
+      envelope ``id, key, ts`` (:data:`keyshift.schemas.ENVELOPE`), as
+      :class:`keyshift.schemas.Column` objects with Spark SQL DDL type names; a non-nullable
+      column makes ingestion dead-letter an event without it;
+    - ``required``: the payload fields ``_on_event`` reads (each declared in
+      ``event_columns``); ``process`` refuses an event lacking one, naming it;
+    - optionally ``event_version`` and ``event_doc`` (the schema's version and description)
+      and ``api_version`` (the Operator API version written against, default 1).
+
+    They take their rule's parameters in the constructor (validated there, nothing else
+    done) and implement :meth:`_new_state` and :meth:`_on_event`. Everything else (the
+    group → key → state map, snapshot, restore, drop, sizes) lives here once.
     """
 
+    api_version: ClassVar[int] = OPERATOR_API_VERSION
     app: ClassVar[str]
+    event_columns: ClassVar[tuple[Column, ...]] = ()
+    event_version: ClassVar[int] = 1
+    event_doc: ClassVar[str] = ""
     required: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def event_schema(cls) -> TableSchema:
+        """The operator's Kafka event schema: the envelope, then the declared payload.
+
+        Override only to build the columns dynamically; the loader checks the result either
+        way (envelope first, valid names and types, ``required`` declared).
+        """
+        return TableSchema(
+            f"event_{cls.app}", cls.event_version, ENVELOPE + tuple(cls.event_columns),
+            cls.event_doc,
+        )
 
     def __init__(self) -> None:
         self._groups: dict[int, dict[str, Any]] = {}
@@ -81,7 +134,11 @@ class Operator(ABC):
         self._groups = {}
 
     def process(self, event: Mapping[str, Any], group: int) -> list[ComplexEvent]:
-        """Feed one event of ``group``; returns the complex events it completes."""
+        """Feed one event of ``group``; returns the complex events it completes.
+
+        The engine calls it for each group's events in :func:`order_key` order; an event
+        lacking ``id``, ``key``, ``ts`` or a ``required`` field is refused, naming it.
+        """
         for name in ("id", "key", "ts", *self.required):
             if event.get(name) is None:
                 raise OperatorInputError(name, f"missing in a {self.app} event")
@@ -136,11 +193,17 @@ class Operator(ABC):
     # -- the rule --------------------------------------------------------------------
     @abstractmethod
     def _new_state(self) -> Any:
-        """Empty per-key state."""
+        """Empty per-key state: picklable plain data (it travels in snapshots between
+        engines and runs, so prefer lists, dicts, numbers and strings over custom classes)."""
 
     @abstractmethod
     def _on_event(self, state: Any, event: Mapping[str, Any]) -> list[ComplexEvent]:
-        """Apply the rule to one event of the key whose ``state`` is given (mutate it)."""
+        """Apply the rule to one event of the key whose ``state`` is given (mutate it).
+
+        Reads only ``state``, the event and the constructor's parameters; returns the
+        complex events this event completes (``event_id`` = the event's id, ``ts`` = its
+        event time), the same ones in every run.
+        """
 
     def get_params(self) -> dict[str, Any]:
         return {k: v for k, v in vars(self).items() if not k.startswith("_")}

@@ -17,12 +17,17 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from keyshift.apps.base import ComplexEvent, Operator, OperatorInputError, detail_json
+from keyshift.schemas import Column
 
 
 class ClickPatterns(Operator):
     """Emits ``pattern`` (the session's last ``length`` URLs) on every full-window update."""
 
     app = "clicks"
+    event_columns = (
+        Column("user", "STRING"), Column("url", "STRING", False), Column("status", "INT"),
+    )
+    event_doc = "click stream; key = session id (streammine3g §6)"
     required = ("url",)
 
     def __init__(self, length: int = 3, session_gap_s: float = 1800.0) -> None:

@@ -23,6 +23,7 @@ import numpy as np
 import xxhash
 
 from keyshift.apps.base import ComplexEvent, Operator, OperatorInputError, detail_json
+from keyshift.schemas import Column
 
 _TOKEN = re.compile(r"[a-z0-9#@']+")
 
@@ -62,6 +63,8 @@ class FirstStoryDetection(Operator):
     """Fires ``first_story`` when a tweet's best match among its key's last H is ≤ τ."""
 
     app = "fsd"
+    event_columns = (Column("text", "STRING", False, "short text (tweet)"),)
+    event_doc = "first story detection; key = LSH bucket of the text (dlb Listing 1.1)"
     required = ("text",)
 
     def __init__(self, history: int = 500, tau: float = 0.2) -> None:

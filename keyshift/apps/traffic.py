@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from keyshift.apps.base import ComplexEvent, Operator, OperatorInputError, detail_json
+from keyshift.schemas import Column
 
 _EARTH_M = 6_371_000.0
 
@@ -44,6 +45,13 @@ class TrafficAnomaly(Operator):
     """Per area: > ``min_buses`` continuously delayed buses and two of them within ``near_m``."""
 
     app = "traffic"
+    event_columns = (
+        Column("line_id", "STRING"), Column("vehicle_id", "STRING"),
+        Column("lon", "DOUBLE", False), Column("lat", "DOUBLE", False),
+        Column("delay_s", "DOUBLE", False, "delay against the timetable, seconds"),
+        Column("congestion", "INT"),
+    )
+    event_doc = "bus positions and delays; key = city area (elastic-cep §IV)"
     required = ("vehicle_id", "lon", "lat", "delay_s")
 
     def __init__(

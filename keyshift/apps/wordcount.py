@@ -12,10 +12,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from keyshift.apps.base import ComplexEvent, Operator, OperatorInputError, detail_json
+from keyshift.schemas import Column
 
 
 class WindowedWordCount(Operator):
     app = "wordcount"
+    event_columns = (Column("word", "STRING", False),)
+    event_doc = "words; key = the word (elb-clb §5.2)"
     required = ("word",)
 
     def __init__(self, window_s: float = 10.0, min_count: int = 1) -> None:
