@@ -95,7 +95,8 @@ def check_declaration(cls: type) -> TableSchema:
     """The event schema of operator class ``cls`` once its declaration holds; otherwise a
     :class:`DeclarationError` saying what is wrong (the caller names the class)."""
     if not isinstance(cls, type):
-        raise DeclarationError(f"is a {type(cls).__name__}, not a class")
+        name = getattr(cls, "__qualname__", repr(cls))
+        raise DeclarationError(f"{name} is a {type(cls).__name__}, not a class")
     if not issubclass(cls, Operator):
         raise DeclarationError(
             f"class {cls.__qualname__} is not a subclass of keyshift.apps.base.Operator"

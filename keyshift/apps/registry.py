@@ -126,10 +126,12 @@ def resolve_operator(spec: str) -> OperatorSpec:
         eps = _operator_entry_points()
         if spec not in eps:
             names = sorted(set(SHIPPED) | set(eps))
+            module, dot, qualname = spec.rpartition(".")
+            hint = f"; did you mean {module}:{qualname}?" if dot and module and qualname else ""
             raise UnknownOperatorError(
                 "app",
                 f"unknown application {spec!r}; choose one of {', '.join(names)} "
-                f"(shipped or entry points of {ENTRY_POINT_GROUP}), or module:Class",
+                f"(shipped or entry points of {ENTRY_POINT_GROUP}), or module:Class{hint}",
             )
         cls, origin = _load_entry_point(spec, eps[spec]), "entry point"
     try:
