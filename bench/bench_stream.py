@@ -1,0 +1,689 @@
+"""keyshift against plain Spark on the same topic and the same Spark config (issue 11, item 4).
+
+A private broker (free ports, temporary home) holds ONE topic of wordcount events with
+Zipf 1.0 keys in 4 partitions. Four systems read it from the earliest offset with an
+``availableNow`` trigger and ``maxOffsetsPerTrigger`` = the batch size:
+
+* **native**: Structured Streaming's JVM-native tumbling event-time window count per key
+  (``from_json`` with the wordcount event schema, watermark = one window), appended to Delta;
+* **pandas-state**: ``applyInPandasWithState`` grouped by key, running the wordcount
+  operator's own per-key rule (:class:`keyshift.apps.WindowedWordCount`, state in
+  ``GroupState``), appended to Delta;
+* **keyshift KG** and **keyshift DLB-H**: ``keyshift run --app wordcount --available-now
+  --json`` in a subprocess, on the same broker and with the same Spark config.
+
+Events/s = events / sum of batch durations (the peers' ``durationMs.triggerExecution``,
+keyshift's ``busy_s``); batch p50 / p95 over batches that read input; medians over repeats.
+A run whose batch size would need more than ``--max-batches`` batches for the whole topic is
+stopped after that many batches (the peers by count, keyshift by ``--duration``), so the small
+batch size does not take hours. Full runs are checked against the events produced: the native
+count per (window, key) and the pandas peer's complex events must equal what the operator
+computes in Python, and keyshift's complex-event count must equal the reference's (so the
+comparison is of equal work). The ratios keyshift/native, keyshift/pandas-state and DLB-H/KG
+and the issue's targets are printed, never asserted.
+
+    .venv/bin/python bench/bench_stream.py                # 400,000 events, 3 repeats
+    .venv/bin/python bench/bench_stream.py --quick        # 60,000 events, 1 repeat
+    .venv/bin/python bench/bench_stream.py --json out.json
+
+Why applyInPandasWithState and not Spark 4's ``transformWithStateInPandas``: the issue names
+it, and it is the stateful pandas API of Spark 3.4 to 4.x that users run today; the newer API
+(timers, several state variables, RocksDB only) would not change the per-key work of a
+two-number state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("KEYSHIFT_CACHE", str(ROOT / ".keyshift" / "cache"))
+
+from keyshift.apps import WindowedWordCount  # noqa: E402  (after the path set-up above)
+
+NATIVE, PANDAS, KG, DLBH = "native", "pandas-state", "keyshift-kg", "keyshift-dlb-h"
+SYSTEMS = (NATIVE, PANDAS, KG, DLBH)
+POLICY_OF = {KG: "kg", DLBH: "dlb-h"}
+PARTITIONS = 4
+SKEW = "zipf:1.0"
+OUT_DDL = "key STRING, ts BIGINT, kind STRING, detail STRING, event_id STRING"
+STATE_DDL = "window_start BIGINT, count BIGINT"
+
+
+# --- the topic and its reference outputs ---------------------------------------------------
+@dataclass
+class Reference:
+    """What a correct run computes from the produced events (in production order per key).
+
+    ``counts``: events per (window start ms, key), the native peer's rows; ``complex``: the
+    operator's complex events (identity tuples), the pandas peer's rows and keyshift's count.
+    """
+
+    window_s: float
+    events: int = 0
+    counts: Counter = field(default_factory=Counter)
+    complex: set = field(default_factory=set)
+
+
+class _RecordingGenerator:
+    """Wraps an event generator: every event handed to the producer also feeds the reference.
+
+    Kafka keeps a key's events in one partition in send order, and the generator's event
+    times never decrease, so production order is the operator's order per key.
+    """
+
+    def __init__(self, generator, reference: Reference) -> None:
+        self.generator = generator
+        self.reference = reference
+        self.operator = WindowedWordCount(window_s=reference.window_s)
+        self.width_ms = int(reference.window_s * 1000)
+
+    def batch(self, count: int, t_s: float, now_ms: int) -> list[dict[str, Any]]:
+        events = self.generator.batch(count, t_s, now_ms)
+        ref = self.reference
+        for e in events:
+            ref.events += 1
+            ts = int(e["ts"])
+            ref.counts[(ts - ts % self.width_ms, e["key"])] += 1
+            ref.complex.update(ce.identity() for ce in self.operator.process(e, 0))
+        return events
+
+
+def produce_topic(cfg, topic: str, events: int, *, window_s: float, seed: int = 1,
+                  rate: float = 1e9) -> Reference:
+    """Create ``topic`` (4 partitions) and fill it with ``events`` wordcount events (Zipf 1.0).
+
+    ``rate`` (events/s) spreads event times: the default sends as fast as the client can.
+    """
+    from keyshift.workloads import make_generator
+    from streaming.broker import create_topic
+    from streaming.producer import connect, produce
+
+    if events < 1:
+        raise ValueError(f"events must be >= 1, got {events}")
+    create_topic(cfg.kafka.bootstrap, topic, PARTITIONS)
+    ref = Reference(window_s=window_s)
+    gen = _RecordingGenerator(make_generator("wordcount", skew=SKEW, seed=seed), ref)
+    stats = produce(connect(cfg.kafka.bootstrap), topic, gen, rate=rate, count=events)
+    if stats.failed:
+        raise RuntimeError(f"producing {topic}: {stats.failed} records failed "
+                           f"({stats.first_error})")
+    return ref
+
+
+# --- one run's numbers -----------------------------------------------------------------
+def percentile(xs: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (numpy's default), 0 for no batches."""
+    import numpy as np
+
+    return float(np.percentile(xs, q)) if len(xs) else 0.0
+
+
+@dataclass
+class RunSample:
+    """One system's run at one batch size: the numbers the tables are made of."""
+
+    system: str
+    batch_size: int
+    events: int
+    batches: int
+    busy_s: float
+    batch_p50_s: float
+    batch_p95_s: float
+    wall_s: float
+    bounded: bool
+    check: str  # "ok", "skipped (...)" or "MISMATCH: ..."
+    outputs: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def events_per_s(self) -> float:
+        return self.events / self.busy_s if self.busy_s > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "events_per_s": self.events_per_s}
+
+
+def sample_from_durations(system: str, batch_size: int, rows: Sequence[int],
+                          durations_s: Sequence[float], **kw: Any) -> RunSample:
+    """A peer's sample from its per-batch input rows and trigger durations."""
+    return RunSample(system=system, batch_size=batch_size, events=int(sum(rows)),
+                     batches=len(durations_s), busy_s=float(sum(durations_s)),
+                     batch_p50_s=percentile(durations_s, 50),
+                     batch_p95_s=percentile(durations_s, 95), **kw)
+
+
+# --- the plain Spark peers ---------------------------------------------------------------
+def _kafka_events(spark, cfg, topic: str, batch_size: int):
+    """The topic as typed wordcount events (plus Kafka partition and offset for ordering)."""
+    from pyspark.sql import functions as F
+
+    from keyshift.schemas import event_schema
+
+    raw = (spark.readStream.format("kafka")
+           .option("kafka.bootstrap.servers", cfg.kafka.bootstrap)
+           .option("subscribe", topic)
+           .option("startingOffsets", "earliest")
+           .option("maxOffsetsPerTrigger", str(batch_size))
+           .option("failOnDataLoss", "false")
+           .load())
+    parsed = raw.select(F.from_json(F.col("value").cast("string"),
+                                    event_schema("wordcount").ddl()).alias("e"),
+                        "partition", "offset")
+    return (parsed.select("e.id", "e.key", "e.ts", "e.word", "partition", "offset")
+            .where("id IS NOT NULL AND key IS NOT NULL AND ts IS NOT NULL "
+                   "AND word IS NOT NULL"))
+
+
+def _progress(query) -> list[dict[str, Any]]:
+    return [p if isinstance(p, dict) else json.loads(p.json) for p in query.recentProgress]
+
+
+def _data_batches(progress: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [p for p in progress if p.get("numInputRows", 0) > 0]
+
+
+def _drive(query, max_batches: int | None, poll_s: float = 0.2) -> list[dict[str, Any]]:
+    """Wait for an availableNow query to finish (or stop it after ``max_batches`` batches
+    that read input); returns its progress reports."""
+    while query.isActive:
+        if max_batches is not None and len(_data_batches(_progress(query))) >= max_batches:
+            query.stop()
+            break
+        time.sleep(poll_s)
+    query.awaitTermination()
+    if query.exception() is not None:
+        raise RuntimeError(f"query {query.name or query.id} failed: {query.exception()}")
+    return _progress(query)
+
+
+def _start(frame, workdir: Path, name: str):
+    return (frame.writeStream.format("delta").outputMode("append").queryName(name)
+            .option("checkpointLocation", str(workdir / "checkpoint"))
+            .trigger(availableNow=True)
+            .start(str(workdir / "out")))
+
+
+def _peer_sample(system: str, batch_size: int, progress: list[dict[str, Any]],
+                 max_batches: int | None, wall_s: float, check: Callable[[], tuple[str, int]]
+                 ) -> RunSample:
+    data = _data_batches(progress)
+    bounded = max_batches is not None and len(data) >= max_batches
+    if bounded:
+        data = data[:max_batches]
+    status, outputs = ("skipped (bounded run)", 0) if bounded else check()
+    return sample_from_durations(
+        system, batch_size, [p["numInputRows"] for p in data],
+        [p["durationMs"]["triggerExecution"] / 1000 for p in data],
+        wall_s=wall_s, bounded=bounded, check=status, outputs=outputs,
+        extra={"no_data_batches": len(progress) - len(_data_batches(progress))})
+
+
+def run_native(spark, cfg, topic: str, batch_size: int, workdir: Path, *, window_s: float,
+               reference: Reference | None = None, max_batches: int | None = None
+               ) -> RunSample:
+    """Peer A: the JVM-native tumbling event-time window count per key, appended to Delta.
+
+    The watermark lags one window behind the newest event time, so no event of this
+    producer arrives late and every closed window's count is exact.
+    """
+    from pyspark.sql import functions as F
+
+    width = f"{int(window_s * 1000)} milliseconds"
+    counts = (_kafka_events(spark, cfg, topic, batch_size)
+              .withColumn("event_time", F.expr("timestamp_millis(ts)"))
+              .withWatermark("event_time", width)
+              .groupBy(F.window("event_time", width), "key").count()
+              .select(F.expr("unix_millis(window.start)").alias("window_start"), "key",
+                      "count"))
+    spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "100000")
+    t0 = time.perf_counter()
+    progress = _drive(_start(counts, workdir, f"native_{workdir.name}"), max_batches)
+    wall = time.perf_counter() - t0
+
+    def check() -> tuple[str, int]:
+        rows = spark.read.format("delta").load(str(workdir / "out")).collect()
+        got = {(r["window_start"], r["key"]): r["count"] for r in rows}
+        if reference is None:
+            return "skipped (no reference)", len(got)
+        return check_native(got, reference, _max_watermark_ms(progress)), len(got)
+
+    return _peer_sample(NATIVE, batch_size, progress, max_batches, wall, check)
+
+
+def _max_watermark_ms(progress: list[dict[str, Any]]) -> int:
+    marks = [datetime.fromisoformat(p["eventTime"]["watermark"].replace("Z", "+00:00"))
+             for p in progress if p.get("eventTime", {}).get("watermark")]
+    return int(max(marks).timestamp() * 1000) if marks else 0
+
+
+def check_native(got: dict[tuple[int, str], int], reference: Reference,
+                 watermark_ms: int) -> str:
+    """"ok" when the emitted counts are exactly the reference's closed windows.
+
+    Append mode emits a window once the watermark passes its end, so the emitted set must be
+    every (window, key) whose window ended by the last watermark, each with its exact count.
+    """
+    width = int(reference.window_s * 1000)
+    want = {wk: c for wk, c in reference.counts.items() if wk[0] + width <= watermark_ms}
+    wrong = [wk for wk, c in got.items() if reference.counts.get(wk) != c]
+    if wrong:
+        wk = wrong[0]
+        return (f"MISMATCH: {len(wrong)} wrong counts, e.g. window {wk[0]} key {wk[1]!r}: "
+                f"{got[wk]} vs {reference.counts.get(wk, 0)}")
+    missing = set(want) - set(got)
+    if missing:
+        return f"MISMATCH: {len(missing)} closed windows not emitted"
+    return "ok"
+
+
+def wordcount_state_fn(window_s: float) -> Callable:
+    """The per-key function of peer B: the wordcount operator's rule on one key's events.
+
+    The key's state is the operator's own ``[window start, count]``, kept in ``GroupState``
+    and handed to the operator through its state API (restore → process → snapshot), so the
+    peer runs exactly the rule a keyshift engine runs, in the same event order.
+    """
+    import pandas as pd
+
+    def fn(key: tuple, frames: Iterator[pd.DataFrame], state) -> Iterator[pd.DataFrame]:
+        word = str(key[0])
+        chunks = list(frames)
+        pdf = chunks[0] if len(chunks) == 1 else pd.concat(chunks, ignore_index=True)
+        pdf = pdf.sort_values(["ts", "partition", "offset", "id"], kind="stable")
+        op = WindowedWordCount(window_s=window_s)
+        if state.exists:
+            start, count = state.get
+            op.restore(0, pickle.dumps({word: [int(start), int(count)]}))
+        events = pdf.to_dict("records")
+        outs = op.process_many(events, [0] * len(events))
+        start, count = pickle.loads(op.snapshot(0))[word]
+        state.update((int(start), int(count)))
+        if outs:
+            yield pd.DataFrame([{"key": ce.key, "ts": ce.ts, "kind": ce.kind,
+                                 "detail": ce.detail, "event_id": ce.event_id}
+                                for _, ce in outs])
+
+    return fn
+
+
+def run_pandas_state(spark, cfg, topic: str, batch_size: int, workdir: Path, *,
+                     window_s: float, reference: Reference | None = None,
+                     max_batches: int | None = None) -> RunSample:
+    """Peer B: ``applyInPandasWithState`` per key with the wordcount rule, appended to Delta."""
+    out = (_kafka_events(spark, cfg, topic, batch_size).groupBy("key")
+           .applyInPandasWithState(wordcount_state_fn(window_s), OUT_DDL, STATE_DDL,
+                                   "append", "NoTimeout"))
+    spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "100000")
+    t0 = time.perf_counter()
+    progress = _drive(_start(out, workdir, f"pandas_{workdir.name}"), max_batches)
+    wall = time.perf_counter() - t0
+
+    def check() -> tuple[str, int]:
+        rows = spark.read.format("delta").load(str(workdir / "out")).collect()
+        got = [(r["key"], r["ts"], r["kind"], r["detail"], r["event_id"]) for r in rows]
+        if reference is None:
+            return "skipped (no reference)", len(got)
+        return check_complex(got, reference), len(got)
+
+    return _peer_sample(PANDAS, batch_size, progress, max_batches, wall, check)
+
+
+def check_complex(got: Sequence[tuple], reference: Reference) -> str:
+    """"ok" when the complex events equal the reference's, none lost, none doubled."""
+    if len(got) != len(set(got)):
+        return f"MISMATCH: {len(got) - len(set(got))} complex events doubled"
+    extra, missing = set(got) - reference.complex, reference.complex - set(got)
+    if extra or missing:
+        return (f"MISMATCH: {len(missing)} complex events missing, {len(extra)} unexpected "
+                f"(of {len(reference.complex)})")
+    return "ok"
+
+
+# --- keyshift through its command line -----------------------------------------------------
+def keyshift_exe() -> str:
+    """The ``keyshift`` script of this interpreter's environment (or the one on PATH)."""
+    here = Path(sys.executable).with_name("keyshift")
+    return str(here) if here.is_file() else (shutil.which("keyshift") or "keyshift")
+
+
+def keyshift_run_available() -> bool:
+    """Does this checkout's CLI have ``keyshift run`` (issue 11, item 1)?"""
+    try:
+        proc = subprocess.run([keyshift_exe(), "run", "-h"], capture_output=True, text=True,
+                              timeout=120, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0
+
+
+def config_env(overrides: dict[str, Any], base: dict[str, str] | None = None
+               ) -> dict[str, str]:
+    """The environment that gives a ``keyshift`` subprocess this bench's configuration.
+
+    ``KEYSHIFT_<SECTION>__<KEY>`` for every override (nested dicts are sections); any other
+    KEYSHIFT_ variable of the caller is dropped so the child sees exactly the bench's config.
+    """
+    env = {k: v for k, v in (os.environ if base is None else base).items()
+           if not k.startswith("KEYSHIFT_") or k == "KEYSHIFT_CACHE"}
+
+    def put(prefix: str, node: dict[str, Any]) -> None:
+        for k, v in node.items():
+            name = f"{prefix}{'__' if prefix != 'KEYSHIFT' else '_'}{k.upper()}"
+            if isinstance(v, dict):
+                put(name, v)
+            else:
+                env[name] = str(v).lower() if isinstance(v, bool) else str(v)
+
+    put("KEYSHIFT", overrides)
+    return env
+
+
+def parse_run_json(stdout: str) -> dict[str, Any]:
+    """The one JSON object ``keyshift run --json`` prints at the end (after any other lines)."""
+    decoder = json.JSONDecoder()
+    found: dict[str, Any] | None = None
+    for i, ch in enumerate(stdout):
+        if ch == "{" and (i == 0 or stdout[i - 1] == "\n"):
+            try:
+                obj, _ = decoder.raw_decode(stdout, i)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(obj, dict):
+                found = obj
+    if found is None:
+        raise ValueError(f"keyshift run printed no JSON object; stdout ends: {stdout[-300:]!r}")
+    missing = [k for k in ("events_in", "busy_s", "batches", "batch_p50_s", "batch_p95_s")
+               if k not in found]
+    if missing:
+        raise ValueError(f"keyshift run --json lacks {', '.join(missing)}")
+    return found
+
+
+def run_keyshift(overrides: dict[str, Any], topic: str, system: str, batch_size: int, *,
+                 engines: int, reference: Reference | None = None,
+                 duration_s: float | None = None, timeout_s: float = 7200) -> RunSample:
+    """keyshift KG or DLB-H: ``keyshift run --available-now --json`` on the bench's topic.
+
+    ``duration_s`` bounds a run whose batch size would take too long for the whole topic;
+    such a run is not checked (it saw a prefix of the topic).
+    """
+    run_id = f"bench-{POLICY_OF[system]}-{batch_size}-{uuid.uuid4().hex[:6]}"
+    cmd = [keyshift_exe(), "run", "--app", "wordcount", "--topic", topic,
+           "--policy", POLICY_OF[system], "--engines", str(engines),
+           "--max-offsets", str(batch_size), "--available-now", "--run-id", run_id, "--json"]
+    if duration_s is not None:
+        cmd += ["--duration", f"{duration_s:.0f}"]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=config_env(overrides),
+                          timeout=timeout_s, check=False)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: "
+                           f"{(proc.stderr or proc.stdout).strip()[-800:]}")
+    out = parse_run_json(proc.stdout)
+    events = int(out["events_in"])
+    full = reference is not None and events >= reference.events
+    if reference is None:
+        check = "skipped (no reference)"
+    elif not full:
+        check = f"skipped (bounded run, {events:,} of {reference.events:,} events)"
+    elif int(out.get("complex_events", -1)) != len(reference.complex):
+        check = (f"MISMATCH: {out.get('complex_events')} complex events, reference "
+                 f"{len(reference.complex)}")
+    else:
+        check = "ok"
+    return RunSample(system=system, batch_size=batch_size, events=events,
+                     batches=int(out["batches"]), busy_s=float(out["busy_s"]),
+                     batch_p50_s=float(out["batch_p50_s"]),
+                     batch_p95_s=float(out["batch_p95_s"]), wall_s=wall,
+                     bounded=not full, check=check,
+                     outputs=int(out.get("complex_events", 0)),
+                     extra={k: out.get(k) for k in ("run_id", "migrations", "moved_groups",
+                                                    "dead_letter", "processed")})
+
+
+# --- the report --------------------------------------------------------------------------
+def medians(samples: Sequence[RunSample]) -> dict[tuple[int, str], dict[str, float]]:
+    """Median events/s, p50, p95 and batches per (batch size, system) over repeats."""
+    groups: dict[tuple[int, str], list[RunSample]] = {}
+    for s in samples:
+        groups.setdefault((s.batch_size, s.system), []).append(s)
+    return {k: {"events_per_s": statistics.median(s.events_per_s for s in v),
+                "batch_p50_s": statistics.median(s.batch_p50_s for s in v),
+                "batch_p95_s": statistics.median(s.batch_p95_s for s in v),
+                "batches": statistics.median(s.batches for s in v),
+                "runs": len(v),
+                "checks": sorted({s.check for s in v})}
+            for k, v in groups.items()}
+
+
+def ratio_lines(med: dict[tuple[int, str], dict[str, float]], sizes: Sequence[int]
+                ) -> list[str]:
+    """RATIO lines (keyshift/native, keyshift/pandas-state, DLB-H/KG) and the targets."""
+    lines = []
+
+    def r(size: int, a: str, b: str, key: str) -> float | None:
+        if (size, a) not in med or (size, b) not in med or not med[(size, b)][key]:
+            return None
+        return med[(size, a)][key] / med[(size, b)][key]
+
+    for size in sizes:
+        for a, b in ((KG, NATIVE), (DLBH, NATIVE), (KG, PANDAS), (DLBH, PANDAS), (DLBH, KG)):
+            vals = [r(size, a, b, k) for k in ("events_per_s", "batch_p50_s", "batch_p95_s")]
+            if vals[0] is None:
+                continue
+            lines.append(f"RATIO {size:>6,}/batch {a}/{b}: events/s {vals[0]:.2f}x, "
+                         f"batch p50 {vals[1]:.2f}x, p95 {vals[2]:.2f}x")
+    big, small = max(sizes), min(sizes)
+
+    def target(desc: str, value: float | None, ok: Callable[[float], bool]) -> None:
+        if value is None:
+            lines.append(f"TARGET {desc}: not measured")
+        else:
+            lines.append(f"TARGET {desc}: {value:.2f} -> {'met' if ok(value) else 'NOT met'}")
+
+    target(f"keyshift KG events/s >= 1.0x native at {big:,}/batch",
+           r(big, KG, NATIVE, "events_per_s"), lambda v: v >= 1.0)
+    target(f"keyshift KG batch p50 <= native at {small:,}/batch (ratio <= 1)",
+           r(small, KG, NATIVE, "batch_p50_s"), lambda v: v <= 1.0)
+    for size in sizes:
+        target(f"DLB-H events/s >= 0.95x KG at {size:,}/batch (Zipf 1.0)",
+               r(size, DLBH, KG, "events_per_s"), lambda v: v >= 0.95)
+    return lines
+
+
+# --- the whole bench ----------------------------------------------------------------------
+def bench_overrides(home: Path, args: argparse.Namespace, kafka_port: int,
+                    controller_port: int) -> dict[str, Any]:
+    """The one configuration every system runs with (in process and in subprocesses)."""
+    return {
+        "home": str(home),
+        "groups": {"count": args.groups},
+        "kafka": {"port": kafka_port, "controller_port": controller_port},
+        "spark": {"master": args.master, "shuffle_partitions": args.shuffle_partitions},
+        # one statistic window per micro-batch, as bench_engines does, so DLB-H gets a
+        # chance to rebalance in every batch of a short run
+        "controller": {"window_s": 1.0},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--events", type=int, default=None,
+                    help="events in the topic (default 400,000: 20 batches of 20,000)")
+    ap.add_argument("--batch-sizes", default="20000,1000",
+                    help="comma-separated maxOffsetsPerTrigger values")
+    ap.add_argument("--max-batches", type=int, default=None,
+                    help="stop a run after this many batches when the topic holds more "
+                         "(default 30)")
+    ap.add_argument("--repeats", type=int, default=None, help="runs per system and size (3)")
+    ap.add_argument("--systems", default=",".join(SYSTEMS),
+                    help=f"subset of {','.join(SYSTEMS)}")
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--shuffle-partitions", type=int, default=4,
+                    help="spark.shuffle_partitions (the peers' stateful tasks)")
+    ap.add_argument("--engines", type=int, default=None,
+                    help="keyshift engines (default: = shuffle partitions)")
+    ap.add_argument("--groups", type=int, default=4096)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--quick", action="store_true",
+                    help="60,000 events, 12 batches at most, 1 repeat")
+    ap.add_argument("--json", dest="json_out", default=None, help="write raw numbers here")
+    args = ap.parse_args(argv)
+    quick = args.quick
+    args.events = args.events or (60_000 if quick else 400_000)
+    args.max_batches = args.max_batches or (12 if quick else 30)
+    args.repeats = args.repeats or (1 if quick else 3)
+    engines = args.engines or args.shuffle_partitions
+    try:
+        sizes = sorted({int(x) for x in args.batch_sizes.split(",") if x.strip()},
+                       reverse=True)
+    except ValueError:
+        ap.error(f"--batch-sizes: not a list of integers: {args.batch_sizes!r}")
+    if not sizes or min(sizes) < 1:
+        ap.error("--batch-sizes: give positive integers")
+    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    if unknown := [s for s in systems if s not in SYSTEMS]:
+        ap.error(f"--systems: unknown {', '.join(unknown)}; choose from {', '.join(SYSTEMS)}")
+    for name in ("events", "max_batches", "repeats", "shuffle_partitions", "groups"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name.replace('_', '-')}: must be >= 1")
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from keyshift.config import load_config
+    from streaming.broker import Broker, free_port
+    from streaming.session import get_spark
+
+    console = Console(width=200)
+    window_s = WindowedWordCount().window_s  # what `keyshift run --app wordcount` uses
+    have_keyshift = keyshift_run_available()
+    if not have_keyshift and (skipped := [s for s in systems if s in POLICY_OF]):
+        console.print(f"[yellow]`keyshift run` is not in this checkout yet: measuring the "
+                      f"peers only (skipping {', '.join(skipped)})[/]")
+        systems = [s for s in systems if s not in POLICY_OF]
+
+    home = Path(tempfile.mkdtemp(prefix="keyshift-bench-stream-"))
+    port = free_port()
+    controller_port = free_port()
+    while controller_port == port:
+        controller_port = free_port()
+    overrides = bench_overrides(home, args, port, controller_port)
+    cfg = load_config(env={}, **overrides)
+    broker = Broker.from_config(cfg)
+    console.print(f"bench: broker {broker.start()}; home {home}")
+    samples: list[RunSample] = []
+    try:
+        topic = f"bench-stream-{uuid.uuid4().hex[:6]}"
+        t0 = time.perf_counter()
+        ref = produce_topic(cfg, topic, args.events, window_s=window_s, seed=args.seed)
+        console.print(f"bench: topic {topic}: {ref.events:,} events ({SKEW}, {PARTITIONS} "
+                      f"partitions) in {time.perf_counter() - t0:.1f}s; reference: "
+                      f"{len(ref.counts):,} (window, key) counts, {len(ref.complex):,} "
+                      f"complex events (window {window_s:g}s)")
+        spark = None
+        if NATIVE in systems or PANDAS in systems:
+            spark = get_spark(cfg, app_name="keyshift-bench-stream")
+            _warm_up(spark, cfg, topic, min(sizes), home / "warmup", window_s, systems)
+        keyshift_overhead_s = 60.0  # start-up before the first batch; measured below
+        for rep in range(args.repeats):
+            for size in sizes:
+                bound = args.max_batches if args.events > size * args.max_batches else None
+                order = systems[rep % len(systems):] + systems[:rep % len(systems)]
+                ref_batch_s: float | None = None
+                for system in order:
+                    workdir = home / "runs" / f"{system}-{size}-{rep}"
+                    console.print(f"run {rep + 1}/{args.repeats} {system} at {size:,}/batch"
+                                  + (f" (first {bound} batches)" if bound else "") + " ...")
+                    if system == NATIVE:
+                        s = run_native(spark, cfg, topic, size, workdir, window_s=window_s,
+                                       reference=ref, max_batches=bound)
+                    elif system == PANDAS:
+                        s = run_pandas_state(spark, cfg, topic, size, workdir,
+                                             window_s=window_s, reference=ref,
+                                             max_batches=bound)
+                    else:
+                        duration = None
+                        if bound is not None:
+                            per_batch = ref_batch_s or 3.0
+                            duration = keyshift_overhead_s + 1.5 * bound * per_batch
+                        s = run_keyshift(overrides, topic, system, size, engines=engines,
+                                         reference=ref, duration_s=duration)
+                        if not s.bounded:
+                            keyshift_overhead_s = max(10.0, s.wall_s - s.busy_s)
+                    if system in (NATIVE, PANDAS) and ref_batch_s is None:
+                        ref_batch_s = s.batch_p50_s
+                    samples.append(s)
+                    console.print(f"  {s.events:,} events in {s.batches} batches, "
+                                  f"{s.events_per_s:,.0f} events/s, p50 {s.batch_p50_s:.2f}s,"
+                                  f" p95 {s.batch_p95_s:.2f}s, wall {s.wall_s:.0f}s, "
+                                  f"check: {s.check}")
+    finally:
+        broker.stop()
+
+    med = medians(samples)
+    table = Table(title=f"wordcount, one topic of {args.events:,} events ({SKEW}, "
+                        f"{PARTITIONS} partitions), {args.master}, shuffle partitions "
+                        f"{args.shuffle_partitions}, keyshift engines {engines}, "
+                        f"median of {args.repeats}")
+    for col in ("events/batch", "system", "events/s", "batch p50 s", "batch p95 s",
+                "batches", "outputs check"):
+        table.add_column(col, justify="right")
+    for size in sizes:
+        for system in systems:
+            m = med.get((size, system))
+            if m is None:
+                continue
+            table.add_row(f"{size:,}", system, f"{m['events_per_s']:,.0f}",
+                          f"{m['batch_p50_s']:.2f}", f"{m['batch_p95_s']:.2f}",
+                          f"{m['batches']:.0f}", "; ".join(m["checks"]))
+    console.print(table)
+    for line in ratio_lines(med, sizes):
+        console.print(line)
+    bad = [s for s in samples if s.check.startswith("MISMATCH")]
+    if bad:
+        console.print(f"[red]{len(bad)} run(s) computed different outputs from the "
+                      f"reference: the comparison is not of equal work[/]")
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(
+            {"args": vars(args), "window_s": window_s, "topic_events": args.events,
+             "samples": [s.as_dict() for s in samples],
+             "medians": {f"{k[0]}|{k[1]}": v for k, v in med.items()}}, indent=2))
+        console.print(f"raw numbers: {args.json_out}")
+    return 0
+
+
+def _warm_up(spark, cfg, topic: str, size: int, folder: Path, window_s: float,
+             systems: Sequence[str]) -> None:
+    """Two unmeasured batches of each peer: JIT, codegen, Python workers, Delta's first
+    commit paths, so the first measured run is not the one that pays for them."""
+    if NATIVE in systems:
+        run_native(spark, cfg, topic, size, folder / "native", window_s=window_s,
+                   max_batches=2)
+    if PANDAS in systems:
+        run_pandas_state(spark, cfg, topic, size, folder / "pandas", window_s=window_s,
+                         max_batches=2)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
