@@ -100,6 +100,8 @@ class ControllerConfig(_Section):
     clb_theta: float = Field(0.0, ge=0)
     clb_subsets: int = Field(0, ge=0)
     min_gain: float = Field(0.05, ge=0, lt=1)
+    # act: realize decisions; recommend: decide and record with reasons, realize nothing
+    mode: Literal["act", "recommend"] = "act"
 
     @model_validator(mode="after")
     def _band(self) -> ControllerConfig:

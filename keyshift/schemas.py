@@ -225,6 +225,29 @@ TABLES: dict[str, TableSchema] = {
         ),
         "the controller's event log: every decision and its reason",
     ),
+    "control_state": TableSchema(
+        "control_state", 1,
+        _RUN + (
+            _c("batch_id", "BIGINT", False, "the batch that closed the window"),
+            _c("window", "BIGINT", False, "statistic window number"),
+            _c("plan_version", "BIGINT", True, "plan version put in force (null: no change)"),
+            _c("obs_t", "DOUBLE", True, "scaler sample: window start, epoch s"),
+            _c("obs_in", "DOUBLE", True, "scaler sample: tuples in (In)"),
+            _c("obs_lat_s", "DOUBLE", True, "scaler sample: engine seconds per tuple (Lat)"),
+            _c("obs_engines", "INT", True, "scaler sample: live engines that ran the window"),
+            _c("path", "ARRAY<INT>", True, "scaler: planned engine counts over the horizon"),
+            _c("position", "INT", True, "scaler: path steps taken"),
+            _c("since_change", "INT", True, "scaler: windows since the last change of N"),
+            _c("fc_in", "DOUBLE", True, "scaler: forecast In of the window entered"),
+            _c("fc_lat", "DOUBLE", True, "scaler: forecast Lat of the window entered"),
+            _c("proposed", "INT", True, "scaler: engine count it wanted"),
+            _c("engines_after", "INT", True, "scaler: engine count it decided"),
+            _c("reason", "STRING", True, "scaler: the decision's reason as recorded"),
+            _c("written_at", "TIMESTAMP", False),
+        ),
+        "the control loop's typed state per window end (read back on restart; "
+        "decisions is the human-readable log and is never read back)",
+    ),
 }
 
 

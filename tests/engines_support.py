@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from keyshift.apps import make_operator
+from keyshift.control import MemoryControlStore
 from keyshift.groups import group_of
 
 
@@ -123,35 +124,6 @@ def wait_until(pred, timeout_s: float, poll_s: float = 0.5) -> bool:
     return False
 
 
-class MemoryControlLog:
-    """In-memory stand-in for the Delta-backed ``streaming.controller.ControlLog``: plans,
-    ``decisions`` rows and per-batch group loads (``loads[batch_id]``) kept in lists."""
-
-    def __init__(self) -> None:
-        self.plans_written: list = []
-        self.decisions: list[dict] = []
-        self.loads: dict[int, np.ndarray] = {}
-
-    def plans(self, groups):
-        return [p for p in self.plans_written if p.groups == groups]
-
-    def write_plan(self, plan, policy, reason, batch_id):
-        self.plans_written.append(plan)
-
-    def write_decisions(self, rows, batch_id):
-        self.decisions.extend(rows)
-
-    def plan_changes(self, before):
-        return sorted((d["batch_id"], d["plan_version"]) for d in self.decisions
-                      if d["plan_version"] is not None and d["batch_id"] < before)
-
-    def window_loads(self, start, end, groups):
-        total = sum((self.loads[b] for b in range(start, end) if b in self.loads),
-                    np.zeros(groups))
-        return total, np.zeros(groups)
-
-    def baseline_plan(self, policy, groups):
-        return None
-
-    def scaler_rows(self):
-        return [d for d in self.decisions if d.get("component") == "scaler"]
+class MemoryControlLog(MemoryControlStore):
+    """The control loop's in-memory store standing in for the Delta-backed
+    ``streaming.control_store.ControlLog`` (``loads[batch_id]``: what ``key_loads`` holds)."""

@@ -1,9 +1,7 @@
-"""The engine's versioned state store and the controller's window logic, without Spark."""
+"""The controller's window logic and the migration's plan diff, without Spark (the engine
+state store: tests/test_engine_state.py)."""
 
 from __future__ import annotations
-
-import json
-import time
 
 import numpy as np
 import pytest
@@ -12,38 +10,7 @@ from engines_support import MemoryControlLog
 from keyshift.config import load_config
 from keyshift.plan import Plan
 from streaming.controller import Controller, ControllerError, policy_params
-from streaming.engines import TASK, BatchSpec, EngineStore, run_engine, work_seconds
 from streaming.migration import Migration
-
-
-def test_store_versions_rollback_and_prune(tmp_path) -> None:
-    s = EngineStore(tmp_path, 3)
-    s.save(0, {1: b"a0", 2: b"b0"})
-    s.save(1, {1: b"a1"})
-    assert s.load([1, 2], before=1) == {1: b"a0", 2: b"b0"}
-    assert s.load([1, 2], before=2) == {1: b"a1", 2: b"b0"}
-    s.save(2, {1: b"a2"})  # prunes a0: nothing can restart before batch 2's base any more
-    rows = s._db.execute("SELECT version FROM state WHERE grp = 1 ORDER BY version").fetchall()
-    assert [v for (v,) in rows] == [1, 2]
-    s.rollback(2)  # a re-executed batch 2 starts from what batch 1 left
-    assert s.load([1], before=3) == {1: b"a1"}
-    s.save(2, {2: None})  # group 2 leaves this engine in batch 2
-    assert s.load([2], before=3) == {}
-    assert s.owned() == {1}
-    s.close()
-
-
-def test_store_buffer_keeps_order_and_survives_reopen(tmp_path) -> None:
-    s = EngineStore(tmp_path, 0)
-    s.buffer(4, [(7, {"id": "x", "ts": 2}), (7, {"id": "y", "ts": 3}), (8, {"id": "z", "ts": 1})])
-    s.close()
-    s = EngineStore(tmp_path, 0)
-    assert [e["id"] for _, e in s.buffered(4, [7, 8])] == ["x", "y", "z"]
-    s.clear_buffer(4, [7])
-    assert [e["id"] for _, e in s.buffered(4, [7, 8])] == ["z"]
-    s.rollback(4)
-    assert s.buffered(4, [8]) == []
-    s.close()
 
 
 def test_migration_between_plans_groups_moves_by_engine() -> None:
@@ -96,7 +63,9 @@ def test_fixed_plan_policies_and_bad_config() -> None:
     kg = Controller(cfg, "r", "kg", groups=4, engines=2, batches_per_window=1, log=log)
     kg.recover(0)
     kg.collect(0, np.array([9.0, 0, 0, 0]), np.zeros(4))
-    assert kg.end_of_batch(0) is None and log.decisions[-1]["action"] == "none"
+    d = kg.end_of_batch(0)
+    assert d.action == "none" and not d.changed and log.decisions[-1]["action"] == "none"
+    assert kg.last_decision is d and "fixed plan" in d.reason
     with pytest.raises(ControllerError, match="controller.policy"):
         Controller(cfg, "r", "lptf", groups=4, engines=2, batches_per_window=1,
                    log=MemoryControlLog()).recover(0)
@@ -137,8 +106,8 @@ def test_a_rebalance_that_cannot_shorten_the_batch_is_declined(min_gain: float) 
     d = c.end_of_batch(0)
     row = log.decisions[-1]
     if min_gain:
-        assert d is None and c.plan_for(1).version == 0
-        assert row["action"] == "none" and row["plan_version"] is None
+        assert d.action == "declined" and not d.changed and c.plan_for(1).version == 0
+        assert row["action"] == "declined" and row["plan_version"] is None
         assert row["reason"].startswith("declined:") and "controller.min_gain" in row["reason"]
         assert row["moved_groups"] == 0
     else:
@@ -153,25 +122,3 @@ def test_min_gain_must_be_a_fraction() -> None:
 
     with pytest.raises(ConfigError, match="min_gain"):
         load_config(env={}, controller={"min_gain": 1.5})
-
-
-def test_engine_task_separates_the_wait_for_input_from_its_work(tmp_path) -> None:
-    """Lat counts engine work only: rows that arrive late (a shuffle fetch) are waited for,
-    and that wait is recorded apart from the task's duration."""
-
-    def late_rows(n: int, delay_s: float):
-        time.sleep(delay_s)  # nothing has arrived yet
-        for i in range(n):
-            event = {"key": f"w{i % 7}", "word": f"w{i % 7}", "ts": 1_700_000_000_000 + i,
-                     "id": f"e{i}"}
-            yield 0, (i % 5, 0, i, json.dumps(event), None, None, 1_700_000_000.0 + i / 1e3)
-
-    spec = BatchSpec(0, "wordcount", {"window_s": 1.0}, str(tmp_path))
-    tasks = [rec for kind, rec in run_engine(spec, 0, late_rows(50, 0.2)) if kind == TASK]
-    (task,) = tasks
-    assert task["events"] == 50
-    assert 0.2 <= task["input_wait_s"] <= task["duration_s"]
-    assert work_seconds(tasks) == pytest.approx(task["duration_s"] - task["input_wait_s"])
-    spec1 = BatchSpec(1, "wordcount", {"window_s": 1.0}, str(tmp_path))
-    (empty,) = [rec for kind, rec in run_engine(spec1, 0, late_rows(0, 0.1)) if kind == TASK]
-    assert empty["events"] == 0 and empty["input_wait_s"] >= 0.1  # no row: all of it waited

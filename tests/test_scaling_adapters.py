@@ -1,6 +1,6 @@
 """The streaming scaler's adapters without Spark: forecasts from real (small) GPs trained
 by models/, the fallback and its reasons, plan realization through ELB's scale mechanics,
-the decision rows, and recovery from the rows alone."""
+the decision rows, and recovery from the typed control records alone."""
 
 from __future__ import annotations
 
@@ -10,17 +10,11 @@ import pytest
 from engines_support import MemoryControlLog
 
 from keyshift.config import load_config
+from keyshift.control import MIN_FALLBACK_WINDOWS, WindowSample, fallback_forecast
+from keyshift.control import scale_plan as realize
 from keyshift.plan import Plan
 from streaming.controller import Controller
-from streaming.scaling import (
-    MIN_FALLBACK_WINDOWS,
-    ChampionForecast,
-    EngineScaler,
-    WindowSample,
-    fallback_forecast,
-    load_champions,
-    realize,
-)
+from streaming.scaling import ChampionForecast, JobForecaster, load_champions
 
 WINDOW_S = 10.0
 T0 = 1_764_000_000.0  # a fixed epoch second: runs are reproducible
@@ -79,24 +73,30 @@ class Clock:
         return self.t
 
 
-def run_windows(scaler: EngineScaler, inputs, lat_s: float | list = 0.02, groups: int = 24,
-                start_plan: Plan | None = None, first_batch: int = 0):
-    """Drive the scaler like the controller: one batch per window; returns rows and plans."""
-    plan = start_plan or Plan.hashed(groups, 2)
-    rows, plans = [], [plan]
+def controller(cfg, loader=None, log=None, policy: str = "kg", groups: int = 24,
+               batch_id: int = 0) -> Controller:
+    """The job's controller with one batch per window, in memory, on a test clock."""
+    c = Controller(cfg, "r", policy, groups=groups, engines=2, batches_per_window=1,
+                   log=log if log is not None else MemoryControlLog(),
+                   forecaster=JobForecaster(cfg, loader), clock=Clock())
+    c.recover(batch_id)
+    return c
+
+
+def run_windows(c: Controller, inputs, lat_s: float | list = 0.02, first_batch: int = 0):
+    """Drive the controller like the job: one batch per window; returns the scaler's rows
+    and the plan in force after each window (the first: before the first)."""
+    groups = c.groups
+    rows, plans = [], [c.plan_for(first_batch)]
     lats = lat_s if isinstance(lat_s, list) else [lat_s] * len(inputs)
     for i, n_in in enumerate(inputs):
         b = first_batch + i
         loads = np.full(groups, n_in / groups)
-        scaler.collect(n_in, lats[i] * n_in, T0 + WINDOW_S * b)
-        if isinstance(scaler.clock, Clock):
-            scaler.clock.t = T0 + WINDOW_S * (b + 1)
-        out = scaler.end_of_window(b, b + 1, plan, loads, "r")
-        if out.plan is not None:
-            plan = Plan(out.plan.assignment, out.plan.engines, plan.version + 1, out.plan.live)
-            out.row["plan_version"] = plan.version
-        rows.append(out.row)
-        plans.append(plan)
+        c.collect(b, loads, np.zeros(groups), engine_s=lats[i] * n_in, started=T0 + WINDOW_S * b)
+        c.loop.clock.t = T0 + WINDOW_S * (b + 1)
+        d = c.end_of_batch(b)
+        rows.append(d.rows[0])
+        plans.append(c.plan_for(b + 1))
     return rows, plans
 
 
@@ -190,10 +190,10 @@ def test_realize_without_load_still_gives_the_new_slots_groups() -> None:
 # -- decisions and their reasons -------------------------------------------------------------
 def test_missing_registry_falls_back_and_says_so(tmp_path) -> None:
     cfg = config(tmp_path)
-    s = EngineScaler(cfg, clock=Clock())
-    s.load_models()  # a fresh SQLite store: no registered model
-    assert s.models is None and "no registered model 'keyshift-input-rate'" in s.model_error
-    rows, plans = run_windows(s, [40] * (MIN_FALLBACK_WINDOWS + 2))
+    c = controller(cfg)  # a fresh SQLite store: no registered model
+    assert c.forecaster.models is None
+    assert "no registered model 'keyshift-input-rate'" in c.forecaster.model_error
+    rows, plans = run_windows(c, [40] * (MIN_FALLBACK_WINDOWS + 2))
     first = rows[0]
     assert first["component"] == "scaler" and first["action"] == "none"
     assert "too little history" in first["reason"] and "no registered model" in first["reason"]
@@ -209,10 +209,11 @@ def test_missing_registry_falls_back_and_says_so(tmp_path) -> None:
 
 def test_ramp_scales_out_with_the_champion_and_realizes_the_plan(tmp_path, champion) -> None:
     cfg = config(tmp_path)
-    s = EngineScaler(cfg, loader=lambda _cfg: champion, clock=Clock())
-    s.load_models()
+    log = MemoryControlLog()
+    c = controller(cfg, lambda _cfg: champion, log)
     # 2 engines handle 2·10 s / 20 ms = 1000 tuples per window; the input ramps past it
-    rows, plans = run_windows(s, [300, 300, 600, 1500, 2500, 2500], lat_s=0.02)
+    inputs = [300, 300, 600, 1500, 2500, 2500]
+    rows, plans = run_windows(c, inputs, lat_s=0.02)
     actions = [r["action"] for r in rows]
     assert "scale_out" in actions, [r["reason"] for r in rows]
     i = actions.index("scale_out")
@@ -222,14 +223,18 @@ def test_ramp_scales_out_with_the_champion_and_realizes_the_plan(tmp_path, champ
     assert r["engines_after"] > r["engines_before"] and r["moved_groups"] > 0
     assert plans[i + 1].parallelism == r["engines_after"]
     assert plans[-1].live[plans[-1].assignment].all()
-    assert "| obs in=" in r["reason"] and "| state path=" in r["reason"]
+    # the restart state is typed, in the store, and not in the audit log's words
+    assert "| obs" not in r["reason"] and "| state" not in r["reason"]
+    rec = {x.batch_id: x for x in log.records()}[r["batch_id"]]
+    assert rec.sample.in_tuples == inputs[i] and rec.sample.lat_s == pytest.approx(0.02)
+    assert rec.plan_version == r["plan_version"] and rec.scaler.engines_after == r["engines_after"]
+    assert rec.scaler.reason == r["reason"]
 
 
 def test_dry_run_records_without_changing_the_plan(tmp_path, champion) -> None:
     cfg = config(tmp_path, dry_run=True)
-    s = EngineScaler(cfg, loader=lambda _cfg: champion, clock=Clock())
-    s.load_models()
-    rows, plans = run_windows(s, [300, 2500, 2500, 2500], lat_s=0.02)
+    c = controller(cfg, lambda _cfg: champion)
+    rows, plans = run_windows(c, [300, 2500, 2500, 2500], lat_s=0.02)
     assert any(r["action"] != "none" for r in rows)  # the planner wanted another N ...
     assert all(p.parallelism == 2 for p in plans)  # ... and nothing was applied
     assert all(r["engines_after"] == 2 for r in rows)
@@ -242,22 +247,30 @@ def test_recovery_from_rows_decides_like_the_uninterrupted_run(tmp_path, reserve
     # with the burst reserve, the early burst's rise keeps headroom after the restart too
     inputs = ([200, 300, 500, 800, 1200, 1600, 1600, 1200, 700, 300] if not reserve else
               [100, 100, 1500, 100, 100, 100, 100, 100, 100, 100])
-    straight = EngineScaler(cfg, loader=_no_registry, clock=Clock())
-    straight.load_models()
+    log = MemoryControlLog()
+    straight = controller(cfg, _no_registry, log)
     rows, plans = run_windows(straight, inputs, lat_s=0.02)
 
-    cut = 6  # crash after window 6's decision was recorded: restart at batch 6
-    again = EngineScaler(cfg, loader=_no_registry, clock=Clock())
-    again.load_models()
-    again.recover(rows[:cut + 1], batch_id=cut)
-    assert [h.in_tuples for h in again.history] == inputs[:cut]
+    cut = 6  # crash after window 6's record was written: restart at batch 6
+    crashed = MemoryControlLog()
+    for r in log.records():
+        if r.batch_id <= cut:
+            crashed.write_record(r)
+    known = {r.plan_version for r in crashed.records()} | {0}
+    crashed.plans_written = [p for p in log.plans_written if p.version in known]
+    again = controller(cfg, _no_registry, crashed, batch_id=cut)
+    assert [h.in_tuples for h in again.scaler.history] == inputs[:cut]
     # the re-executed batch measures other timings; the later ones are those of the first run
     lats = [0.03] + [0.02] * (len(inputs) - cut - 1)
-    rerun, _ = run_windows(again, inputs[cut:], lat_s=lats, start_plan=plans[cut],
-                           first_batch=cut)
-    assert rerun[0] == rows[cut]  # the re-executed batch takes the recorded decision
+    rerun, replans = run_windows(again, inputs[cut:], lat_s=lats, first_batch=cut)
+
+    def same(r):
+        return {k: v for k, v in r.items() if k != "decided_at"}
+
+    assert same(rerun[0]) == same(rows[cut])  # the re-executed batch takes the recorded decision
     assert [(r["action"], r["engines_after"]) for r in rerun[1:]] == \
         [(r["action"], r["engines_after"]) for r in rows[cut + 1:]]
+    assert [p.parallelism for p in replans] == [p.parallelism for p in plans[cut:]]
 
 
 def _no_registry(cfg):
@@ -270,10 +283,7 @@ def _no_registry(cfg):
 def test_controller_scaler_change_is_the_windows_plan_change(tmp_path, champion) -> None:
     cfg = config(tmp_path)
     log = MemoryControlLog()
-    scaler = EngineScaler(cfg, loader=lambda _cfg: champion, clock=Clock())
-    c = Controller(cfg, "r", "dlb-h", groups=24, engines=2, batches_per_window=1, log=log,
-                   scaler=scaler)
-    c.recover(0)
+    c = controller(cfg, lambda _cfg: champion, log, policy="dlb-h")
     for b, n_in in enumerate([300, 2500, 2500, 2500]):
         loads = np.full(24, n_in / 24)
         loads[:3] *= 3  # some skew for the balancer
@@ -311,7 +321,5 @@ def test_load_champions_reports_a_missing_alias(tmp_path) -> None:
         MlflowClient().delete_registered_model_alias("keyshift-latency", "champion")
     with pytest.raises(RegistryError, match="has no alias 'champion'"):
         load_champions(cfg)
-    s = EngineScaler(cfg, clock=Clock())
-    s.load_models()
-    rows, _ = run_windows(s, [40])
+    rows, _ = run_windows(controller(cfg), [40])
     assert "registered model 'keyshift-latency' has no alias 'champion'" in rows[0]["reason"]

@@ -26,12 +26,18 @@ from keyshift.elastic.reserve import RiseQuantile, check_quantile
 from keyshift.elastic.scaler import ForecastFn, Scaler
 
 
+def relative_error(in_obs: float, in_hat: float, lat_obs: float, lat_hat: float) -> float:
+    """The larger relative error of the two forecasts an arc cost rests on (In and Lat);
+    an In forecast below one tuple counts as one (no division by ~0)."""
+    in_hat = max(float(in_hat), 1.0)
+    return max(abs(in_obs - in_hat) / in_hat, abs(lat_obs - lat_hat) / lat_hat)
+
+
 def prediction_error(forecast: Forecast, index: int, observed: Observation) -> float:
     """Relative error of In and of Lat (at the engines that ran) for one forecast window."""
-    in_hat = max(float(forecast.in_mean[index]), 1.0)
     col = min(observed.engines, forecast.max_engines) - 1
-    lat_hat = float(forecast.lat_mean[index, col])
-    return max(abs(observed.in_tuples - in_hat) / in_hat, abs(observed.lat_s - lat_hat) / lat_hat)
+    return relative_error(observed.in_tuples, float(forecast.in_mean[index]), observed.lat_s,
+                          float(forecast.lat_mean[index, col]))
 
 
 class PathController(Scaler):
@@ -106,6 +112,22 @@ class PathController(Scaler):
         self.plans_ = 0
         self.planner_ms_ = []
         return self
+
+    def resume(self, since_change: int | None, path: np.ndarray | None = None,
+               position: int = 0, forecast: Forecast | None = None) -> PathController:
+        """Continue a path recorded before a restart (``path`` None: plan afresh)."""
+        super().resume(since_change)
+        if path is not None and forecast is not None:
+            self.path_, self.position_, self.forecast_ = path, int(position), forecast
+        return self
+
+    def entered(self) -> tuple[float, float] | None:
+        """The forecast (In, Lat at the path's N) of the window the path last entered."""
+        path, fc, pos = self.path_, self.forecast_, self.position_
+        if path is None or fc is None or not 0 < pos <= fc.horizon:
+            return None
+        col = min(max(int(path[pos - 1]), 1), fc.max_engines) - 1
+        return float(fc.in_mean[pos - 1]), float(fc.lat_mean[pos - 1, col])
 
     def planner(self) -> GraphPlanner:
         if self.objective not in OBJECTIVES:

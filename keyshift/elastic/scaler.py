@@ -49,6 +49,11 @@ class Scaler(ABC):
         self.since_change_ = None
         return self
 
+    def resume(self, since_change: int | None) -> Scaler:
+        """Continue after a restart from the recorded windows since the last change."""
+        self.since_change_ = since_change
+        return self
+
     def bounds(self) -> tuple[int, int]:
         hi = check_count("max_engines", self.max_engines, low=1)
         lo = check_count("min_engines", self.min_engines) or 1

@@ -1,0 +1,39 @@
+"""The one control loop of keyshift (pure: numpy, no Spark, no I/O of its own).
+
+collect (:class:`WindowStats`) → evaluate (:class:`Evaluation`) → decide (the scaler, then
+the balancer, then the vetoes) → realize (a :class:`Realizer`, the store's new plan version)
+→ record (:class:`ControlStore`: typed state, and the ``decisions`` audit log that is never
+read back). :meth:`ControlLoop.step` is the whole loop; the Spark job
+(``streaming.controller``), the simulator (``keyshift.elastic.sim_bridge``) and the elastic
+replay (``keyshift.elastic.replay``) drive it through thin adapters. See docs/architecture.md.
+"""
+
+from keyshift.control.decision import (
+    ACTIONS,
+    ControlDecision,
+    min_gain_veto,
+    plan_action,
+    plan_diff,
+)
+from keyshift.control.evaluate import Evaluation, evaluate
+from keyshift.control.loop import MODES, ControlLoop, LoopSettings, Realizer
+from keyshift.control.scaling import (
+    MIN_FALLBACK_WINDOWS,
+    FallbackForecaster,
+    Forecaster,
+    FunctionForecaster,
+    NoForecast,
+    ScalerStep,
+    fallback_forecast,
+    scale_plan,
+)
+from keyshift.control.store import ControlRecord, ControlStore, MemoryControlStore, ScalerState
+from keyshift.control.window import WindowSample, WindowStats
+
+__all__ = [
+    "ACTIONS", "MIN_FALLBACK_WINDOWS", "MODES", "ControlDecision", "ControlLoop",
+    "ControlRecord", "ControlStore", "Evaluation", "FallbackForecaster", "Forecaster",
+    "FunctionForecaster", "LoopSettings", "MemoryControlStore", "NoForecast", "Realizer",
+    "ScalerState", "ScalerStep", "WindowSample", "WindowStats", "evaluate",
+    "fallback_forecast", "min_gain_veto", "plan_action", "plan_diff", "scale_plan",
+]

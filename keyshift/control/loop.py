@@ -1,0 +1,279 @@
+"""The control loop: collect → evaluate → decide → realize → record, once per window.
+
+Shaped like the Flink Kubernetes autoscaler's ``JobAutoScalerImpl``: the driver collects a
+:class:`~keyshift.control.window.WindowStats`, :meth:`ControlLoop.step` evaluates it
+(:func:`~keyshift.control.evaluate.evaluate`), decides (the scaler, then the balancer, then
+the vetoes: :mod:`keyshift.control.decision`), realizes a new plan version through the
+store and a :class:`Realizer` (the simulator's plan switch; the Spark job's engines read the
+store), and records the typed state (:class:`~keyshift.control.store.ControlRecord`) and the
+audit rows. The Spark job, the simulator and the elastic replay all drive this one step.
+
+Plans and recovery: the plan in force for batch b is the newest plan version put in force at
+a window end before b, so a restarted driver routes a re-executed batch as the first
+attempt did. A window's record is written before its plan and its audit rows: a batch
+re-executed after a crash takes the scaler's recorded decision (its timings differ; the
+decision must not) and recomputes the rest, which is deterministic.
+
+``mode = "recommend"`` decides and records with the reasons, and realizes nothing: no new
+plan version, no migration (the Flink autoscaler's recommendation mode, for a first week
+on a production job).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+import numpy as np
+
+from keyshift.elastic.decision import ScalingDecision
+from keyshift.metrics import Balance, live_loads
+from keyshift.plan import Plan
+from keyshift.policies import Decision, Policy, Window
+
+from .decision import (
+    DRY_RUN,
+    RECOMMEND,
+    ControlDecision,
+    audit_row,
+    balancer_reason,
+    min_gain_veto,
+    plan_action,
+    plan_diff,
+)
+from .evaluate import evaluate
+from .scaling import ScalerStep, one_line, scale_plan
+from .store import ControlRecord, ControlStore
+from .window import WindowStats
+
+MODES = ("act", "recommend")
+
+
+class Realizer(Protocol):
+    """Makes a realized decision happen outside the loop (the loop has already stored the
+    new plan version)."""
+
+    def realize(self, decision: ControlDecision) -> None: ...
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    """The loop's own settings (the policies and the scaler take theirs in constructors)."""
+
+    window_s: float
+    min_gain: float = 0.0
+    mode: str = "act"
+    theta: float = 0.0
+    theta2: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"controller.mode: must be one of {', '.join(MODES)}, "
+                             f"got {self.mode!r}")
+        if not 0 <= self.min_gain < 1:
+            raise ValueError(f"controller.min_gain: must be in [0, 1), got {self.min_gain}")
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> LoopSettings:
+        c = cfg.controller
+        return cls(window_s=float(c.window_s), min_gain=float(c.min_gain), mode=c.mode,
+                   theta=float(c.theta), theta2=float(cfg.planner.theta2))
+
+
+class ControlLoop:
+    """One run's loop; all durable state goes through ``store``."""
+
+    def __init__(self, store: ControlStore, settings: LoopSettings, policy: Policy | None,
+                 policy_name: str, scaler: ScalerStep | None = None,
+                 realizer: Realizer | None = None, run_id: str = "",
+                 clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.settings = settings
+        self.policy = policy
+        self.policy_name = policy_name
+        self.scaler = scaler
+        self.realizer = realizer
+        self.run_id = run_id
+        self.clock = clock
+        if scaler is not None and settings.mode == "recommend":
+            scaler.scaler.dry_run = True  # the scaler's own "decide, do not apply"
+        self._plans: dict[int, Plan] = {}
+        self._changes: list[tuple[int, int]] = []  # (batch_id, plan_version), ascending
+        self._recorded: dict[int, ControlRecord] = {}
+        self.last: ControlDecision | None = None
+
+    # -- state ----------------------------------------------------------------------------
+    def start(self, initial: Plan, batch_id: int = 0) -> None:
+        """(Re)start before ``batch_id``: plans, plan changes and the scaler's state from
+        the store; records at >= ``batch_id`` (a crashed attempt's) are kept for replay."""
+        groups = initial.groups
+        plans = {p.version: p for p in self.store.plans(groups)} if batch_id > 0 else {}
+        records = sorted(self.store.records(), key=lambda r: r.batch_id) \
+            if batch_id > 0 or self.scaler is not None else []
+        if initial.version not in plans:
+            self.store.write_plan(initial, self.policy_name, "initial plan", -1)
+            plans[initial.version] = initial
+        self._plans = plans
+        done = [r for r in records if r.batch_id < batch_id]
+        self._changes = [(r.batch_id, r.plan_version) for r in done
+                         if r.plan_version is not None and r.plan_version in plans]
+        self._recorded = {r.batch_id: r for r in records if r.batch_id >= batch_id}
+        if self.scaler is not None:
+            states = [r.scaler for r in done if r.scaler is not None]
+            self.scaler.restart([r.sample for r in done if r.sample is not None],
+                                states[-1] if states else None)
+
+    def plan_for(self, batch_id: int) -> Plan:
+        """The plan that routes batch ``batch_id``."""
+        version = min(self._plans)
+        for b, v in self._changes:
+            if b < batch_id:
+                version = v
+        return self._plans[version]
+
+    # -- the loop -----------------------------------------------------------------------------
+    def step(self, window: WindowStats) -> ControlDecision:
+        """Evaluate, decide, realize and record the window that ``window.last_batch`` closed."""
+        b, s = window.last_batch, self.settings
+        old = self.plan_for(b + 1)
+        n = old.parallelism
+        ev = evaluate(window, old, s.window_s, s.theta, s.theta2,
+                      self.scaler.expected() if self.scaler is not None else None)
+        recorded = self._recorded.pop(b, None)
+        state = np.where(window.state > 0, window.state, 0.0)
+
+        # decide: the scaler first
+        scaling, sample, scale_text, candidate, component = None, None, "", None, "balancer"
+        replayed = recorded is not None and recorded.scaler is not None
+        if self.scaler is not None:
+            sample = window.sample(n, self.clock())
+            if replayed:
+                sample = recorded.sample or sample
+                scaling = self.scaler.replay(window.index + 1, n, sample, recorded.scaler)
+            else:
+                scaling = self.scaler.decide(window.index + 1, n, sample)
+            scale_text = scaling.reason
+            if scaling.engines_after != n:
+                try:
+                    candidate = scale_plan(old, scaling.engines_after, window.loads)[0]
+                    component = "scaler"
+                except Exception as exc:  # noqa: BLE001 -- keep N, say why
+                    if not self.scaler.keep_on_error:
+                        raise
+                    scale_text = f"{scale_text}; not realized: {one_line(exc)}"
+                    scaling = self.scaler.keep(window.index + 1, n, scale_text)
+
+        # then the balancer, on the unchanged plan, and its vetoes
+        balancing, bal_action, bal_text = None, "none", ""
+        if candidate is None:
+            if self.policy is None:
+                bal_text = f"{self.policy_name} is a fixed plan"
+            else:
+                balancing = self.policy.decide(old, Window(loads=window.loads, state=state))
+                bal_text = balancer_reason(balancing)
+                veto = min_gain_veto(old, balancing.plan, window.loads, s.min_gain) \
+                    if balancing.changed else ""
+                if veto:
+                    bal_action, bal_text = "declined", f"declined: {bal_text}; {veto}"
+                elif balancing.changed:
+                    candidate, bal_action = balancing.plan, plan_action(old, balancing.plan)
+                    bal_action = bal_action if bal_action != "none" else "rebalance"
+
+        # realize
+        act = s.mode == "act"
+        after, version = old, None
+        if candidate is not None and act:
+            version = old.version + 1
+            after = Plan(candidate.assignment, candidate.engines, version, candidate.live)
+        moves = plan_diff(old, candidate, state) if candidate is not None else plan_diff(
+            old, old, state)
+        action = self._action(scaling, n, candidate, component, bal_action, old)
+        decision = ControlDecision(
+            batch_id=b, window=window.index, action=action, component=component,
+            reason=bal_text if component == "balancer" and not scale_text else scale_text,
+            realized=version is not None, before=old, after=after, candidate=candidate,
+            moves=moves, evaluation=ev, scaling=scaling, balancing=balancing)
+        rows = self._rows(decision, scaling, scale_text, replayed, balancing, bal_action,
+                          bal_text, window, state)
+        decision = replace(decision, rows=tuple(rows), reason=rows[-1]["reason"])
+
+        # record (state first: a re-executed batch must find the scaler's decision) and
+        # realize the new plan version
+        if self.scaler is not None or version is not None:
+            scaler_state = None
+            if self.scaler is not None and scaling is not None:
+                scaler_state = self.scaler.state(scaling, rows[0]["reason"])
+            self.store.write_record(ControlRecord(b, window.index, version, sample,
+                                                  scaler_state))
+        if version is not None:
+            who = "scaler" if component == "scaler" else self.policy_name
+            text = scale_text if component == "scaler" else bal_text
+            self.store.write_plan(after, who, text, b)
+            self._plans[version] = after
+            self._changes.append((b, version))
+            if self.realizer is not None:
+                self.realizer.realize(decision)
+        self.store.write_decisions(rows, b)
+        self.last = decision
+        return decision
+
+    @staticmethod
+    def _action(scaling: ScalingDecision | None, n: int, candidate: Any, component: str,
+                bal_action: str, old: Any) -> str:
+        if component == "scaler" and candidate is not None:
+            return plan_action(old, candidate)
+        if scaling is not None and scaling.proposed != n:
+            return scaling.action  # proposed, not applied (dry run / recommend)
+        return bal_action
+
+    def _rows(self, d: ControlDecision, scaling: ScalingDecision | None, scale_text: str,
+              replayed: bool, balancing: Decision | None, bal_action: str, bal_text: str,
+              window: WindowStats, state: np.ndarray) -> list[dict[str, Any]]:
+        old, after, rows = d.before, d.after, []
+        recommend = self.settings.mode == "recommend"
+        rstd = d.evaluation.balance.rstd
+        if scaling is not None:
+            text, version, moved, psi, rstd_after = scale_text, None, None, None, None
+            engines_after = scaling.engines_after
+            if d.component == "scaler":
+                moved_groups = len(d.moves)
+                psi, moved = float(state[d.moves.groups].sum()), moved_groups
+                rstd_after = d.evaluation.balance.rstd if d.candidate is None else float(
+                    _rstd(d.candidate, window.loads))
+                version = after.version if d.realized else None
+                engines_after = after.parallelism
+                if not replayed:
+                    text += (f"; realized {old.parallelism} -> {d.candidate.parallelism} "
+                             f"engines, {moved_groups} groups moved")
+            if not replayed and recommend:
+                text = (RECOMMEND if scaling.proposed != old.parallelism else "") + text
+            elif not replayed and scaling.dry_run:
+                text = DRY_RUN + text
+            rows.append(audit_row(self.run_id, d.batch_id, "scaler", scaling.policy,
+                                  scaling.action, text, rstd, rstd_after, moved, psi,
+                                  old.parallelism, engines_after, version))
+        if d.component == "balancer":
+            if balancing is None or bal_action in ("none", "declined"):
+                before = d.evaluation.balance if balancing is None else balancing.before
+                rows.append(audit_row(self.run_id, d.batch_id, "balancer", self.policy_name,
+                                      bal_action, bal_text, before.rstd,
+                                      (before if bal_action == "declined" or balancing is None
+                                       else balancing.after).rstd,
+                                      0 if bal_action == "declined" or balancing is None
+                                      else len(balancing.moves),
+                                      0.0 if bal_action == "declined" or balancing is None
+                                      else balancing.moves.total_state,
+                                      old.parallelism, old.parallelism, None))
+            else:
+                rows.append(audit_row(
+                    self.run_id, d.batch_id, "balancer", self.policy_name, bal_action,
+                    (RECOMMEND if recommend else "") + bal_text, balancing.before.rstd,
+                    balancing.after.rstd, len(balancing.moves), balancing.moves.total_state,
+                    old.parallelism, after.parallelism, after.version if d.realized else None))
+        return rows
+
+
+def _rstd(plan: Plan, loads: np.ndarray) -> float:
+    return Balance.of(live_loads(plan.assignment, loads, plan.live)).rstd

@@ -1,0 +1,91 @@
+"""Collect: the one window-statistics type every driver fills (the Spark job per batch, the
+simulator and the replay per window), and the scaler's sample of a finished window.
+
+A statistic window Δ is what the loop decides on. The job fills it batch by batch
+(:meth:`WindowStats.add_batch`), the simulator and the replay hand over a finished one
+(:meth:`WindowStats.measured`); the loop never asks where the numbers came from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class WindowSample:
+    """One finished window as the scaler measured it: its start (epoch s), the tuples in
+    (In), seconds one engine spent per tuple (Lat; None: no tuple was timed) and the live
+    engines that ran it. The scaler's forecasters learn from these; the store keeps them."""
+
+    t: float
+    in_tuples: float
+    lat_s: float | None
+    engines: int
+
+
+@dataclass
+class WindowStats:
+    """One statistic window: per-group loads (histogram Y_t) and state sizes for the
+    balancer, tuples and engine work for the scaler.
+
+    ``index`` is the window's number (window w holds batches [w·B, (w+1)·B) of the job);
+    ``last_batch`` the batch that closes it, the key of everything recorded about it.
+    """
+
+    index: int
+    loads: np.ndarray
+    state: np.ndarray
+    first_batch: int = 0
+    last_batch: int = 0
+    tuples: float = 0.0
+    engine_s: float = 0.0
+    timed: float = 0.0
+    t0: float | None = None
+
+    @classmethod
+    def empty(cls, index: int, groups: int, first_batch: int = 0) -> WindowStats:
+        return cls(index, np.zeros(groups), np.zeros(groups), first_batch, first_batch)
+
+    @classmethod
+    def measured(cls, index: int, loads: np.ndarray, in_tuples: float, lat_s: float | None,
+                 t: float, state: np.ndarray | None = None) -> WindowStats:
+        """A finished window from a model (replay, simulator): In and Lat known directly."""
+        loads = np.asarray(loads, dtype=np.float64)
+        timed = 1.0 if lat_s is not None else 0.0
+        return cls(index, loads, np.zeros_like(loads) if state is None else np.asarray(state),
+                   index, index, float(in_tuples), float(lat_s or 0.0), timed, float(t))
+
+    def add_batch(self, batch_id: int, loads: np.ndarray, state: np.ndarray,
+                  engine_s: float | None = None, started: datetime | float | None = None) -> None:
+        """One batch's per-group loads and state sizes, the seconds its engine tasks worked
+        and its start (the window's time for the forecasters). A batch without tuples or
+        without timing does not enter Lat."""
+        self.loads += loads
+        np.maximum(self.state, state, out=self.state, where=state > 0)
+        tuples = float(np.sum(loads))
+        self.tuples += tuples
+        self.last_batch = batch_id
+        if engine_s is not None and engine_s > 0 and tuples > 0:
+            self.engine_s += float(engine_s)
+            self.timed += tuples
+        if self.t0 is None and started is not None:
+            self.t0 = started.timestamp() if isinstance(started, datetime) else float(started)
+
+    def reopen(self, loads: np.ndarray, state: np.ndarray) -> None:
+        """The batches of this window that ran before a restart (their loads from the store;
+        their timings are gone, so they count as In but not as Lat)."""
+        self.loads += loads
+        self.state = np.maximum(self.state, state)
+        self.tuples += float(np.sum(loads))
+
+    @property
+    def lat_s(self) -> float | None:
+        return self.engine_s / self.timed if self.timed > 0 and self.engine_s > 0 else None
+
+    def sample(self, engines: int, now: float) -> WindowSample:
+        """The scaler's view of this window; ``now`` stands in for an unknown start."""
+        return WindowSample(self.t0 if self.t0 is not None else now, self.tuples, self.lat_s,
+                            engines)

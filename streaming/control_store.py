@@ -1,0 +1,152 @@
+"""The control loop's store in Delta (:class:`keyshift.control.ControlStore` for the job).
+
+* ``plans`` (scope = run id): every plan version of the run; ``scope = 'baseline'`` holds
+  the batch layer's plans a fixed-plan policy starts from;
+* ``key_loads``: the executors' per-batch group loads, read back for a window that a
+  restart cut in two;
+* ``control_state``: one typed row per window end that changed the plan or ran the scaler
+  (plan version put in force, the scaler's sample and state). This is what a restart reads;
+* ``decisions``: the audit log, appended once per window and never read here.
+
+Every append carries Delta's transaction id (run id + table, batch id), so a re-executed
+batch writes nothing twice.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from keyshift.config import Config
+from keyshift.control import ControlRecord, ScalerState, WindowSample
+from keyshift.plan import Plan
+
+from .txn import append
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+STATE_TABLE = "control_state"
+
+
+class ControlLog:
+    """The Delta implementation of :class:`keyshift.control.ControlStore` for one run."""
+
+    def __init__(self, spark: SparkSession, cfg: Config, run_id: str) -> None:
+        self.spark = spark
+        self.cfg = cfg
+        self.run_id = run_id
+        self._state_ready = False
+
+    def _read(self, name: str):
+        return self.spark.read.format("delta").load(self.cfg.table_path(name))
+
+    def _ensure_state(self) -> None:
+        """``control_state`` is the loop's own table: made on first use, whoever runs it."""
+        if not self._state_ready:
+            from .session import ensure_tables
+
+            ensure_tables(self.spark, self.cfg, [STATE_TABLE])
+            self._state_ready = True
+
+    # -- plans --------------------------------------------------------------------------------
+    def plans(self, groups: int) -> list[Plan]:
+        from pyspark.sql import functions as F
+
+        rows = self._read("plans").where(F.col("scope") == self.run_id).collect()
+        return [_plan(r) for r in rows if r.groups == groups]
+
+    def baseline_plan(self, policy: str, groups: int) -> Plan | None:
+        from pyspark.sql import functions as F
+
+        rows = (
+            self._read("plans")
+            .where((F.col("scope") == "baseline") & (F.col("policy") == policy)
+                   & (F.col("groups") == groups))
+            .orderBy(F.col("version").desc(), F.col("created_at").desc()).limit(1).collect()
+        )
+        return _plan(rows[0]) if rows else None
+
+    def write_plan(self, plan: Plan, policy: str, reason: str, batch_id: int) -> None:
+        row = {
+            "version": plan.version, "scope": self.run_id, "created_at": datetime.now(UTC),
+            "policy": policy, "groups": plan.groups, "engines": plan.engines,
+            "live": plan.live.tolist(), "assignment": plan.assignment.tolist(),
+            "reason": reason,
+        }
+        append(self.spark, self.cfg, "plans", [row], f"{self.run_id}/plans", batch_id + 1)
+
+    # -- window loads -------------------------------------------------------------------------
+    def window_loads(self, start: int, end: int, groups: int) -> tuple[np.ndarray, np.ndarray]:
+        from pyspark.sql import functions as F
+
+        rows = (
+            self._read("key_loads")
+            .where((F.col("run_id") == self.run_id) & (F.col("batch_id") >= start)
+                   & (F.col("batch_id") < end))
+            .groupBy("group").agg(F.sum("load").alias("load"), F.max("state_bytes").alias("s"))
+            .collect()
+        )
+        loads, state = np.zeros(groups), np.zeros(groups)
+        for r in rows:
+            if 0 <= r.group < groups:
+                loads[r.group] = r.load
+                state[r.group] = r.s or 0
+        return loads, state
+
+    # -- typed control state ------------------------------------------------------------------
+    def records(self) -> list[ControlRecord]:
+        from pyspark.sql import functions as F
+
+        self._ensure_state()
+        rows = self._read(STATE_TABLE).where(F.col("run_id") == self.run_id).collect()
+        return [record_of(r.asDict()) for r in rows]
+
+    def write_record(self, record: ControlRecord) -> None:
+        self._ensure_state()
+        append(self.spark, self.cfg, STATE_TABLE, [row_of(self.run_id, record)],
+               f"{self.run_id}/{STATE_TABLE}", record.batch_id)
+
+    # -- the audit log ------------------------------------------------------------------------
+    def write_decisions(self, rows: list[dict], batch_id: int) -> None:
+        """A window's rows (scaler, balancer) in one idempotent append."""
+        append(self.spark, self.cfg, "decisions", rows, f"{self.run_id}/decisions", batch_id)
+
+
+def row_of(run_id: str, r: ControlRecord) -> dict[str, Any]:
+    """A ``control_state`` row (keyshift.schemas.TABLES['control_state'])."""
+    s, st = r.sample, r.scaler
+    return {
+        "run_id": run_id, "batch_id": r.batch_id, "window": r.window,
+        "plan_version": r.plan_version,
+        "obs_t": s.t if s else None, "obs_in": s.in_tuples if s else None,
+        "obs_lat_s": s.lat_s if s else None, "obs_engines": s.engines if s else None,
+        "path": list(st.path) if st else None, "position": st.position if st else None,
+        "since_change": st.since_change if st else None,
+        "fc_in": st.fc_in if st else None, "fc_lat": st.fc_lat if st else None,
+        "proposed": st.proposed if st else None,
+        "engines_after": st.engines_after if st else None,
+        "reason": st.reason if st else None, "written_at": datetime.now(UTC),
+    }
+
+
+def record_of(d: dict[str, Any]) -> ControlRecord:
+    """The typed record of a ``control_state`` row."""
+    sample = None if d.get("obs_engines") is None else WindowSample(
+        float(d["obs_t"]), float(d["obs_in"]),
+        None if d.get("obs_lat_s") is None else float(d["obs_lat_s"]), int(d["obs_engines"]))
+    scaler = None if d.get("proposed") is None else ScalerState(
+        tuple(int(e) for e in d.get("path") or ()), int(d["position"] or 0),
+        None if d.get("since_change") is None else int(d["since_change"]),
+        float(d["fc_in"] or 0.0), float(d["fc_lat"] or 0.0), int(d["proposed"]),
+        int(d["engines_after"]), d.get("reason") or "")
+    version = d.get("plan_version")
+    return ControlRecord(int(d["batch_id"]), int(d["window"]),
+                         None if version is None else int(version), sample, scaler)
+
+
+def _plan(r: Any) -> Plan:
+    return Plan(np.asarray(r.assignment, dtype=np.int64), int(r.engines), int(r.version),
+                np.asarray(r.live, dtype=bool))
