@@ -8,13 +8,21 @@ range (``ConfigError``), never later with a stack trace from deep inside Spark.
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from functools import cached_property
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from keyshift.errors import ConfigError
 
@@ -61,6 +69,29 @@ class SparkConfig(_Section):
     # on Central): the jar version is pinned here, same major.minor as the Python package.
     delta_version: str = Field("4.4.0", pattern=r"^\d+\.\d+\.\d+$")
     ui: bool = False
+    # On a cluster (master not local[...]): what one application may take and where the
+    # executors reach the driver, so a job does not grab a shared cluster (docs/platform.md).
+    cores_max: int = Field(0, ge=0, le=100000)  # spark.cores.max; 0 = unset (all cores)
+    executor_cores: int = Field(1, ge=1, le=1024)
+    executor_memory: str = Field("1g", pattern=r"^\d+[kmgt]?$")
+    driver_host: str = Field("", pattern=r"^[A-Za-z0-9.:_\[\]-]*$")  # "" = Spark's choice
+    driver_bind_address: str = Field("", pattern=r"^[A-Za-z0-9.:_\[\]-]*$")  # "" = driver_host
+    driver_port: int = Field(0, ge=0, le=65535)  # 0 = a random free port
+    driver_block_manager_port: int = Field(0, ge=0, le=65535)  # 0 = a random free port
+    pyspark_python: str = ""  # executors' Python; "" = the driver's interpreter (the venv's)
+    master_timeout_s: float = Field(10.0, gt=0, le=600)  # a spark:// master must answer
+    executor_wait_s: float = Field(120.0, ge=0, le=3600)  # first executor; 0 = do not wait
+
+    @field_validator("master")
+    @classmethod
+    def _master_url(cls, master: str) -> str:
+        if master.startswith("spark://"):
+            for hostport in master[len("spark://"):].split(","):
+                host, _, port = hostport.rpartition(":")
+                if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+                    raise ValueError(
+                        "expected spark://HOST:PORT[,HOST:PORT...] with a port in 1..65535")
+        return master
 
 
 class WarehouseConfig(_Section):
@@ -79,6 +110,9 @@ class EnginesConfig(_Section):
     initial: int = Field(4, ge=1, le=4096)
     min: int = Field(1, ge=1, le=4096)
     max: int = Field(16, ge=1, le=4096)
+    # every this many batches an engine writes a base file of its whole state and prunes the
+    # changelog before the previous base (streaming.engine_state); 0 = never compact
+    compact_every: int = Field(100, ge=0, le=1_000_000)
 
     @model_validator(mode="after")
     def _ordered(self) -> EnginesConfig:
@@ -90,7 +124,9 @@ class EnginesConfig(_Section):
 
 
 class ControllerConfig(_Section):
-    app: Literal["fsd", "traffic", "clicks", "wordcount"] = "fsd"
+    # a shipped application (fsd, traffic, clicks, wordcount), an entry point of group
+    # keyshift.operators, or module:Class; resolved (and refused with a reason) at start
+    app: str = Field("fsd", min_length=1, pattern=r"^[A-Za-z0-9_.:-]+$")
     policy: Literal["kg", "dlb-h", "dlb-l", "elb", "lptf", "clb", "uhlb"] = "dlb-h"
     window_s: float = Field(10.0, gt=0, le=86400)
     theta: float = Field(15.0, gt=0, le=1000)
@@ -155,9 +191,32 @@ class Config(_Section):
         return Path(self.home).expanduser().resolve()
 
     @property
-    def warehouse_path(self) -> Path:
+    def warehouse_uri(self) -> str:
+        """The warehouse root as Spark and Delta get it: a URI with a scheme (``s3a://``,
+        ``hdfs://``, ``abfss://``, ``file:``) verbatim, a plain path made absolute."""
         root = self.warehouse.root or str(self.home_path / "warehouse")
-        return Path(root).expanduser().resolve()
+        if _has_scheme(root):
+            return root.rstrip("/")
+        return str(Path(root).expanduser().resolve())
+
+    @property
+    def warehouse_path(self) -> Path:
+        """The warehouse as a local folder; only for a warehouse on this machine's disk."""
+        uri = self.warehouse_uri
+        if uri.startswith("file:"):
+            return Path(uri[5:].lstrip("/") and "/" + uri[5:].lstrip("/"))
+        if _has_scheme(uri):
+            raise ValueError(f"warehouse.root: {uri} is not on this machine's filesystem")
+        return Path(uri)
+
+    def checkpoint_uri(self, run_id: str) -> str:
+        """Where a run's streaming query checkpoints: beside the tables, so that a driver
+        restarted on another host finds it (a local home would not be shared)."""
+        return f"{self.warehouse_uri}/_checkpoints/{run_id}"
+
+    def engine_state_uri(self, run_id: str) -> str:
+        """The durable changelog of a run's engines (streaming.engine_state)."""
+        return f"{self.warehouse_uri}/_engine_state/{run_id}"
 
     @property
     def cache_path(self) -> Path:
@@ -173,7 +232,13 @@ class Config(_Section):
         return Path(self.mlflow.artifact_root or self.home_path / "mlartifacts").resolve()
 
     def table_path(self, table: str) -> str:
-        return str(self.warehouse_path / table)
+        """A Delta table's location, a URI handed to Spark and Delta verbatim."""
+        return f"{self.warehouse_uri}/{table}"
+
+
+def _has_scheme(location: str) -> bool:
+    """``s3a://b/w``, ``hdfs://nn/w``, ``file:/w``: a URI; ``/w`` or ``C:/w``: a path."""
+    return bool(re.match(r"^[A-Za-z][A-Za-z0-9+.-]+:(//|/)", location))
 
 
 def _defaults() -> dict[str, Any]:

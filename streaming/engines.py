@@ -1,160 +1,45 @@
-"""Engines: one Spark task per engine per micro-batch, each running the application's operator
-over the key groups the plan gives it, with its working state in a versioned local store.
+"""Engines: one Spark task per engine per micro-batch, each running the operator over the key
+groups the plan gives it, with its working state durable off the executor.
 
 Why this shape (numbers in docs/engines.md):
 
 * The micro-batch is routed (group → engine through the plan of this batch) and shuffled with
   an identity partitioner over engine slots, so partition *e* is engine *e*: exactly one task
-  per engine, and the task index is the engine id (``TaskRecord`` proves it per batch).
-* The working state of an engine lives in an :class:`EngineStore`, a small SQLite file per
-  engine slot on the engine's local disk, keyed by (group, batch version). A batch loads only
-  the groups it touches (their last version), runs the operator, and writes back only those
-  groups under the batch's version. Nothing is reloaded from Delta per batch; Delta only sees
-  the state of *moving* groups (``state_snapshots``). Versioning makes a batch idempotent: a
-  re-executed batch (task retry, or the query restarting after a crash) first drops every
-  version ≥ its own and therefore starts from exactly the state the first attempt saw.
-* Migration inside the batch (dlb §3.3 steps i–v): the old engine snapshots and drops each
-  group that leaves it, the new engine buffers that group's events of this batch in its store
-  (it has no state for it yet); the driver writes the snapshots to Delta, reads them back, and
-  a restore task per receiving engine installs them and replays the buffer in event-time order.
+  per engine, and the task index is the engine id (the ``TASK`` record proves it per batch).
+* An engine's state is durable in a per-engine changelog on the warehouse filesystem and
+  cached on the executor that ran it last (:mod:`streaming.engine_state`). A batch loads only
+  the groups it touches, runs the operator, and writes back only those groups, locally and
+  to the changelog, under the batch's version. A re-executed batch (task retry, the query
+  restarting after a crash, the task landing on another executor) starts from exactly the
+  state as of the batch before it.
+* Migration happens before the engines run (dlb §3.3): in a batch whose plan differs from the
+  last one's, a release task per old engine reads the leaving groups' state as of the last
+  batch and the executors write it to Delta ``state_snapshots``; the engine stage then reads
+  those rows back and routes each to its new engine, which installs it *before* it processes
+  the group's events of this batch. So no event waits in a buffer, a group has one owner in
+  every batch version, and the driver never holds state bytes.
+* Everything a task produces goes back into Spark as rows (complex events, dead letters, key
+  loads, one task record); the executors write them to Delta, and the driver collects only
+  the key loads and the task records (O(groups + engines) per batch).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from keyshift.apps import make_operator, order_key
 
-# Record tags of what an engine task returns to the driver.
-OUT, SNAP, LOAD, TASK, DEAD = "out", "snap", "load", "task", "dead"
+from .engine_state import DurableState, cache_root, open_store
 
-
-class EngineStore:
-    """Versioned group → state bytes of one engine slot (plus the migration buffer).
-
-    Rows carry the batch version that wrote them; ``state IS NULL`` marks a group dropped in
-    that batch (it left the engine). Older versions are pruned as soon as a newer one has
-    been written on top of the version a batch loaded, so at most two versions per group
-    exist: the one a re-executed batch would start from, and the newest.
-    """
-
-    def __init__(self, root: str | os.PathLike[str], engine: int) -> None:
-        self.path = Path(root) / f"engine-{engine:04d}.sqlite"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute(
-            "CREATE TABLE IF NOT EXISTS state (grp INTEGER, version INTEGER, data BLOB, "
-            "PRIMARY KEY (grp, version))"
-        )
-        self._db.execute(
-            "CREATE TABLE IF NOT EXISTS buffer (grp INTEGER, version INTEGER, seq INTEGER, "
-            "event TEXT, PRIMARY KEY (grp, version, seq))"
-        )
-
-    def close(self) -> None:
-        self._db.close()
-
-    def rollback(self, version: int) -> None:
-        """Forget everything a (failed or repeated) attempt of batch ≥ ``version`` wrote."""
-        with self._tx():
-            self._db.execute("DELETE FROM state WHERE version >= ?", (version,))
-            self._db.execute("DELETE FROM buffer WHERE version >= ?", (version,))
-
-    def load(self, groups: Iterable[int], before: int) -> dict[int, bytes]:
-        """Newest state of each group written before batch ``before`` (dropped ones omitted)."""
-        gs = sorted(set(int(g) for g in groups))
-        found: dict[int, bytes | None] = {}
-        for chunk in _chunks(gs, 500):
-            marks = ",".join("?" * len(chunk))
-            rows = self._db.execute(
-                f"SELECT grp, data FROM state WHERE grp IN ({marks}) AND version < ? "
-                "ORDER BY grp, version",
-                (*chunk, before),
-            )
-            for g, data in rows:
-                found[g] = data
-        return {g: d for g, d in found.items() if d is not None}
-
-    def save(self, version: int, states: Mapping[int, bytes | None]) -> None:
-        """Write the groups' state under ``version`` (None = dropped) and prune old versions."""
-        if not states:
-            return
-        with self._tx():
-            self._db.executemany(
-                "INSERT OR REPLACE INTO state VALUES (?, ?, ?)",
-                [(int(g), version, d) for g, d in states.items()],
-            )
-            self._db.executemany(
-                "DELETE FROM state WHERE grp = ? AND version < (SELECT MAX(version) FROM state "
-                "WHERE grp = ? AND version < ?)",
-                [(int(g), int(g), version) for g in states],
-            )
-
-    def buffer(self, version: int, events: list[tuple[int, dict[str, Any]]]) -> None:
-        """Keep events of groups whose state has not arrived yet, in processing order."""
-        if not events:
-            return
-        with self._tx():
-            self._db.executemany(
-                "INSERT OR REPLACE INTO buffer VALUES (?, ?, ?, ?)",
-                [(g, version, i, json.dumps(e)) for i, (g, e) in enumerate(events)],
-            )
-
-    def buffered(self, version: int, groups: Iterable[int]) -> list[tuple[int, dict[str, Any]]]:
-        gs = sorted(set(int(g) for g in groups))
-        out: list[tuple[int, dict[str, Any]]] = []
-        for chunk in _chunks(gs, 500):
-            marks = ",".join("?" * len(chunk))
-            rows = self._db.execute(
-                f"SELECT grp, event FROM buffer WHERE version = ? AND grp IN ({marks}) "
-                "ORDER BY seq",
-                (version, *chunk),
-            )
-            out.extend((g, json.loads(e)) for g, e in rows)
-        return out
-
-    def clear_buffer(self, version: int, groups: Iterable[int]) -> None:
-        with self._tx():
-            self._db.executemany(
-                "DELETE FROM buffer WHERE version = ? AND grp = ?",
-                [(version, int(g)) for g in groups],
-            )
-
-    def owned(self) -> set[int]:
-        """Groups whose newest version holds state (a dropped group is not owned)."""
-        rows = self._db.execute(
-            "SELECT s.grp, s.data IS NOT NULL FROM state s JOIN (SELECT grp, MAX(version) v "
-            "FROM state GROUP BY grp) m ON s.grp = m.grp AND s.version = m.v"
-        )
-        return {g for g, has in rows if has}
-
-    def _tx(self) -> _Tx:
-        return _Tx(self._db)
-
-
-class _Tx:
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self._db = db
-
-    def __enter__(self) -> None:
-        self._db.execute("BEGIN IMMEDIATE")
-
-    def __exit__(self, exc_type, *_: object) -> None:
-        self._db.execute("ROLLBACK" if exc_type else "COMMIT")
-
-
-def _chunks(seq: list[int], n: int) -> Iterator[list[int]]:
-    for i in range(0, len(seq), n):
-        yield seq[i : i + n]
+# Record tags of what an engine task yields.
+OUT, LOAD, TASK, DEAD = "out", "load", "task", "dead"
+# Input row kinds of an engine task: an event of the batch, or a moved group's snapshot.
+EVENT, SNAPSHOT = "e", "s"
 
 
 class _InputClock:
@@ -194,41 +79,71 @@ class BatchSpec:
     batch_id: int
     app: str
     params: dict[str, Any]
-    store_root: str
+    run_key: str  # names the executors' cache folder of this run
+    state_uri: str  # the durable changelog of this run's engines
+    compact_every: int = 100
     moves_out: dict[int, list[int]] = field(default_factory=dict)  # engine → groups leaving
     moves_in: dict[int, list[int]] = field(default_factory=dict)  # engine → groups arriving
+    caches: dict[int, str] = field(default_factory=dict)  # engine → cache id of batch − 1
+
+    @property
+    def durable(self) -> DurableState:
+        return DurableState(self.state_uri, self.compact_every)
+
+    def open(self, engine: int):
+        return open_store(cache_root(self.run_key), self.durable, engine, self.batch_id,
+                          self.caches.get(engine))
+
+
+def run_release(spec: BatchSpec, engine: int) -> Iterator[tuple[int, int, int, bytes]]:
+    """Migration step (i): ``(group, from_engine, to_engine, state)`` of the groups leaving
+    ``engine`` in this batch, as of the batch before. Reads only: the engine task of the
+    same batch drops them, so a retry of either stage sees the same state."""
+    leaving = spec.moves_out.get(engine, [])
+    if not leaving:
+        return
+    dest = {g: e for e, gs in spec.moves_in.items() for g in gs}
+    store, _ = spec.open(engine)
+    try:
+        op = make_operator(spec.app, **spec.params)
+        saved = store.load(leaving, spec.batch_id)
+        for g in sorted(leaving):
+            # a group that never had state still moves: an empty snapshot says so
+            yield (g, engine, dest[g], saved.get(g) or op.snapshot(g))
+    finally:
+        store.close()
 
 
 def run_engine(spec: BatchSpec, engine: int, rows: Iterable[tuple]) -> Iterator[tuple]:
     """The body of engine ``engine``'s one task in batch ``spec.batch_id``.
 
-    ``rows`` are ``(engine, (group, partition, offset, event_json, reason, raw, kafka_ts))``
-    for this engine; records that failed validation (``reason`` set) ride along to engine 0
-    so that the whole batch is one Spark job. Yields tagged records: OUT complex events, SNAP
-    snapshots of groups leaving, LOAD per-group load and state size, DEAD rejected records,
-    and one TASK record (task identity and timings).
+    ``rows`` are ``(engine, (EVENT, group, partition, offset, event_json, reason, raw,
+    kafka_ts))`` and ``(engine, (SNAPSHOT, group, state))``; records that failed validation
+    (``reason`` set) ride along to engine 0 so that the whole batch is one Spark job. Yields
+    tagged records: OUT complex events, DEAD rejected records, LOAD per-group load and state
+    size, and one TASK record (task identity, timings, the cache id for the next batch).
     """
     from pyspark import TaskContext
 
     t0 = time.perf_counter()
     ctx = TaskContext.get()
-    store = EngineStore(spec.store_root, engine)
+    store, rebuilt = spec.open(engine)
+    t_open = time.perf_counter() - t0
     try:
-        store.rollback(spec.batch_id)
         op = make_operator(spec.app, **spec.params)
-        # (i) groups leaving: snapshot and drop (the state is the one before this batch)
         leaving = spec.moves_out.get(engine, [])
-        snaps = store.load(leaving, spec.batch_id)
-        for g in leaving:
-            yield (SNAP, (g, engine, snaps.get(g, op.snapshot(g))))
-        store.save(spec.batch_id, {g: None for g in leaving})
-        t_release = time.perf_counter()
+        changes: dict[int, bytes | None] = {g: None for g in leaving}
 
         events: list[tuple[int, dict[str, Any]]] = []
+        arrived: dict[int, bytes] = {}
         kafka_first, kafka_last = float("inf"), float("-inf")
         dead = 0
         clock = _InputClock(rows)
-        for _, (group, partition, offset, value, reason, raw, kts) in clock:
+        for _, row in clock:
+            if row[0] == SNAPSHOT:
+                arrived[row[1]] = row[2]
+                continue
+            _, group, partition, offset, value, reason, raw, kts = row
             if reason is not None:
                 dead += 1
                 yield (DEAD, (partition, offset, kts, raw, reason))
@@ -239,21 +154,32 @@ def run_engine(spec: BatchSpec, engine: int, rows: Iterable[tuple]) -> Iterator[
             if kts:
                 kafka_first, kafka_last = min(kafka_first, kts), max(kafka_last, kts)
         events.sort(key=lambda ge: order_key(ge[1]))
-        arriving = set(spec.moves_in.get(engine, []))
-        waiting = [ge for ge in events if ge[0] in arriving]
-        ready = [ge for ge in events if ge[0] not in arriving]
-        # (iv) events of an arriving group wait in the buffer until its state is restored
-        store.buffer(spec.batch_id, waiting)
+        expected_in = set(spec.moves_in.get(engine, []))
+        if set(arrived) != expected_in:
+            raise RuntimeError(
+                f"engine {engine}, batch {spec.batch_id}: expected the state of groups "
+                f"{sorted(expected_in - set(arrived))[:10]} to arrive; refusing to process "
+                "their events without it")
 
-        touched = sorted({g for g, _ in ready})
+        touched = sorted({g for g, _ in events} - set(arrived))
         t_load0 = time.perf_counter()
         for g, data in store.load(touched, spec.batch_id).items():
             op.restore(g, data)
+        for g, data in arrived.items():  # (v) install moved state before its events
+            if data:
+                op.restore(g, data)
         t_load = time.perf_counter() - t_load0
-        outs = op.process_many((e for _, e in ready), (g for g, _ in ready))
+        outs = op.process_many((e for _, e in events), (g for g, _ in events))
         t_save0 = time.perf_counter()
-        snapshots = {g: op.snapshot(g) for g in touched}
-        store.save(spec.batch_id, snapshots)
+        snapshots = {g: op.snapshot(g) for g in sorted(set(touched) | set(arrived))}
+        changes.update(snapshots)
+        store.save(spec.batch_id, changes)
+        spec.durable.write_changes(engine, spec.batch_id, changes)
+        store.mark_applied(spec.batch_id)
+        compacted = bool(spec.compact_every) and spec.batch_id % spec.compact_every == 0 \
+            and spec.batch_id > 0
+        if compacted:
+            spec.durable.write_base(engine, spec.batch_id, store.newest())
         t_save = time.perf_counter() - t_save0
         for g, ce in outs:
             yield (OUT, (engine, g, ce.key, ce.ts, ce.kind, ce.detail, ce.event_id))
@@ -271,51 +197,24 @@ def run_engine(spec: BatchSpec, engine: int, rows: Iterable[tuple]) -> Iterator[
                 "stage": ctx.stageId() if ctx else -1,
                 "attempt": ctx.attemptNumber() if ctx else -1,
                 "pid": os.getpid(),
+                "host": os.uname().nodename,
+                "cache_id": store.cache_id,
+                "rebuilt": rebuilt,
                 "events": len(events),
+                "outputs": len(outs),
                 "dead": dead,
                 "kafka_ts_first": kafka_first if events else None,
                 "kafka_ts_last": kafka_last if events else None,
-                "buffered": len(waiting),
                 "released": len(leaving),
-                "release_s": t_release - t0,
+                "restored": len(arrived),
+                "compacted": compacted,
+                "open_s": t_open,
                 "load_s": t_load,
                 "save_s": t_save,
                 "state_bytes": sum(len(s) for s in snapshots.values()),
                 "input_wait_s": clock.wait_s,
                 "duration_s": time.perf_counter() - t0,
             },
-        )
-    finally:
-        store.close()
-
-
-def run_restore(spec: BatchSpec, engine: int, rows: Iterable[tuple]) -> Iterator[tuple]:
-    """Restore task of a receiving engine: install snapshots, replay buffered events in order.
-
-    ``rows`` are ``(engine, (group, state_bytes))``: the old engines' snapshots, already
-    durable in Delta ``state_snapshots`` when this task starts.
-    """
-    t0 = time.perf_counter()
-    store = EngineStore(spec.store_root, engine)
-    try:
-        op = make_operator(spec.app, **spec.params)
-        clock = _InputClock(rows)
-        snaps = {g: data for _, (g, data) in clock}
-        for g, data in snaps.items():
-            if data is not None:
-                op.restore(g, data)
-        waiting = store.buffered(spec.batch_id, snaps)
-        outs = op.process_many((e for _, e in waiting), (g for g, _ in waiting))
-        states = {g: op.snapshot(g) for g in snaps}
-        store.save(spec.batch_id, states)
-        store.clear_buffer(spec.batch_id, snaps)
-        for g, ce in outs:
-            yield (OUT, (engine, g, ce.key, ce.ts, ce.kind, ce.detail, ce.event_id))
-        yield (
-            TASK,
-            {"engine": engine, "restored": len(snaps), "replayed": len(waiting),
-             "input_wait_s": clock.wait_s, "duration_s": time.perf_counter() - t0,
-             "restore": True},
         )
     finally:
         store.close()

@@ -4,14 +4,21 @@ One ``foreachBatch`` function composes the speed layer for micro-batch b:
 
 1. validate the records (bad ones → ``dead_letter`` with the reason, the job goes on);
 2. route: key → group (xxHash64, in the JVM) → engine through the plan in force for b;
-3. engines: one task per engine slot (:func:`streaming.engines.run_engine`), migration of the
-   groups whose owner changed since b−1 included (:mod:`streaming.migration`);
-4. write ``events_out``, ``key_loads``, ``metrics`` (all idempotent per batch);
-5. controller: collect the loads, and at a window's end evaluate, decide, realize, record.
+3. when the plan changed since b−1, release the moving groups' state to ``state_snapshots``
+   (executors write it) and route each snapshot to its new engine (:mod:`streaming.migration`);
+4. engines: one task per engine slot (:func:`streaming.engines.run_engine`), state durable
+   off the executor (:mod:`streaming.engine_state`);
+5. the executors append ``events_out``, ``key_loads`` and ``dead_letter`` straight from the
+   engine stage's result; the driver collects only per-group loads and one record per task,
+   then writes ``metrics`` and runs the controller (collect, and at a window's end evaluate,
+   decide, realize, record).
+
+No driver in the data path: the driver handles O(groups + engines) numbers per batch, never
+an event, an output or a byte of state.
 
 Recovery: Kafka offsets and the query's checkpoint replay an unfinished batch with the same
-offsets; Delta appends are idempotent per batch; engine stores roll back to before the
-batch; the controller rebuilds its state from Delta. So a crash anywhere, mid-migration
+offsets; Delta appends are idempotent per batch; engine state is read as of the batch
+before; the controller rebuilds its state from Delta. So a crash anywhere, mid-migration
 included, followed by a restart gives the output of an uninterrupted run.
 """
 
@@ -21,7 +28,8 @@ import json
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,25 +39,27 @@ import numpy as np
 from keyshift.config import Config
 from keyshift.groups import spark_group_expr_sql
 from keyshift.metrics import Balance, live_loads
-from keyshift.schemas import event_schema
+from keyshift.schemas import SCHEMA_VERSION, event_schema, table
 
 from .controller import Controller, ControlLog
 from .engines import (
     DEAD,
+    EVENT,
     LOAD,
     OUT,
-    SNAP,
+    SNAPSHOT,
     TASK,
     BatchSpec,
     engine_partitioner,
     run_engine,
-    run_restore,
     work_seconds,
 )
-from .migration import Migration, record_completed, record_started, restore_rows
+from .migration import Migration, record_completed, record_started, release
+from .sinks import append as append_frame
 from .txn import append, concurrently
 
 if TYPE_CHECKING:
+    from pyspark import RDD
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
@@ -76,6 +86,8 @@ class JobOptions:
     app_params: dict[str, Any] = field(default_factory=dict)
     max_offsets_per_trigger: int | None = None
     policy_params: dict[str, Any] = field(default_factory=dict)
+    available_now: bool = False  # process what the topic holds, then stop
+    starting_offsets: str = "earliest"  # where a new run starts in the topic
 
 
 @dataclass
@@ -92,28 +104,50 @@ class Totals:
     moved_groups: int = 0
     moved_bytes: int = 0
     last_batch: int = -1
+    durations: list[float] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class BatchReport:
+    """What one micro-batch did, for a progress line (``keyshift run``) or a test."""
+
+    batch_id: int
+    events: int
+    dead_letter: int
+    complex_events: int
+    rstd: float
+    engines: int
+    plan_version: int
+    moved_groups: int
+    moved_bytes: int
+    duration_s: float
 
 
 class StreamJob:
     """Builds and runs the query; ``process_batch`` is the whole per-batch logic."""
 
-    def __init__(self, spark: SparkSession, cfg: Config, options: JobOptions) -> None:
+    def __init__(self, spark: SparkSession, cfg: Config, options: JobOptions,
+                 on_batch: Callable[[BatchReport], None] | None = None) -> None:
         self.spark = spark
         self.cfg = cfg
         self.opt = options
         self.app = options.app
-        event_schema(self.app)  # unknown app fails here, naming the known ones
+        self.event_schema = event_schema(self.app)  # a bad operator spec fails here, with why
         self.groups = options.groups or cfg.groups.count
         self.engines = options.engines or cfg.engines.initial
         self.trigger_s = options.trigger_s or cfg.spark.trigger_s
         self.run_id = options.run_id
         self.run_dir = cfg.home_path / "runs" / self.run_id
         self.topic = options.topic or cfg.kafka.topic
+        self.checkpoint = cfg.checkpoint_uri(self.run_id)
+        self.state_uri = cfg.engine_state_uri(self.run_id)
         per_window = max(1, round(cfg.controller.window_s / self.trigger_s))
         self.log = ControlLog(spark, cfg, self.run_id)
         self.controller = Controller(cfg, self.run_id, options.policy, self.groups, self.engines,
                                      per_window, self.log, options.policy_params)
         self.totals = Totals()
+        self.on_batch = on_batch
+        self._caches: dict[int, str] = {}  # engine → cache id its last task reported
         self._recovered = False
         self._lock = threading.Lock()
         self._batch_lock = threading.Lock()
@@ -121,25 +155,17 @@ class StreamJob:
         self.query: StreamingQuery | None = None
 
     # -- query ------------------------------------------------------------------------
-    @property
-    def checkpoint(self) -> Path:
-        return self.run_dir / "checkpoint"
-
-    @property
-    def store_root(self) -> Path:
-        return self.run_dir / "engines"
-
     def source(self) -> DataFrame:
-        reader = (
+        return (
             self.spark.readStream.format("kafka")
             .option("kafka.bootstrap.servers", self.cfg.kafka.bootstrap)
             .option("subscribe", self.topic)
-            .option("startingOffsets", "earliest")
+            .option("startingOffsets", self.opt.starting_offsets)
             .option("failOnDataLoss", "false")
             .option("maxOffsetsPerTrigger",
                     self.opt.max_offsets_per_trigger or self.cfg.spark.max_offsets_per_trigger)
+            .load()
         )
-        return reader.load()
 
     def start(self) -> StreamingQuery:
         from streaming.session import ensure_tables
@@ -149,12 +175,15 @@ class StreamJob:
         (self.run_dir / "job.json").write_text(json.dumps(
             {"run_id": self.run_id, "app": self.app, "policy": self.opt.policy,
              "groups": self.groups, "engines": self.engines, "topic": self.topic,
-             "trigger_s": self.trigger_s, "app_params": self.opt.app_params}, indent=2))
+             "trigger_s": self.trigger_s, "app_params": self.opt.app_params,
+             "checkpoint": self.checkpoint, "engine_state": self.state_uri}, indent=2))
+        trigger = ({"availableNow": True} if self.opt.available_now
+                   else {"processingTime": f"{self.trigger_s} seconds"})
         self.query = (
             self.source().writeStream.queryName(f"keyshift-{self.run_id}")
             .foreachBatch(self.process_batch)
-            .option("checkpointLocation", str(self.checkpoint))
-            .trigger(processingTime=f"{self.trigger_s} seconds")
+            .option("checkpointLocation", self.checkpoint)
+            .trigger(**trigger)
             .start()
         )
         return self.query
@@ -188,15 +217,27 @@ class StreamJob:
 
         from .ingest import classify
 
-        names = event_schema(self.app).names
+        names = self.event_schema.names
         return classify(df, self.app).select(
             "partition", "offset", F.col("kafka_ts").alias("timestamp"), "raw", "reason",
             F.expr(spark_group_expr_sql("key", self.groups)).alias("group"),
             F.to_json(F.struct(*names)).alias("event"),
         )
 
-    def _process_batch(self, df: DataFrame, batch_id: int) -> None:
+    def _route(self, df: DataFrame, assign: np.ndarray) -> RDD:
+        """``(engine, (EVENT, group, partition, offset, event, reason, raw, kafka_ts))``:
+        valid events to their engine, rejected records to engine 0 (one Spark job)."""
         from pyspark.sql import functions as F
+
+        return (
+            self._parse(df)
+            .select("group", "partition", "offset", "event", "reason", "raw",
+                    F.col("timestamp").cast("double").alias("kts")).rdd
+            .map(lambda r: (int(assign[r[0]]) if r[4] is None else 0, (EVENT, *r)))
+        )
+
+    def _process_batch(self, df: DataFrame, batch_id: int) -> None:
+        from pyspark import StorageLevel
 
         t0 = time.perf_counter()
         start_wall = datetime.now(UTC)
@@ -207,91 +248,81 @@ class StreamJob:
         prev = self.controller.plan_for(batch_id - 1) if batch_id > 0 else plan
         migration = Migration.between(self.run_id, batch_id, prev, plan)
         slots = max(plan.engines, prev.engines)
+        spec = BatchSpec(batch_id, self.app, dict(self.opt.app_params), self.run_id,
+                         self.state_uri, self.cfg.engines.compact_every,
+                         migration.moves_out(), migration.moves_in(), dict(self._caches))
+        sc = self.spark.sparkContext
+        sc.setLocalProperty("spark.job.description", f"keyshift {self.run_id} batch {batch_id}")
 
-        spec = BatchSpec(batch_id, self.app, dict(self.opt.app_params),
-                         str(self.store_root), migration.moves_out(), migration.moves_in())
-        assign = plan.assignment
-        # one Spark job per batch: valid events to their engine, rejected records to engine 0
-        routed = (
-            self._parse(df)
-            .select("group", "partition", "offset", "event", "reason", "raw",
-                    F.col("timestamp").cast("double").alias("kts")).rdd
-            .map(lambda r: (int(assign[r[0]]) if r[4] is None else 0, tuple(r)))
-            .partitionBy(slots, engine_partitioner)
-        )
-        t_engines = time.perf_counter()
-        records = routed.mapPartitionsWithIndex(
-            lambda e, rows: run_engine(spec, e, rows)).collect()
-        engines_s = time.perf_counter() - t_engines
-
-        outs = [r[1] for r in records if r[0] == OUT]
-        tasks = [r[1] for r in records if r[0] == TASK]
-        snaps = [r[1] for r in records if r[0] == SNAP]
-        load_rows = [r[1] for r in records if r[0] == LOAD]
-        dead = [r[1] for r in records if r[0] == DEAD]
-
-        moved = 0
-        pause_s = 0.0
+        routed = self._route(df, plan.assignment)
+        moved, pause_s = 0, 0.0
         if len(migration):
             t_mig = time.perf_counter()
-            moved = record_started(self.spark, self.cfg, self.run_id, migration, snaps, start_wall)
-            marker = self.run_dir / "migrating.json"
-            marker.write_text(json.dumps({"batch_id": batch_id, "groups": len(migration),
-                                          "migration_id": migration.migration_id}))
-            back = restore_rows(migration, snaps)
-            restored = (
-                self.spark.sparkContext.parallelize(back, max(1, min(len(back), slots)))
-                .partitionBy(slots, engine_partitioner)
-                .mapPartitionsWithIndex(lambda e, rows: run_restore(spec, e, rows))
-                .collect()
-            )
-            outs += [r[1] for r in restored if r[0] == OUT]
-            tasks += [r[1] for r in restored if r[0] == TASK]
+            snapshots, moved = release(self.spark, self.cfg, self.run_id, migration, spec, slots)
+            record_started(self.spark, self.cfg, self.run_id, migration, moved, start_wall)
+            (self.run_dir / "migrating.json").write_text(json.dumps(
+                {"batch_id": batch_id, "groups": len(migration),
+                 "migration_id": migration.migration_id}))
+            routed = routed.union(snapshots.map(lambda s: (s[1], (SNAPSHOT, s[0], s[2]))))
             pause_s = time.perf_counter() - t_mig
 
-        loads = np.zeros(self.groups)
-        state = np.zeros(self.groups)
-        for g, _, n, size in load_rows:
-            loads[g] += n
-            state[g] = max(state[g], size)
-        engine_loads = np.bincount(plan.assignment, weights=loads, minlength=plan.engines)
-        processed = sum(t.get("events", 0) - t.get("buffered", 0) + t.get("replayed", 0)
-                        for t in tasks)
-        engine_s = work_seconds(tasks)
-        self.controller.collect(batch_id, loads, state, engine_s=engine_s, started=start_wall)
-        # the batch's outputs, the migration's end and the controller's decision go to
-        # different tables: one round of concurrent commits instead of a queue of them
-        t_writes = time.perf_counter()
-        ended = datetime.now(UTC)
-        controller_s = 0.0
+        t_engines = time.perf_counter()
+        result = (routed.partitionBy(slots, engine_partitioner)
+                  .mapPartitionsWithIndex(lambda e, rows: run_engine(spec, e, rows))
+                  .persist(StorageLevel.MEMORY_AND_DISK))
+        try:
+            small = result.filter(lambda r: r[0] == LOAD or r[0] == TASK).collect()
+            engines_s = time.perf_counter() - t_engines
+            tasks = [r[1] for r in small if r[0] == TASK]
+            load_rows = [r[1] for r in small if r[0] == LOAD]
+            self._caches = {t["engine"]: t["cache_id"] for t in tasks}
 
-        def control() -> None:
-            nonlocal controller_s
-            t_ctl = time.perf_counter()
-            self.controller.end_of_batch(batch_id)
-            controller_s = time.perf_counter() - t_ctl
+            loads = np.zeros(self.groups)
+            state = np.zeros(self.groups)
+            for g, _, n, size in load_rows:
+                loads[g] += n
+                state[g] = max(state[g], size)
+            outs = sum(t["outputs"] for t in tasks)
+            dead = sum(t["dead"] for t in tasks)
+            valid = sum(t["events"] for t in tasks)
+            engine_s = work_seconds(tasks)
+            self.controller.collect(batch_id, loads, state, engine_s=engine_s,
+                                    started=start_wall)
+            # outputs (written by the executors from the cached engine result), the
+            # migration's end and the controller's decision go to different tables: one
+            # round of concurrent commits instead of a queue of them
+            t_writes = time.perf_counter()
+            ended = datetime.now(UTC)
+            controller_s = 0.0
 
-        writes = [*self._output_writes(batch_id, outs, load_rows, dead, plan), control]
-        if len(migration):
-            writes.append(lambda: record_completed(self.spark, self.cfg, self.run_id, migration,
-                                                   moved, start_wall, ended))
-        concurrently(*writes)
+            def control() -> None:
+                nonlocal controller_s
+                t_ctl = time.perf_counter()
+                self.controller.end_of_batch(batch_id)
+                controller_s = time.perf_counter() - t_ctl
+
+            writes = [*self._output_writes(result, batch_id, start_wall, plan.version,
+                                           outs, dead, bool(load_rows)), control]
+            if len(migration):
+                writes.append(lambda: record_completed(self.spark, self.cfg, self.run_id,
+                                                       migration, moved, start_wall, ended))
+            concurrently(*writes)
+        finally:
+            result.unpersist(blocking=False)
         if len(migration):
             (self.run_dir / "migrating.json").unlink(missing_ok=True)
         writes_s = time.perf_counter() - t_writes
         duration = time.perf_counter() - t0
-        stage1 = [t for t in tasks if not t.get("restore")]
-        valid = sum(t["events"] for t in stage1)
-        live = live_loads(plan.assignment, loads, plan.live)
-        bal = Balance.of(live)
-        arrived = [(t["kafka_ts_first"], t["kafka_ts_last"]) for t in stage1
+        engine_loads = np.bincount(plan.assignment, weights=loads, minlength=plan.engines)
+        bal = Balance.of(live_loads(plan.assignment, loads, plan.live))
+        arrived = [(t["kafka_ts_first"], t["kafka_ts_last"]) for t in tasks
                    if t.get("kafka_ts_first") is not None]
         span = (max(b for _, b in arrived) - min(a for a, _ in arrived)) if arrived else 0.0
         metrics = {
             "run_id": self.run_id, "batch_id": batch_id, "window_start": start_wall,
-            "window_end": datetime.now(UTC), "events_in": valid, "dead_letter": len(dead),
-            "processed": processed, "out_events": len(outs), "missed": valid - processed,
-            "selectivity": len(outs) / valid if valid else 0.0, "engines": plan.parallelism,
+            "window_end": datetime.now(UTC), "events_in": valid, "dead_letter": dead,
+            "processed": valid, "out_events": outs, "missed": 0,
+            "selectivity": outs / valid if valid else 0.0, "engines": plan.parallelism,
             "engine_loads": [int(x) for x in engine_loads], "rstd": bal.rstd,
             "var_load": bal.var,
             # the monitor of elastic-cep Eq. 1-2, the GPs' training data: In per second of
@@ -303,60 +334,68 @@ class StreamJob:
             "plan_version": plan.version, "policy": self.opt.policy,
         }
         append(self.spark, self.cfg, "metrics", [metrics], f"{self.run_id}/metrics", batch_id)
+        duration = time.perf_counter() - t0
         with self._lock:
             t = self.totals
             t.batches += 1
-            t.records += valid + len(dead)
+            t.records += valid + dead
             t.events_in += valid
-            t.processed += processed
-            t.dead_letter += len(dead)
-            t.complex_events += len(outs)
+            t.processed += valid
+            t.dead_letter += dead
+            t.complex_events += outs
             if len(migration):
                 t.migrations += 1
                 t.moved_groups += len(migration)
                 t.moved_bytes += moved
             t.last_batch = batch_id
+            t.durations.append(duration)
         self._write_timing({
             "batch_id": batch_id, "slots": slots, "engines_s": engines_s,
             "controller_s": controller_s, "migration_s": pause_s, "writes_s": writes_s,
             "duration_s": duration, "moved_groups": len(migration), "moved_bytes": moved,
             "tasks": tasks})
+        if self.on_batch is not None:
+            self.on_batch(BatchReport(batch_id, valid, dead, outs, bal.rstd, plan.parallelism,
+                                      plan.version, len(migration), moved, duration))
 
-    def _output_writes(self, batch_id: int, outs: list[tuple], load_rows: list[tuple],
-                       dead: list, plan) -> list:
-        """The batch's appends to ``events_out``, ``key_loads`` and ``dead_letter``, as calls."""
-        rid = self.run_id
-        start = datetime.now(UTC)
-        events = [
-            {"run_id": rid, "batch_id": batch_id, "app": self.app, "engine": e, "group": g,
-             "key": k, "ts": ts, "kind": kind, "detail": detail, "event_id": eid}
-            for e, g, k, ts, kind, detail, eid in outs
-        ]
-        key_loads = [
-            {"run_id": rid, "batch_id": batch_id, "window_start": start, "group": g,
-             "engine": e, "load": n, "state_bytes": size, "plan_version": plan.version}
-            for g, e, n, size in load_rows
-        ]
-        dead_rows = [
-            {"run_id": rid, "batch_id": batch_id, "topic": self.topic, "partition": part,
-             "offset": off, "kafka_ts": datetime.fromtimestamp(kts, UTC) if kts else None,
-             "raw": (raw or "")[:4096], "reason": reason}
-            for part, off, kts, raw, reason in dead
-        ]
-        return [
-            (lambda name=name, rows=rows: append(self.spark, self.cfg, name, rows,
-                                                 f"{rid}/{name}", batch_id))
-            for name, rows in (("events_out", events), ("key_loads", key_loads),
-                               ("dead_letter", dead_rows))
-            if rows
-        ]
+    def _output_writes(self, result: RDD, batch_id: int, start: datetime, plan_version: int,
+                       outs: int, dead: int, loads: bool) -> list[Callable[[], None]]:
+        """The batch's appends to ``events_out``, ``key_loads`` and ``dead_letter`` as calls,
+        each a Spark job whose executors turn the engine result's rows into Delta files."""
+        rid, app, topic, v = self.run_id, self.app, self.topic, SCHEMA_VERSION
+
+        def events(r: tuple) -> tuple:
+            e, g, k, ts, kind, detail, eid = r
+            return (v, rid, batch_id, app, e, g, k, ts, kind, detail, eid)
+
+        def key_loads(r: tuple) -> tuple:
+            g, e, n, size = r
+            return (v, rid, batch_id, start, g, e, n, size, plan_version)
+
+        def dead_letter(r: tuple) -> tuple:
+            part, off, kts, raw, reason = r
+            when = datetime.fromtimestamp(kts, UTC) if kts else None
+            return (v, rid, batch_id, topic, part, off, when, (raw or "")[:4096], reason)
+
+        wanted = [("events_out", OUT, events, outs > 0), ("key_loads", LOAD, key_loads, loads),
+                  ("dead_letter", DEAD, dead_letter, dead > 0)]
+        calls = []
+        for name, tag, to_row, any_rows in wanted:
+            if not any_rows:
+                continue
+            rows = result.filter(lambda r, tag=tag: r[0] == tag).map(
+                lambda r, f=to_row: f(r[1]))
+            calls.append(lambda name=name, rows=rows: append_frame(
+                self.spark.createDataFrame(rows, table(name).ddl()), self.cfg, name,
+                f"{rid}/{name}", batch_id))
+        return calls
 
     def _write_timing(self, record: dict[str, Any]) -> None:
         """Per-batch task records (the 1:1 proof, timings) as JSON lines in the run folder."""
         with open(self.run_dir / "batches.jsonl", "a") as f:
             f.write(json.dumps(record) + "\n")
 
-    # -- helpers for callers (demo, tests, bench) --------------------------------------
+    # -- helpers for callers (run, demo, tests, bench) ---------------------------------
     def wait_for(self, records: int, timeout_s: float, poll_s: float = 0.5) -> bool:
         """Block until this process has taken ``records`` Kafka records through batches."""
         deadline = time.monotonic() + timeout_s
@@ -369,46 +408,32 @@ class StreamJob:
             time.sleep(poll_s)
         return False
 
+    def summary(self) -> dict[str, Any]:
+        """This process's run as one JSON-able object (``keyshift run --json``)."""
+        with self._lock:
+            t = self.totals
+            busy = float(sum(t.durations))
+            d = sorted(t.durations)
+            out = {k: v for k, v in asdict(t).items() if k != "durations"}
+        out.update({
+            "run_id": self.run_id, "app": self.app, "policy": self.opt.policy,
+            "topic": self.topic, "busy_s": busy,
+            "events_per_s": out["events_in"] / busy if busy else 0.0,
+            "batch_p50_s": _quantile(d, 0.5), "batch_p95_s": _quantile(d, 0.95),
+            "run_dir": str(self.run_dir), "checkpoint": self.checkpoint,
+        })
+        return out
+
+
+def _quantile(xs: list[float], q: float) -> float:
+    return float(np.quantile(xs, q)) if xs else 0.0
+
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one job until SIGTERM/SIGINT (``python -m streaming.job``; tests crash and restart it).
+    """``python -m streaming.job``: the same as ``keyshift run`` (tests crash and restart it)."""
+    from streaming.commands.run import main as run_main
 
-    Configuration comes from the usual places (``KEYSHIFT_CONFIG``, ``KEYSHIFT_*`` variables);
-    restarting with the same ``--run-id`` resumes from the run's checkpoint and Delta state.
-    """
-    import argparse
-    import signal
-
-    from keyshift.config import load_config
-
-    from .session import get_spark
-
-    p = argparse.ArgumentParser(prog="python -m streaming.job")
-    p.add_argument("--app", required=True)
-    p.add_argument("--policy", required=True)
-    p.add_argument("--run-id", required=True)
-    p.add_argument("--topic")
-    p.add_argument("--engines", type=int)
-    p.add_argument("--max-offsets", type=int)
-    p.add_argument("--params", default="{}", help="operator parameters as JSON")
-    args = p.parse_args(argv)
-    cfg = load_config()
-    spark = get_spark(cfg, app_name=f"keyshift-job-{args.run_id}")
-    job = StreamJob(spark, cfg, JobOptions(
-        app=args.app, policy=args.policy, run_id=args.run_id, topic=args.topic,
-        engines=args.engines, app_params=json.loads(args.params),
-        max_offsets_per_trigger=args.max_offsets))
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    query = job.start()
-    print(f"running {job.run_id}", flush=True)
-    while not stop.wait(0.5):
-        if query.exception() is not None:
-            print(f"query failed: {query.exception()}", flush=True)
-            return 1
-    job.stop()
-    return 0
+    return run_main(argv)
 
 
 if __name__ == "__main__":

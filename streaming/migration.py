@@ -2,24 +2,23 @@
 
 A plan change takes effect at a batch boundary. In the first batch of the new plan:
 
-1. the old engine snapshots each group that leaves it and drops it (engine task);
-2. the snapshots go to ``state_snapshots`` (idempotent per batch) and a ``migrations`` row
-   with status ``started`` records groups, engines, bytes and the start;
-3. the new engine has buffered the groups' events of this batch (engine task);
-4. once the snapshots are durable in Delta, a restore task per receiving engine installs
-   them and replays the buffer in event-time order;
-5. a ``completed`` row closes the migration.
+1. a release task per old engine reads the state, as of the batch before, of each group
+   that leaves it (:func:`streaming.engines.run_release`); the executors append those
+   snapshots to ``state_snapshots`` (idempotent per batch), and a ``migrations`` row with
+   status ``started`` records groups, engines, bytes and the start;
+2. the engine stage reads this migration's rows back from Delta and routes each snapshot to
+   its new engine, which installs it before it processes the group's events of the batch,
+   while the old engine drops the group in the same batch version;
+3. a ``completed`` row closes the migration.
 
-The restore takes the snapshot bytes the driver collected in step 1 — the very bytes step 2
-made durable — instead of scanning ``state_snapshots`` again: that scan was one more Spark
-job and Delta snapshot per migration, inside the pause. Delta stays the record a crash
-recovers from: a batch re-executed after a crash rolls the engine stores back, snapshots
-again (the same bytes) and skips the appends it already committed.
+Nothing waits in a buffer (the batch's events of a moving group wait in Spark's shuffle
+until the state is there), the driver never holds the bytes, and Delta is the record a
+crash recovers from: a batch re-executed after a crash reads the same state (as of the
+batch before), Delta skips the appends it already committed, and the read-back returns the
+rows of the first attempt.
 
-All moves of one plan change form one migration (several groups at once). A group never has
-two owners: the old engine drops it in the same batch version in which the new one takes it,
-and a re-executed batch rolls both engine stores back to before that version. ELB's changes
-of the engine count are the same thing: new slots receive groups, removed slots hand theirs
+All moves of one plan change form one migration (several groups at once). ELB's changes of
+the engine count are the same thing: new slots receive groups, removed slots hand theirs
 over, and a removed slot's task still runs in that batch to release its groups.
 """
 
@@ -33,11 +32,15 @@ import numpy as np
 
 from keyshift.config import Config
 from keyshift.plan import Plan
+from keyshift.schemas import SCHEMA_VERSION, table
 
-from .txn import append, concurrently
+from .txn import append
 
 if TYPE_CHECKING:
+    from pyspark import RDD
     from pyspark.sql import SparkSession
+
+    from .engines import BatchSpec
 
 
 @dataclass(frozen=True)
@@ -85,28 +88,41 @@ def _by_engine(engines: np.ndarray, groups: np.ndarray) -> dict[int, list[int]]:
     return out
 
 
-def record_started(
-    spark: SparkSession, cfg: Config, run_id: str, m: Migration,
-    snapshots: list[tuple[int, int, bytes]], started_at: datetime,
-) -> int:
-    """Write the snapshots and the ``started`` row; returns the bytes moved."""
-    dest = m.destination()
+def release(spark: SparkSession, cfg: Config, run_id: str, m: Migration, spec: BatchSpec,
+            slots: int) -> tuple[RDD, int]:
+    """Step 1: the moving groups' snapshots into ``state_snapshots`` by the executors, then
+    read back as ``(group, to_engine, state)`` for the engine stage; returns them and the
+    bytes moved (ψ)."""
+    from pyspark.sql import functions as F
+
+    from .engines import run_release
+    from .sinks import append as append_frame
+
+    sources = sorted(m.moves_out())
     now = datetime.now(UTC)
-    rows = [
-        {"run_id": run_id, "migration_id": m.migration_id, "plan_version": m.plan_version,
-         "group": g, "from_engine": src, "to_engine": dest[g], "state": bytearray(data),
-         "bytes": len(data), "batch_id": m.batch_id, "created_at": now}
-        for g, src, data in sorted(snapshots)
-    ]
-    moved = sum(r["bytes"] for r in rows)
-    concurrently(
-        lambda: append(spark, cfg, "state_snapshots", rows, f"{run_id}/state_snapshots",
-                       m.batch_id),
-        lambda: append(spark, cfg, "migrations",
-                       [_row(run_id, m, moved, "started", started_at, None)],
-                       f"{run_id}/migrations/started", m.batch_id),
+    mid, version, batch = m.migration_id, m.plan_version, m.batch_id
+    rows = (
+        spark.sparkContext.parallelize(sources, max(1, min(len(sources), slots)))
+        .flatMap(lambda e: run_release(spec, e))
+        .map(lambda r: (SCHEMA_VERSION, run_id, mid, version, r[0], r[1], r[2],
+                        bytearray(r[3]), len(r[3]), batch, now))
     )
-    return moved
+    append_frame(spark.createDataFrame(rows, table("state_snapshots").ddl()), cfg,
+                 "state_snapshots", f"{run_id}/state_snapshots", batch)
+    back = (
+        spark.read.format("delta").load(cfg.table_path("state_snapshots"))
+        .where((F.col("run_id") == run_id) & (F.col("migration_id") == mid))
+        .select("group", "to_engine", "state", "bytes")
+    )
+    moved = back.agg(F.coalesce(F.sum("bytes"), F.lit(0))).first()[0]
+    return back.rdd.map(lambda r: (int(r[0]), int(r[1]), bytes(r[2] or b""))), int(moved)
+
+
+def record_started(spark: SparkSession, cfg: Config, run_id: str, m: Migration, moved: int,
+                   started_at: datetime) -> None:
+    """The ``started`` row: the snapshots are durable in ``state_snapshots``."""
+    append(spark, cfg, "migrations", [_row(run_id, m, moved, "started", started_at, None)],
+           f"{run_id}/migrations/started", m.batch_id)
 
 
 def record_completed(
@@ -115,12 +131,6 @@ def record_completed(
 ) -> None:
     append(spark, cfg, "migrations", [_row(run_id, m, moved, "completed", started_at, ended_at)],
            f"{run_id}/migrations/completed", m.batch_id)
-
-
-def restore_rows(m: Migration, snapshots: list[tuple[int, int, bytes]]) -> list[tuple]:
-    """``(to_engine, (group, state))`` for the restore tasks, from the engines' snapshots."""
-    dest = m.destination()
-    return [(dest[g], (g, data)) for g, _, data in sorted(snapshots)]
 
 
 def _row(run_id: str, m: Migration, moved: int, status: str, start: datetime,

@@ -34,21 +34,14 @@ def append(
     """
     if not rows:
         return 0
-    schema = table(name)
-    names = schema.names
-    data = []
-    for r in rows:
-        full = {"schema_version": SCHEMA_VERSION, **r} if "schema_version" in names else r
-        data.append(tuple(full.get(c) for c in names))
-    df = spark.createDataFrame(data, schema.ddl())
-    (
-        df.write.format("delta")
-        .mode("append")
-        .option("txnAppId", txn_app)
-        .option("txnVersion", int(txn_version))
-        .save(cfg.table_path(name))
-    )
-    return len(data)
+    from .sinks import append as append_frame
+    from .sinks import rows_frame
+
+    names = table(name).names
+    full = [{"schema_version": SCHEMA_VERSION, **r} if "schema_version" in names else r
+            for r in rows]
+    append_frame(rows_frame(spark, name, full), cfg, name, txn_app, txn_version)
+    return len(full)
 
 
 def concurrently(*calls: Callable[[], Any]) -> list[Any]:

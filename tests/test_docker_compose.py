@@ -107,3 +107,22 @@ def test_keyshift_commands_in_the_compose_file_parse_with_the_real_cli(compose: 
             assert callable(args.func), name
             found += 1
     assert found >= 1
+
+
+def test_the_stream_service_runs_the_balancer_with_valid_arguments(compose: dict) -> None:
+    """The deployed speed layer is ``keyshift run`` (the balancer), not ingestion only, and
+    its arguments are ones the command accepts."""
+    import argparse
+    import re
+
+    from streaming.commands.run import add_arguments, options_from
+
+    cmd = compose["services"]["keyshift-stream"]["command"]
+    assert cmd[:2] == ["keyshift", "run"]
+    args = [re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", a) for a in cmd[2:]]  # compose defaults
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    ns = parser.parse_args(args)
+    env = _keyshift_env(compose["services"]["keyshift-stream"], {"SPARK_MASTER_HOST": "x"})
+    opts = options_from(ns, load_config(env=env))
+    assert opts.run_id == "prod" and opts.policy == "dlb-h" and opts.app == "wordcount"

@@ -1,5 +1,6 @@
 """Engines on real Kafka, Spark and Delta: one task per engine per batch, migration through
-Delta with buffering, event accounting, single ownership, and outputs equal to the reference."""
+Delta before the engines run, event accounting, single ownership of every group in the
+durable engine state, and outputs equal to the reference."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from engines_support import (
     table_rows,
 )
 
-from streaming.engines import EngineStore
+from streaming.engine_state import DurableState
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -43,10 +44,12 @@ def test_engines_one_task_each_migrate_through_delta_and_match_reference(
     lines = [json.loads(x) for x in (job.run_dir / "batches.jsonl").read_text().splitlines()]
     assert lines
     for b in lines:
-        stage1 = [x for x in b["tasks"] if not x.get("restore")]
-        assert sorted(x["engine"] for x in stage1) == list(range(b["slots"]))
-        assert all(x["partition"] == x["engine"] for x in stage1)
-        assert len({x["stage"] for x in stage1}) == 1
+        tasks = b["tasks"]
+        assert sorted(x["engine"] for x in tasks) == list(range(b["slots"]))
+        assert all(x["partition"] == x["engine"] for x in tasks)
+        assert len({x["stage"] for x in tasks}) == 1
+        # the engine stage's outputs reached Delta through the executors, counted per task
+        assert all(x["outputs"] >= 0 and x["cache_id"] for x in tasks)
 
     # DLB-H moved groups under the skew, each migration is started and completed in Delta
     assert t.migrations >= 1 and t.moved_groups >= 1
@@ -58,15 +61,14 @@ def test_engines_one_task_each_migrate_through_delta_and_match_reference(
     assert sum(r.bytes for r in snaps) == sum(r.bytes for r in done.values())
     assert sorted(g for r in done.values() for g in r.groups) == sorted(r.group for r in snaps)
 
-    # a group never has two owners
+    # a group never has two owners in the durable engine state
     owners: dict[int, int] = {}
     last = job.controller.plan_for(t.last_batch)  # the plan the last batch ran with
+    durable = DurableState(job.state_uri)
     for e in range(max(last.engines, job.controller.plan_for(t.last_batch + 1).engines)):
-        store = EngineStore(job.store_root, e)
-        for g in store.owned():
+        for g in durable.read(e, t.last_batch):
             assert g not in owners, f"group {g} owned by engines {owners[g]} and {e}"
             owners[g] = e
-        store.close()
     assert owners and all(last.assignment[g] == e for g, e in owners.items())
 
     # decisions recorded with a reason; the complex events are exactly the reference's

@@ -1,0 +1,211 @@
+"""``keyshift run``: the speed layer on your own topic with your own operator.
+
+    keyshift run --app wordcount --topic clicks                     # until Ctrl-C / SIGTERM
+    keyshift run --app mypkg.ops:Sessions --topic t --policy dlb-h --engines 8
+    keyshift run --app wordcount --topic t --available-now --json   # backfill, then exit 0
+
+The same ``--run-id`` resumes a run: Kafka offsets and the query's checkpoint, the engines'
+durable state and the controller's plans and decisions all live under the warehouse. One
+progress line per micro-batch goes to stderr; ``--json`` prints one object at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import signal
+import sys
+import threading
+import time
+import uuid
+from typing import Any
+
+from keyshift.cli import UsageError
+from keyshift.config import load_config
+
+POLICIES = ("dlb-h", "dlb-l", "elb", "kg", "lptf", "clb", "uhlb")
+_RUN_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", help="TOML file (default: $KEYSHIFT_CONFIG or built-in)")
+    p.add_argument("--app", help="operator: a shipped app (fsd, traffic, clicks, wordcount), an "
+                   "entry point of group keyshift.operators, or module:Class "
+                   "(default: controller.app)")
+    p.add_argument("--params", default="{}", help="operator parameters as a JSON object")
+    p.add_argument("--topic", help="Kafka topic to read (default: kafka.topic)")
+    p.add_argument("--policy", help=f"balancer: one of {', '.join(POLICIES)} "
+                   "(default: controller.policy)")
+    p.add_argument("--planner", action="store_true",
+                   help="let the engine scaler choose N as well ([planner] enabled)")
+    p.add_argument("--run-id", help="names the run; the same id resumes it (default: new id)")
+    p.add_argument("--engines", type=int, help="engines at start (default: engines.initial)")
+    p.add_argument("--max-offsets", type=int,
+                   help="most Kafka records per micro-batch (default: spark.max_offsets_per_trigger)")
+    p.add_argument("--from", dest="starting", choices=("earliest", "latest"), default="earliest",
+                   help="where a new run starts in the topic (default earliest)")
+    p.add_argument("--available-now", action="store_true",
+                   help="process what the topic holds now, then exit 0 (backfills, benchmarks)")
+    p.add_argument("--duration", type=float, help="stop after this many seconds (default: run "
+                   "until Ctrl-C or SIGTERM)")
+    p.add_argument("--json", action="store_true", help="print one JSON summary at the end")
+    p.add_argument("-v", "--verbose", action="count", default=0,
+                   help="Spark's own log lines: -v warnings, -vv info (default: errors only)")
+
+
+def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "run", help="run the balancer on a Kafka topic with an operator (the speed layer)",
+        description="Structured Streaming from the topic; each key group runs on one of N "
+        "engines through a plan the balancer keeps even; outputs, dead letters, key loads, "
+        "metrics, plans and migrations go to the Delta warehouse. Stop with Ctrl-C/SIGTERM "
+        "(between batches); the same --run-id resumes.",
+    )
+    add_arguments(p)
+    p.set_defaults(func=run)
+    return p
+
+
+def options_from(args: argparse.Namespace, cfg) -> Any:
+    """Validated :class:`streaming.job.JobOptions` (a bad value: UsageError naming the flag)."""
+    from streaming.job import JobOptions
+
+    policy = args.policy or cfg.controller.policy
+    if policy not in POLICIES:
+        raise UsageError(f"--policy: unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
+    run_id = args.run_id or time.strftime("run-%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
+    if not _RUN_ID.match(run_id):
+        raise UsageError(f"--run-id: use 1-64 letters, digits, '.', '_' or '-', got {run_id!r}")
+    if args.engines is not None and not cfg.engines.min <= args.engines <= cfg.engines.max:
+        raise UsageError(f"--engines: must be in {cfg.engines.min}..{cfg.engines.max} "
+                         f"(engines.min..engines.max), got {args.engines}")
+    if args.max_offsets is not None and args.max_offsets < 1:
+        raise UsageError(f"--max-offsets: must be >= 1, got {args.max_offsets}")
+    if args.duration is not None and not args.duration > 0:
+        raise UsageError(f"--duration: must be > 0 seconds, got {args.duration}")
+    try:
+        params = json.loads(args.params)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--params: not JSON ({exc})") from None
+    if not isinstance(params, dict):
+        raise UsageError("--params: must be a JSON object of operator parameters")
+    app = args.app or cfg.controller.app
+    _check_operator(app, params)
+    return JobOptions(app=app, policy=policy, run_id=run_id, topic=args.topic or cfg.kafka.topic,
+                      engines=args.engines, app_params=params,
+                      max_offsets_per_trigger=args.max_offsets,
+                      available_now=args.available_now, starting_offsets=args.starting)
+
+
+def _check_operator(app: str, params: dict) -> None:
+    """Resolve the operator and build it once here, so a typo fails before Spark starts."""
+    from keyshift.apps import make_operator
+    from keyshift.errors import FieldError
+    from keyshift.schemas import event_schema
+
+    try:
+        event_schema(app)
+        make_operator(app, **params)
+    except (FieldError, KeyError, ValueError) as exc:
+        raise UsageError(f"--app: {exc}".replace("'", "") if isinstance(exc, KeyError)
+                         else f"--app: {exc}") from None
+
+
+def _check_topic(cfg, topic: str) -> None:
+    """A broker that is down or a topic that is missing: one clear line, before Spark."""
+    from streaming.broker import BrokerError, metadata
+
+    try:
+        meta = metadata(cfg.kafka.bootstrap, timeout_s=10)
+    except BrokerError as exc:
+        raise UsageError(f"kafka: {exc} (kafka.host/kafka.port, or `keyshift kafka start`)") \
+            from None
+    if topic not in meta["topics"]:
+        raise UsageError(f"--topic: no topic {topic!r} on {cfg.kafka.bootstrap} (create it, "
+                         f"or pick one of: {', '.join(meta['topics'][:10]) or 'none'})")
+
+
+def progress_line(r) -> str:
+    """One line per micro-batch: what a person watching the run wants to see."""
+    mig = (f"  migrated {r.moved_groups} groups ({r.moved_bytes / 1024:.1f} KiB)"
+           if r.moved_groups else "")
+    return (f"batch {r.batch_id:>5}  events {r.events:>7}  dead {r.dead_letter:>4}  "
+            f"out {r.complex_events:>6}  RSTD {r.rstd:6.1f}%  engines {r.engines:>3}  "
+            f"plan v{r.plan_version}  {r.duration_s:5.2f} s{mig}")
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = load_config(args.config)  # ConfigError: the CLI's one-line message
+    if args.planner:
+        cfg = cfg.model_copy(update={"planner": cfg.planner.model_copy(update={"enabled": True})})
+    opts = options_from(args, cfg)
+    _check_topic(cfg, opts.topic)
+    say = (lambda *a: print(*a, file=sys.stderr, flush=True))
+
+    from streaming.logs import configure_spark_logging, set_session_level
+
+    configure_spark_logging(cfg.home_path / "logs", args.verbose)
+    from streaming.job import StreamJob
+    from streaming.session import get_spark
+
+    spark = get_spark(cfg, app_name=f"keyshift-{opts.run_id}")
+    set_session_level(spark, args.verbose)
+    job = StreamJob(spark, cfg, opts, on_batch=lambda r: say(progress_line(r)))
+    stop = threading.Event()
+    why: list[int] = []
+
+    def on_signal(signum, _frame) -> None:
+        if stop.is_set():  # a second Ctrl-C: leave now
+            raise KeyboardInterrupt
+        why.append(signum)
+        stop.set()
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    query = job.start()
+    mode = "available now" if opts.available_now else (
+        f"for {args.duration:g} s" if args.duration else "until Ctrl-C")
+    say(f"running {job.run_id}: {opts.app} on {opts.topic} with {opts.policy}"
+        f"{', engine scaler on' if cfg.planner.enabled else ''}, {mode}")
+    deadline = time.monotonic() + args.duration if args.duration else None
+    failed = None
+    try:
+        while not stop.wait(0.5):
+            if query.exception() is not None:
+                failed = str(query.exception())
+                break
+            if not query.isActive:
+                break  # availableNow: done
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+        if stop.is_set():
+            say("stopping after the current batch ...")
+        job.stop()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    summary = job.summary()
+    summary["interrupted"] = bool(why)
+    if args.json:
+        print(json.dumps(summary), flush=True)
+    else:
+        say(f"{job.run_id}: {summary['batches']} batches, {summary['events_in']} events, "
+            f"{summary['dead_letter']} dead letters, {summary['complex_events']} complex "
+            f"events, {summary['migrations']} migrations; {summary['events_per_s']:.0f} "
+            f"events/s busy, batch p50 {summary['batch_p50_s']:.2f} s")
+    if failed:
+        say(f"the streaming query failed: {failed.splitlines()[0]}")
+        return 1
+    return 130 if why and why[0] == signal.SIGINT else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m streaming.job ARGS``: ``keyshift run`` without the CLI's plugin loader."""
+    p = argparse.ArgumentParser(prog="python -m streaming.job")
+    add_arguments(p)
+    args = p.parse_args(argv)
+    try:
+        return run(args)
+    except UsageError as exc:
+        print(f"keyshift run: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,188 @@
+"""An engine's state without Spark: the executor-local cache, the durable changelog on the
+warehouse filesystem, and the engine and release tasks that use both."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from streaming.engine_state import (
+    DurableState,
+    EngineStore,
+    StateFormatError,
+    decode,
+    encode,
+    open_store,
+)
+from streaming.engines import EVENT, LOAD, OUT, SNAPSHOT, TASK, BatchSpec, run_engine, \
+    run_release, work_seconds
+
+T0 = 1_700_000_000_000
+
+
+def test_store_versions_rollback_and_prune(tmp_path) -> None:
+    s = EngineStore(tmp_path, 3)
+    s.save(0, {1: b"a0", 2: b"b0"})
+    s.save(1, {1: b"a1"})
+    assert s.load([1, 2], before=1) == {1: b"a0", 2: b"b0"}
+    assert s.load([1, 2], before=2) == {1: b"a1", 2: b"b0"}
+    s.save(2, {1: b"a2"})  # prunes a0: nothing can restart before batch 2's base any more
+    rows = s._db.execute("SELECT version FROM state WHERE grp = 1 ORDER BY version").fetchall()
+    assert [v for (v,) in rows] == [1, 2]
+    s.mark_applied(2)
+    s.rollback(2)  # a re-executed batch 2 starts from what batch 1 left
+    assert s.applied == 1
+    assert s.load([1], before=3) == {1: b"a1"}
+    s.save(2, {2: None})  # group 2 leaves this engine in batch 2
+    assert s.load([2], before=3) == {}
+    assert s.owned() == {1}
+    s.close()
+
+
+def test_changelog_codec_round_trip_and_refuses_foreign_bytes() -> None:
+    states = {5: b"x" * 3, 1: b"", 9: None}
+    assert decode(encode(states)) == {1: b"", 5: b"xxx", 9: None}
+    with pytest.raises(StateFormatError, match="not a keyshift state file"):
+        decode(b"\x80\x04pickle", "f")
+    with pytest.raises(StateFormatError, match="truncated"):
+        decode(encode({5: b"abcdef"})[:-2], "f")
+
+
+def test_durable_state_replays_changelogs_and_compacts(tmp_path) -> None:
+    d = DurableState(f"file://{tmp_path}/state", compact_every=3)
+    d.write_changes(0, 1, {1: b"a1", 2: b"b1"})
+    d.write_changes(0, 2, {1: b"a2", 2: None})
+    d.write_changes(0, 4, {3: b"c4"})
+    assert d.read(0, 0) == {}
+    assert d.read(0, 1) == {1: b"a1", 2: b"b1"}
+    assert d.read(0, 3) == {1: b"a2"}
+    assert d.read(0, 4) == {1: b"a2", 3: b"c4"}
+    d.write_base(0, 4, {1: b"a2", 3: b"c4"})
+    d.write_changes(0, 5, {3: b"c5"})
+    d.write_base(0, 6, {1: b"a2", 3: b"c6"})
+    # the base before the newest stays, so a retry of batch 7 (state as of 6) and of
+    # batch 6 itself (as of 5) both still read right
+    assert d.read(0, 5) == {1: b"a2", 3: b"c5"}
+    assert d.read(0, 6) == {1: b"a2", 3: b"c6"}
+    assert d.batches(0) == [4, 5, 6]
+    assert d.read(1, 10) == {}  # an engine that never wrote anything
+
+
+def test_only_the_expected_cache_is_trusted(tmp_path) -> None:
+    """A task on another executor (another cache folder), or on a cache that missed a batch,
+    rebuilds from the durable copy instead of starting empty or stale."""
+    durable = DurableState(str(tmp_path / "state"))
+    here, there = tmp_path / "exec-a", tmp_path / "exec-b"
+    s, rebuilt = open_store(here, durable, 0, 0, None)
+    s.save(0, {7: b"v0"})
+    durable.write_changes(0, 0, {7: b"v0"})
+    s.mark_applied(0)
+    cid = s.cache_id
+    s.close()
+
+    s, rebuilt = open_store(here, durable, 0, 1, cid)  # same executor, next batch
+    assert not rebuilt and s.load([7], 1) == {7: b"v0"}
+    s.save(1, {7: b"v1"})
+    durable.write_changes(0, 1, {7: b"v1"})
+    s.mark_applied(1)
+    s.close()
+
+    s, rebuilt = open_store(there, durable, 0, 2, cid)  # batch 2 lands elsewhere
+    assert rebuilt and s.load([7], 2) == {7: b"v1"} and s.cache_id != cid
+    s.save(2, {7: b"v2"})
+    durable.write_changes(0, 2, {7: b"v2"})
+    s.mark_applied(2)
+    moved_id = s.cache_id
+    s.close()
+
+    s, rebuilt = open_store(here, durable, 0, 3, moved_id)  # back: the old cache is stale
+    assert rebuilt and s.load([7], 3) == {7: b"v2"}
+    s.close()
+    s, rebuilt = open_store(there, durable, 0, 2, moved_id)  # a retry of batch 2 over there
+    assert not rebuilt and s.load([7], 2) == {7: b"v1"}
+    s.close()
+
+
+def _event_rows(n: int, groups: int = 5, start: int = 0):
+    for i in range(start, start + n):
+        event = {"key": f"w{i % 7}", "word": f"w{i % 7}", "ts": T0 + i, "id": f"e{i}"}
+        yield 0, (EVENT, i % 7 % groups, 0, i, json.dumps(event), None, None, T0 / 1e3 + i)
+
+
+def _spec(tmp_path, batch: int, **kw) -> BatchSpec:
+    return BatchSpec(batch, "wordcount", {"window_s": 0.01}, "r", str(tmp_path / "state"),
+                     **kw)
+
+
+def _task(records):
+    return next(rec for kind, rec in records if kind == TASK)
+
+
+def test_engine_task_state_survives_a_move_to_another_executor(tmp_path, monkeypatch) -> None:
+    """The same input through one executor, or with every batch on a fresh executor, gives
+    the same complex events: nothing depends on where the task ran."""
+    import streaming.engines as engines
+
+    def run(batches: int, fresh: bool) -> list:
+        outs, caches = [], {}
+        for b in range(batches):
+            folder = tmp_path / ("fresh" if fresh else "same") / (str(b) if fresh else "x")
+            monkeypatch.setattr(engines, "cache_root", lambda _key, f=folder: f)
+            spec = BatchSpec(b, "wordcount", {"window_s": 0.01}, "r",
+                             str(tmp_path / ("fresh" if fresh else "same") / "state"),
+                             caches=caches)
+            recs = list(run_engine(spec, 0, _event_rows(40, start=40 * b)))
+            caches = {0: _task(recs)["cache_id"]}
+            assert _task(recs)["rebuilt"] == (fresh or b == 0)
+            outs += [r for kind, r in recs if kind == OUT]
+        return outs
+
+    same, fresh = run(4, fresh=False), run(4, fresh=True)
+    assert same and same == fresh
+
+
+def test_release_then_engine_moves_a_group_with_its_state(tmp_path, monkeypatch) -> None:
+    import streaming.engines as engines
+
+    monkeypatch.setattr(engines, "cache_root", lambda _key: tmp_path / "cache")
+    first = list(run_engine(_spec(tmp_path, 0), 0, _event_rows(30)))
+    caches = {0: _task(first)["cache_id"]}
+    group = next(r[0] for kind, r in first if kind == LOAD)
+    moves = {"moves_out": {0: [group]}, "moves_in": {1: [group]}, "caches": caches}
+    released = list(run_release(_spec(tmp_path, 1, **moves), 0))
+    assert [(g, src, dst) for g, src, dst, _ in released] == [(group, 0, 1)]
+    state = released[0][3]
+    assert state and state == list(run_release(_spec(tmp_path, 1, **moves), 0))[0][3]  # reads only
+
+    old = _task(list(run_engine(_spec(tmp_path, 1, **moves), 0, iter(()))))
+    assert old["released"] == 1
+    new = list(run_engine(_spec(tmp_path, 1, **moves), 1, iter([(1, (SNAPSHOT, group, state))])))
+    assert _task(new)["restored"] == 1
+    durable = DurableState(str(tmp_path / "state"))
+    assert group not in durable.read(0, 1) and durable.read(1, 1)[group] == state
+    with pytest.raises(RuntimeError, match="expected the state of groups"):
+        list(run_engine(_spec(tmp_path, 1, **moves), 1, iter(())))  # state missing: refuse
+
+
+def test_engine_task_separates_the_wait_for_input_from_its_work(tmp_path, monkeypatch) -> None:
+    """Lat counts engine work only: rows that arrive late (a shuffle fetch) are waited for,
+    and that wait is recorded apart from the task's duration."""
+    import streaming.engines as engines
+
+    monkeypatch.setattr(engines, "cache_root", lambda _key: tmp_path / "cache")
+
+    def late_rows(n: int, delay_s: float):
+        time.sleep(delay_s)  # nothing has arrived yet
+        yield from _event_rows(n)
+
+    tasks = [rec for kind, rec in run_engine(_spec(tmp_path, 0), 0, late_rows(50, 0.2))
+             if kind == TASK]
+    (task,) = tasks
+    assert task["events"] == 50
+    assert 0.2 <= task["input_wait_s"] <= task["duration_s"]
+    assert work_seconds(tasks) == pytest.approx(task["duration_s"] - task["input_wait_s"])
+    (empty,) = [rec for kind, rec in run_engine(_spec(tmp_path, 1), 0, late_rows(0, 0.1))
+                if kind == TASK]
+    assert empty["events"] == 0 and empty["input_wait_s"] >= 0.1  # no row: all of it waited
