@@ -36,9 +36,13 @@ def get_spark(cfg: Config | None = None, app_name: str | None = None,
               extra_conf: dict[str, str] | None = None) -> SparkSession:
     """A SparkSession with Kafka, Delta and RocksDB configured (reused when one is active).
 
-    Local master by default; ``spark.master`` in config may name a cluster. Spark allows one
-    session per JVM, so a second call returns the running session unchanged. ``extra_conf``
-    adds or overrides Spark settings (e.g. for a benchmark).
+    Local master by default; ``spark.master`` in config may name a cluster, and then the
+    session takes only what :func:`cluster_conf` grants it (cores, executor size, the
+    driver's address, the executors' Python), a ``spark://`` master that does not accept a
+    connection is a :class:`ClusterUnreachableError` within ``spark.master_timeout_s``, and
+    the call returns once the first executor has registered (``spark.executor_wait_s``).
+    Spark allows one session per JVM, so a second call returns the running session
+    unchanged. ``extra_conf`` adds or overrides Spark settings (e.g. for a benchmark).
     """
     from pyspark.sql import SparkSession
 
@@ -48,6 +52,9 @@ def get_spark(cfg: Config | None = None, app_name: str | None = None,
         return active
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    on_cluster = not is_local(cfg.spark.master)
+    if cfg.spark.master.startswith("spark://"):
+        check_master(cfg.spark.master, cfg.spark.master_timeout_s)
     jars = spark_jars(cfg.cache_path / "jars", cfg.spark.delta_version)
     local_dir = cfg.home_path / "spark-local"
     local_dir.mkdir(parents=True, exist_ok=True)
@@ -78,11 +85,102 @@ def get_spark(cfg: Config | None = None, app_name: str | None = None,
         # Small local batches: Arrow keeps the pandas operators of the engines cheap.
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
     )
-    for k, v in (extra_conf or {}).items():
+    for k, v in {**(cluster_conf(cfg) if on_cluster else {}), **(extra_conf or {})}.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    if on_cluster and cfg.spark.executor_wait_s > 0:
+        wait_for_executors(spark, 1, cfg.spark.executor_wait_s, cfg)
     return spark
+
+
+class ClusterUnreachableError(RuntimeError):
+    """The configured cluster does not answer, or gives the application no executor."""
+
+
+def is_local(master: str) -> bool:
+    """``local``, ``local[N]``, ``local[*]``, ``local[N,F]``: Spark in this JVM only."""
+    return master == "local" or master.startswith("local[")
+
+
+def cluster_conf(cfg: Config) -> dict[str, str]:
+    """The settings a job needs on a shared cluster, from the ``[spark]`` config section.
+
+    Without ``spark.cores.max`` a standalone master gives one application every core of the
+    cluster; executor cores and memory size each executor so several fit on one worker; the
+    driver's host, bind address and ports (when configured) are what executors on other hosts
+    connect back to through a firewall; ``spark.pyspark.python`` is the interpreter the
+    executors' Python workers run (the driver's, i.e. the venv's, unless configured).
+    """
+    sc = cfg.spark
+    conf = {
+        "spark.executor.cores": str(sc.executor_cores),
+        "spark.executor.memory": sc.executor_memory,
+        "spark.pyspark.python": sc.pyspark_python or sys.executable,
+    }
+    if sc.cores_max:
+        conf["spark.cores.max"] = str(sc.cores_max)
+    if sc.driver_host:
+        conf["spark.driver.host"] = sc.driver_host
+    if sc.driver_bind_address or sc.driver_host:
+        conf["spark.driver.bindAddress"] = sc.driver_bind_address or sc.driver_host
+    if sc.driver_port:
+        conf["spark.driver.port"] = str(sc.driver_port)
+    if sc.driver_block_manager_port:
+        conf["spark.driver.blockManager.port"] = str(sc.driver_block_manager_port)
+    return conf
+
+
+def check_master(master: str, timeout_s: float) -> None:
+    """Fail fast when no master of a ``spark://`` URL accepts a connection.
+
+    Spark itself retries the registration for a minute and then stops the context from a
+    background thread, which a caller sees as a hang followed by an unrelated error.
+    """
+    import socket
+
+    reasons = []
+    for hostport in master[len("spark://"):].split(","):
+        host, _, port = hostport.rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+                return
+        except OSError as exc:
+            reasons.append(f"{hostport}: {exc.strerror or exc}")
+    raise ClusterUnreachableError(
+        f"spark.master {master}: no Spark master answers within {timeout_s:g}s "
+        f"({'; '.join(reasons)}); is the cluster running ('keyshift cluster status')?")
+
+
+def wait_for_executors(spark: SparkSession, count: int, timeout_s: float,
+                       cfg: Config | None = None) -> int:
+    """Block until ``count`` executors have registered; the number registered.
+
+    A cluster without a free worker big enough for one executor accepts the application and
+    then leaves it waiting forever ("Initial job has not accepted any resources"): this turns
+    that into a :class:`ClusterUnreachableError` naming what the job asked for.
+    """
+    import time
+
+    jsc = spark.sparkContext._jsc.sc()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        registered = len(jsc.statusTracker().getExecutorInfos()) - 1  # minus the driver
+        if registered >= count:
+            return registered
+        if jsc.isStopped() or time.monotonic() >= deadline:
+            master = spark.sparkContext.master
+            asked = ""
+            if cfg is not None:
+                asked = (f" with spark.executor_cores={cfg.spark.executor_cores} and "
+                         f"spark.executor_memory={cfg.spark.executor_memory}")
+            why = "the application was stopped" if jsc.isStopped() else (
+                f"{registered} of {count} executor(s) registered within {timeout_s:g}s")
+            spark.stop()
+            raise ClusterUnreachableError(
+                f"spark.master {master}: {why}; does the cluster have a free worker{asked}? "
+                "(see the master's web UI)")
+        time.sleep(0.5)
 
 
 def table_exists(spark: SparkSession, cfg: Config, name: str) -> bool:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 # Broker and Spark fixtures (session-scoped, imported lazily by the tests that use them).
-pytest_plugins = ["platform_fixtures"]
+pytest_plugins = ["platform_fixtures", "cluster_fixtures"]
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = (ROOT.parent / "shared" / "data").resolve()
