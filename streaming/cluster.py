@@ -27,7 +27,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +80,8 @@ class Daemon:
         return _is_spark_daemon(self.pid)
 
     def public(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if not k.startswith("_")}
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if not f.name.startswith("_")}
 
 
 def _is_spark_daemon(pid: int) -> bool:
@@ -273,7 +274,7 @@ class LocalCluster:
         daemons = [d for d in (*self.worker_daemons, self.master) if d is not None and d.pid]
         # Our own children are ours for sure; pids read back from a state file only while
         # their group still runs Spark.
-        pgids = {d.pid for d in daemons if d._proc is not None or _group_is_spark(d.pid)}
+        pgids = {d.pid for d in daemons if d._proc is not None or group_is_spark(d.pid)}
         for pgid in pgids:
             _signal_group(pgid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_GRACE_S
@@ -371,14 +372,14 @@ class LocalCluster:
         cluster.master = Daemon(**data["master"])
         cluster.worker_daemons = [Daemon(**w) for w in data["workers"]]
         cluster._groups = {d.pid for d in (cluster.master, *cluster.worker_daemons)
-                           if _group_is_spark(d.pid)}
+                           if group_is_spark(d.pid)}
         return cluster
 
     def forget(self) -> None:
         (self.folder / STATE_FILE).unlink(missing_ok=True)
 
 
-def _group_is_spark(pgid: int) -> bool:
+def group_is_spark(pgid: int) -> bool:
     """Whether a process group still holds Spark processes: a pid read back from a state
     file may have been reused by an unrelated program, which must never be signalled."""
     for pid in group_members({pgid}):

@@ -282,3 +282,59 @@ def test_cluster_without_room_for_an_executor_is_a_clear_error(spark_cluster,
     assert "spark.executor_memory=8g" in log
     time.sleep(1)
     assert not spark_cluster.state()["activeapps"]  # the application was stopped
+
+
+# --- the command -----------------------------------------------------------------------------
+
+def keyshift(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "keyshift.cli", *args], capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_cluster_command_bad_input(tmp_path: Path) -> None:
+    for args, needle in ((["--workers", "0"], "--workers"), (["--cores", "-1"], "--cores"),
+                         (["--memory", "lots"], "--memory")):
+        res = keyshift("cluster", "start", "--dir", str(tmp_path), *args)
+        assert res.returncode == 2 and needle in res.stderr, res.stderr
+    res = keyshift("cluster", "status", "--dir", str(tmp_path))
+    assert res.returncode == 1 and "no cluster state" in res.stderr
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_cluster_command_start_status_stop(tmp_path: Path) -> None:
+    import os
+    import signal
+
+    from streaming.cluster import group_is_spark, group_members
+
+    folder = tmp_path / "c"
+    res = keyshift("cluster", "start", "--workers", "2", "--cores", "1", "--memory", "1g",
+                   "--dir", str(folder))
+    assert res.returncode == 0, res.stderr
+    state = json.loads((folder / "cluster.json").read_text())
+    groups = {state["master"]["pid"], *(w["pid"] for w in state["workers"])}
+    try:
+        assert len(group_members(groups)) >= 3  # detached: outlived the command
+        res = keyshift("cluster", "status", "--dir", str(folder), "--json")
+        status = json.loads(res.stdout)
+        assert res.returncode == 0 and status["healthy"] and status["alive_workers"] == [0, 1]
+        assert status["master_url"] == state["master_url"]
+        again = keyshift("cluster", "start", "--dir", str(folder))
+        assert again.returncode == 0 and "already running" in again.stdout
+        os.killpg(state["workers"][0]["pid"], signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while True:
+            res = keyshift("cluster", "status", "--dir", str(folder))
+            if res.returncode == 1 or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        assert res.returncode == 1 and "1/2 workers alive" in res.stderr, res.stderr
+        res = keyshift("cluster", "stop", "--dir", str(folder))
+        assert res.returncode == 0 and "stopped" in res.stdout, res.stderr
+        assert group_members(groups) == []
+        assert not (folder / "cluster.json").exists()
+    finally:
+        for pgid in groups:
+            if group_is_spark(pgid):  # only what this test started, never a reused pid
+                os.killpg(pgid, signal.SIGKILL)
