@@ -18,7 +18,6 @@ window. With ``[planner] enabled`` the scaler decides the engine count first
 
 from __future__ import annotations
 
-import inspect
 import time
 from datetime import datetime
 from typing import Any
@@ -26,12 +25,19 @@ from typing import Any
 import numpy as np
 
 from keyshift.config import Config
-from keyshift.control import ControlDecision, ControlLoop, ControlStore, LoopSettings, WindowStats
+from keyshift.control import (
+    ControlDecision,
+    ControlStore,
+    Forecaster,
+    WindowStats,
+    loop_from_config,
+    policy_params,
+)
 from keyshift.plan import Plan
-from keyshift.policies import make_policy, policy_class
+from keyshift.policies import make_policy
 
 from .control_store import ControlLog
-from .scaling import JobForecaster, job_scaler
+from .scaling import JobForecaster
 
 ONLINE = ("dlb-h", "dlb-l", "elb")
 FROM_PLANS = ("lptf", "clb", "uhlb")
@@ -41,27 +47,13 @@ class ControllerError(ValueError):
     """Bad controller configuration; the message starts with the config key."""
 
 
-def policy_params(cfg: Config, name: str) -> dict[str, Any]:
-    """The controller config keys this policy's constructor accepts (by parameter name)."""
-    c = cfg.controller
-    offered = {
-        "theta": c.theta,
-        # ELB's band in events per engine per window; unset = derived from the mean (no scaling)
-        "band": (c.band_low, c.band_high) if c.band_high > 0 else None,
-        "min_engines": cfg.engines.min,
-        "max_engines": cfg.engines.max,
-    }
-    accepted = inspect.signature(policy_class(name).__init__).parameters
-    return {k: v for k, v in offered.items() if k in accepted and v is not None}
-
-
 class Controller:
     """One run's loop as the job drives it, batch by batch."""
 
     def __init__(
         self, cfg: Config, run_id: str, policy: str, groups: int, engines: int,
         batches_per_window: int, log: ControlStore, params: dict[str, Any] | None = None,
-        forecaster: JobForecaster | None = None, clock=time.time,
+        forecaster: Forecaster | None = None, clock=time.time,
     ) -> None:
         if batches_per_window < 1:
             raise ControllerError(f"controller.window_s: gives {batches_per_window} batches")
@@ -76,9 +68,9 @@ class Controller:
         self.forecaster = forecaster
         if cfg.planner.enabled and self.forecaster is None:
             self.forecaster = JobForecaster(cfg)
-        scaler = job_scaler(cfg, self.forecaster, clock) if cfg.planner.enabled else None
-        self.loop = ControlLoop(log, LoopSettings.from_config(cfg), None, policy, scaler,
-                                run_id=run_id, clock=clock)
+        # the policy is made at recover(), with the parameters known then
+        self.loop = loop_from_config(cfg, log, policy, self.forecaster, run_id=run_id,
+                                     clock=clock, balance=False)
         self._window: WindowStats | None = None
         self.decide_s = 0.0
         self.last_decision: ControlDecision | None = None
@@ -92,8 +84,9 @@ class Controller:
         if self.policy_name in ONLINE:
             self.loop.policy = make_policy(
                 self.policy_name, **{**policy_params(self.cfg, self.policy_name), **self.params})
-        if self.forecaster is not None:
-            self.forecaster.load_models()
+        load = getattr(self.forecaster, "load_models", None)
+        if load is not None:
+            load()
         self.loop.start(self._initial_plan(), batch_id)
         start = batch_id - batch_id % self.batches_per_window
         self._window = WindowStats.empty(start // self.batches_per_window, self.groups, start)

@@ -27,16 +27,14 @@ returns (the decision's reason) names the source and the error.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from keyshift.config import Config
-from keyshift.control import FallbackForecaster, NoForecast, ScalerStep, WindowSample
+from keyshift.control import FallbackForecaster, NoForecast, WindowSample
 from keyshift.control.scaling import one_line
-from keyshift.elastic.controller import controller_from_config
 from keyshift.elastic.cost import Forecast
 
 
@@ -148,12 +146,4 @@ class JobForecaster:
         return fc, f"{label} ({gp_error})"
 
 
-def job_scaler(cfg: Config, forecaster: JobForecaster | None = None,
-               clock: Callable[[], float] = time.time) -> ScalerStep:
-    """The job's scaler step: the planner of ``[planner]`` with the job's forecaster."""
-    forecaster = forecaster or JobForecaster(cfg)
-    return ScalerStep(controller_from_config(cfg), forecaster, cfg.controller.window_s,
-                      clock=clock, keep_on_error=True)
-
-
-__all__ = ["ChampionForecast", "JobForecaster", "job_scaler", "load_champions"]
+__all__ = ["ChampionForecast", "JobForecaster", "load_champions"]

@@ -16,7 +16,14 @@ from keyshift.control.decision import (
     plan_diff,
 )
 from keyshift.control.evaluate import Evaluation, evaluate
-from keyshift.control.loop import MODES, ControlLoop, LoopSettings, Realizer
+from keyshift.control.loop import (
+    MODES,
+    ControlLoop,
+    LoopSettings,
+    Realizer,
+    loop_from_config,
+    policy_params,
+)
 from keyshift.control.scaling import (
     MIN_FALLBACK_WINDOWS,
     FallbackForecaster,
@@ -35,5 +42,6 @@ __all__ = [
     "ControlRecord", "ControlStore", "Evaluation", "FallbackForecaster", "Forecaster",
     "FunctionForecaster", "LoopSettings", "MemoryControlStore", "NoForecast", "Realizer",
     "ScalerState", "ScalerStep", "WindowSample", "WindowStats", "evaluate",
-    "fallback_forecast", "min_gain_veto", "plan_action", "plan_diff", "scale_plan",
+    "fallback_forecast", "loop_from_config", "min_gain_veto", "plan_action", "plan_diff",
+    "policy_params", "scale_plan",
 ]

@@ -21,6 +21,7 @@ on a production job).
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -31,7 +32,7 @@ import numpy as np
 from keyshift.elastic.decision import ScalingDecision
 from keyshift.metrics import Balance, live_loads
 from keyshift.plan import Plan
-from keyshift.policies import Decision, Policy, Window
+from keyshift.policies import Decision, Policy, Window, make_policy, policy_class
 
 from .decision import (
     DRY_RUN,
@@ -44,7 +45,7 @@ from .decision import (
     plan_diff,
 )
 from .evaluate import evaluate
-from .scaling import ScalerStep, one_line, scale_plan
+from .scaling import Forecaster, ScalerStep, one_line, scale_plan
 from .store import ControlRecord, ControlStore
 from .window import WindowStats
 
@@ -167,7 +168,8 @@ class ControlLoop:
 
         # then the balancer, on the unchanged plan, and its vetoes
         balancing, bal_action, bal_text = None, "none", ""
-        if candidate is None:
+        balanced = candidate is None
+        if balanced:
             if self.policy is None:
                 bal_text = f"{self.policy_name} is a fixed plan"
             else:
@@ -189,14 +191,23 @@ class ControlLoop:
             after = Plan(candidate.assignment, candidate.engines, version, candidate.live)
         moves = plan_diff(old, candidate, state) if candidate is not None else plan_diff(
             old, old, state)
-        action = self._action(scaling, n, candidate, component, bal_action, old)
+        # the window's one action: what was realized, else what the scaler proposed (dry
+        # run, recommend), else the balancer's (recommended, declined or none)
+        if candidate is not None and not balanced:
+            action = plan_action(old, candidate)
+        elif balanced and version is not None:
+            action = bal_action
+        elif scaling is not None and scaling.proposed != n:
+            action, component = scaling.action, "scaler"
+        else:
+            action = bal_action
         decision = ControlDecision(
             batch_id=b, window=window.index, action=action, component=component,
-            reason=bal_text if component == "balancer" and not scale_text else scale_text,
+            reason=scale_text or bal_text,
             realized=version is not None, before=old, after=after, candidate=candidate,
             moves=moves, evaluation=ev, scaling=scaling, balancing=balancing)
-        rows = self._rows(decision, scaling, scale_text, replayed, balancing, bal_action,
-                          bal_text, window, state)
+        rows = self._rows(decision, scaling, scale_text, replayed, balanced, balancing,
+                          bal_action, bal_text, window, state)
         decision = replace(decision, rows=tuple(rows), reason=rows[-1]["reason"])
 
         # record (state first: a re-executed batch must find the scaler's decision) and
@@ -208,8 +219,8 @@ class ControlLoop:
             self.store.write_record(ControlRecord(b, window.index, version, sample,
                                                   scaler_state))
         if version is not None:
-            who = "scaler" if component == "scaler" else self.policy_name
-            text = scale_text if component == "scaler" else bal_text
+            who = self.policy_name if balanced else "scaler"
+            text = bal_text if balanced else scale_text
             self.store.write_plan(after, who, text, b)
             self._plans[version] = after
             self._changes.append((b, version))
@@ -219,17 +230,9 @@ class ControlLoop:
         self.last = decision
         return decision
 
-    @staticmethod
-    def _action(scaling: ScalingDecision | None, n: int, candidate: Any, component: str,
-                bal_action: str, old: Any) -> str:
-        if component == "scaler" and candidate is not None:
-            return plan_action(old, candidate)
-        if scaling is not None and scaling.proposed != n:
-            return scaling.action  # proposed, not applied (dry run / recommend)
-        return bal_action
-
     def _rows(self, d: ControlDecision, scaling: ScalingDecision | None, scale_text: str,
-              replayed: bool, balancing: Decision | None, bal_action: str, bal_text: str,
+              replayed: bool, balanced: bool, balancing: Decision | None, bal_action: str,
+              bal_text: str,
               window: WindowStats, state: np.ndarray) -> list[dict[str, Any]]:
         old, after, rows = d.before, d.after, []
         recommend = self.settings.mode == "recommend"
@@ -237,7 +240,7 @@ class ControlLoop:
         if scaling is not None:
             text, version, moved, psi, rstd_after = scale_text, None, None, None, None
             engines_after = scaling.engines_after
-            if d.component == "scaler":
+            if d.candidate is not None and not balanced:
                 moved_groups = len(d.moves)
                 psi, moved = float(state[d.moves.groups].sum()), moved_groups
                 rstd_after = d.evaluation.balance.rstd if d.candidate is None else float(
@@ -254,7 +257,7 @@ class ControlLoop:
             rows.append(audit_row(self.run_id, d.batch_id, "scaler", scaling.policy,
                                   scaling.action, text, rstd, rstd_after, moved, psi,
                                   old.parallelism, engines_after, version))
-        if d.component == "balancer":
+        if balanced:
             if balancing is None or bal_action in ("none", "declined"):
                 before = d.evaluation.balance if balancing is None else balancing.before
                 rows.append(audit_row(self.run_id, d.batch_id, "balancer", self.policy_name,
@@ -277,3 +280,34 @@ class ControlLoop:
 
 def _rstd(plan: Plan, loads: np.ndarray) -> float:
     return Balance.of(live_loads(plan.assignment, loads, plan.live)).rstd
+
+
+def policy_params(cfg: Any, name: str) -> dict[str, Any]:
+    """The controller config keys this policy's constructor accepts (by parameter name)."""
+    c = cfg.controller
+    offered = {
+        "theta": c.theta,
+        # ELB's band in events per engine per window; unset = derived from the mean (no scaling)
+        "band": (c.band_low, c.band_high) if c.band_high > 0 else None,
+        "min_engines": cfg.engines.min,
+        "max_engines": cfg.engines.max,
+    }
+    accepted = inspect.signature(policy_class(name).__init__).parameters
+    return {k: v for k, v in offered.items() if k in accepted and v is not None}
+
+
+def loop_from_config(cfg: Any, store: ControlStore, policy_name: str,
+                     forecaster: Forecaster | None = None, realizer: Realizer | None = None,
+                     run_id: str = "", clock: Callable[[], float] = time.time,
+                     params: dict[str, Any] | None = None, balance: bool = True) -> ControlLoop:
+    """The loop every driver builds from one config: ``[controller]`` (window, θ, min_gain,
+    mode), the policy with its config parameters (``params`` override them; ``balance``
+    False: a fixed plan), and with ``[planner] enabled`` the planner fed by ``forecaster``."""
+    from keyshift.elastic.controller import controller_from_config
+
+    policy = make_policy(policy_name, **{**policy_params(cfg, policy_name), **(params or {})}) \
+        if balance else None
+    scaler = ScalerStep(controller_from_config(cfg), forecaster, cfg.controller.window_s,
+                        clock=clock) if cfg.planner.enabled else None
+    return ControlLoop(store, LoopSettings.from_config(cfg), policy, policy_name, scaler,
+                       realizer, run_id, clock)

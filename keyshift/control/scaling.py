@@ -186,7 +186,8 @@ class ScalerStep:
             forget()
         for s in samples:
             self.remember(s)
-        if getattr(self.scaler, "reserve_quantile", 0) and hasattr(self.scaler, "fit_reserve"):
+        if samples and getattr(self.scaler, "reserve_quantile", 0) \
+                and hasattr(self.scaler, "fit_reserve"):
             seen = [s.in_tuples for s in self.history if s.lat_s is not None]
             self.scaler.fit_reserve(np.asarray(seen, dtype=np.float64))
             self.scaler.reset()

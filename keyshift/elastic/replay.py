@@ -1,8 +1,8 @@
 """Replay a load series window by window through a scaler: the per-window model the
 elasticity evaluation runs in (elastic-cep's accounting, Eq. 1–2 and 11–12).
 
-Each window j: the scaler decides the engine count from the previous window's
-observation; the window's latency is drawn from the :class:`LatencyModel` at that count;
+Each window j: the control loop (:class:`keyshift.control.ControlLoop`, scaler only: the
+model has no key groups) decides the engine count from the previous window's observation; the window's latency is drawn from the :class:`LatencyModel` at that count;
 a change of engine count pauses processing for ``pause_s`` (state migration, §III-D);
 then Out = sel · min(Cap, In) and Miss = sel · In − Out exactly as the monitor of Eq. 1–2
 counts them: a tuple not processed within its window is missed, not queued. The bill is
@@ -18,6 +18,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from keyshift.control import (
+    ControlLoop,
+    FunctionForecaster,
+    LoopSettings,
+    MemoryControlStore,
+    ScalerStep,
+    WindowStats,
+)
 from keyshift.elastic.capacity import LatencyModel
 from keyshift.elastic.cost import Costs
 from keyshift.elastic.decision import Observation, ScalingDecision
@@ -56,6 +64,31 @@ class ReplayResult:
         }
 
 
+def scaler_loop(scaler: Scaler, forecast: ForecastFn | None, window_s: float, sel: float,
+                initial_engines: int, groups: int, policy: str | None = None,
+                min_gain: float = 0.0, realizer=None) -> ControlLoop:
+    """The control loop of an offline run, in memory: ``scaler`` (errors propagate: a bad
+    experiment fails loudly) and, with ``policy``, the balancer on ``groups`` key groups."""
+    from keyshift.plan import Plan
+    from keyshift.policies import make_policy
+
+    step = ScalerStep(scaler, None if forecast is None else
+                      FunctionForecaster(forecast, "the experiment's forecast"),
+                      window_s, sel=sel, keep_on_error=False)
+    loop = ControlLoop(MemoryControlStore(), LoopSettings(window_s=window_s, min_gain=min_gain),
+                       None if policy is None else make_policy(policy), policy or "none",
+                       step, realizer)
+    loop.start(Plan.hashed(groups, int(initial_engines)) if groups else
+               Plan(np.zeros(0, dtype=np.int64), int(initial_engines)))
+    return loop
+
+
+def idle_window(groups: int) -> WindowStats:
+    """The "window before the first": nothing observed, so the first decision has no
+    observation (window -1, closed by batch -1: its decision routes window 0)."""
+    return WindowStats.empty(-1, groups, -1)
+
+
 def replay(
     in_tuples: np.ndarray,
     scaler: Scaler,
@@ -82,27 +115,25 @@ def replay(
     missed = np.empty(n)
     lat = np.empty(n)
     changes = np.zeros(n, dtype=bool)
+    loop = scaler_loop(scaler, forecast, window_s, sel, initial_engines, groups=0)
+    window = idle_window(0)
     decisions: list[ScalingDecision] = []
-    planner_ms: list[float] = []
-    scaler.reset()
-    current = int(initial_engines)
-    obs: Observation | None = None
     for j in range(n):
-        dec = scaler.decide(j, current, obs, forecast)
-        decisions.append(dec)
-        if dec.planner_ms is not None:
-            planner_ms.append(dec.planner_ms)
-        changes[j] = dec.engines_after != current
-        current = dec.engines_after
+        d = loop.step(window)
+        decisions.append(d.scaling)
+        changes[j] = d.after.parallelism != d.before.parallelism
+        current = d.after.parallelism
         lat[j] = float(latency.sample(current, rng))
         busy_s = window_s - pause_s * changes[j]
         capacity = busy_s * current / lat[j]
         out = sel * min(capacity, in_tuples[j])
         missed[j] = sel * in_tuples[j] - out
         engines[j] = current
-        obs = Observation(float(in_tuples[j]), float(lat[j]), current, window_s, sel)
+        window = WindowStats.measured(j, np.zeros(0), float(in_tuples[j]), float(lat[j]),
+                                      j * window_s)
         if observe is not None:
-            observe(j, obs)
+            observe(j, Observation(float(in_tuples[j]), float(lat[j]), current, window_s, sel))
+    planner_ms = [d.planner_ms for d in decisions if d.planner_ms is not None]
     cost = missed * costs.mc + engines * costs.ec * window_s + costs.rc * changes
     return ReplayResult(
         policy=scaler.name, engines=engines, in_tuples=in_tuples, missed=missed, latency=lat,

@@ -5,24 +5,38 @@ The series is replayed in compressed time: window j of the real series (Δt seco
 tuples) becomes one simulator window of ``sim_window_s`` seconds at rate In_j /
 ``sim_window_s``, and each engine serves Δt / Lat tuples per window, so load over capacity
 is the same as in the replay. Misses are the simulator's (a tuple older than one window,
-Eq. 1–2). The scaler decides before each window from the previous window's statistics;
-``Simulator.set_engines`` realises it, and the balancing policy (default DLB-H) spreads the
-key groups over the live engines. Moved groups pause ``pause_s`` real seconds per migration
+Eq. 1–2). The control loop (:class:`keyshift.control.ControlLoop`, as in the Spark job)
+decides at each window's end from its statistics: the scaler first, realized by the loop's
+scale mechanics; otherwise the balancing policy (default DLB-H) with the ``min_gain`` veto.
+:class:`SimulatorDriver` is the simulator's adapter: it realizes the loop's plans with
+``Simulator.switch_plan``. Moved groups pause ``pause_s`` real seconds per migration
 (they used to be off because a scale-out during a pause crashed the simulator, fixed since,
 see tests/test_sim.py::test_scale_out_while_a_migration_is_paused).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import numpy as np
 
+from keyshift.control import (
+    ControlDecision,
+    ControlLoop,
+    Forecaster,
+    MemoryControlStore,
+    WindowStats,
+    loop_from_config,
+)
 from keyshift.elastic.cost import Costs
 from keyshift.elastic.decision import Observation, ScalingDecision
 from keyshift.elastic.errors import ElasticInputError
-from keyshift.elastic.replay import ReplayResult
+from keyshift.elastic.replay import ReplayResult, idle_window, scaler_loop
 from keyshift.elastic.scaler import ForecastFn, Scaler
+from keyshift.sim import SimConfig, Simulator, SyntheticWorkload, ZipfKeys
+from keyshift.sim.result import WindowStats as SimWindowStats
+from keyshift.sim.workload import Schedule
 
 
 def run_in_simulator(
@@ -41,13 +55,11 @@ def run_in_simulator(
     tick_s: float = 1.0,
     seed: int = 0,
     pause_s: float = 0.0,
+    min_gain: float = 0.05,
 ) -> ReplayResult:
     """Run ``scaler`` over ``in_tuples`` windows inside :class:`keyshift.sim.Simulator`;
-    ``pause_s`` > 0: moved key groups pause that many real seconds per migration."""
-    from keyshift.policies import make_policy
-    from keyshift.sim import SimConfig, Simulator, SyntheticWorkload, ZipfKeys
-    from keyshift.sim.workload import Schedule
-
+    ``pause_s`` > 0: moved key groups pause that many real seconds per migration;
+    ``min_gain``: the balancer's veto, ``controller.min_gain`` of the job (0 = off)."""
     in_tuples = np.asarray(in_tuples, dtype=np.float64)
     if in_tuples.ndim != 1 or in_tuples.size == 0 or (in_tuples < 0).any():
         raise ElasticInputError("in_tuples", "must be a non-empty flat array of counts >= 0")
@@ -61,47 +73,74 @@ def run_in_simulator(
         param=Schedule.constant(zipf),
         rate=Schedule(steps),
     )
-    service_rate = window_s / lat_s / sim_window_s
-    scaler.reset()
-    decisions: list[ScalingDecision] = []
-    planner_ms: list[float] = []
-    first = scaler.decide(0, int(initial_engines), None, forecast)
-    decisions.append(first)
     config = SimConfig(
-        engines=first.engines_after, tick_s=tick_s, window_s=sim_window_s,
-        service_rate=service_rate, overload="miss",
+        engines=int(initial_engines), tick_s=tick_s, window_s=sim_window_s,
+        service_rate=window_s / lat_s / sim_window_s, overload="miss",
         # Migration pauses (dlb §3.3): every move of key groups (a scale action or a
         # rebalance) pauses the moved groups for ``pause_s`` real seconds, compressed like
         # the windows, the replay's 5-s pause per change; their tuples buffer meanwhile.
         # A per-state term would scale with the compressed rates, not with real state.
         pause_fixed_s=pause_s * sim_window_s / window_s, pause_s_per_state=0.0,
     )
-    sim = Simulator(workload, make_policy(policy), config, seed=seed)
+    driver = SimulatorDriver(Simulator(workload, None, config, seed=seed), lat_s, window_s)
+    driver.loop = scaler_loop(scaler, forecast, window_s, 1.0, initial_engines, groups,
+                              policy=policy, min_gain=min_gain, realizer=driver)
     n = in_tuples.size
     engines = np.empty(n, dtype=np.int64)
     missed = np.empty(n)
     generated = np.empty(n)
     changes = np.zeros(n, dtype=bool)
-    changes[0] = first.engines_after != initial_engines
+    decisions: list[ScalingDecision] = []
+    window = idle_window(groups)
     for j in range(n):
-        if j > 0:
-            dec = scaler.decide(j, sim.engines, obs, forecast)
-            decisions.append(dec)
-            if dec.engines_after != sim.engines:
-                changes[j] = True
-                sim.set_engines(dec.engines_after, reason=dec.reason)
-        if decisions[-1].planner_ms is not None:
-            planner_ms.append(decisions[-1].planner_ms)
-        stats = sim.step_window()
+        d = driver.loop.step(window)
+        decisions.append(d.scaling)
+        changes[j] = d.after.parallelism != d.before.parallelism
+        stats, window = driver.run_window()
         engines[j] = stats.engines
         missed[j] = stats.missed
         generated[j] = stats.generated
-        obs = Observation(float(stats.generated), lat_s, int(stats.engines), window_s)
         if observe is not None:
-            observe(j, obs)
+            observe(j, Observation(float(stats.generated), lat_s, int(stats.engines), window_s))
+    planner_ms = [d.planner_ms for d in decisions if d.planner_ms is not None]
     cost = missed * costs.mc + engines * costs.ec * window_s + costs.rc * changes
     return ReplayResult(
         policy=scaler.name, engines=engines, in_tuples=generated, missed=missed,
         latency=np.full(n, lat_s), cost=cost, changes=changes, window_s=window_s,
         decisions=decisions, planner_ms=planner_ms,
     )
+
+
+class SimulatorDriver:
+    """The simulator's adapter of the control loop: runs one simulator window, hands the
+    loop its :class:`~keyshift.control.WindowStats`, and realizes the loop's plans."""
+
+    def __init__(self, sim: Simulator, lat_s: float, window_s: float,
+                 loop: ControlLoop | None = None) -> None:
+        self.sim = sim
+        self.lat_s = lat_s
+        self.window_s = window_s
+        self.loop = loop
+
+    def run_window(self) -> tuple[SimWindowStats, WindowStats]:
+        """One simulator window and the loop's view of it, measured as the job measures
+        (In = the tuples routed to the engines, the sum of the group loads; Lat the engines'
+        per-tuple seconds; the window's histogram and state sizes)."""
+        stats = self.sim.step_window()
+        loads = self.sim.window_loads
+        return stats, WindowStats.measured(stats.index, loads, float(loads.sum()), self.lat_s,
+                                           stats.index * self.window_s, self.sim.state.copy())
+
+    @classmethod
+    def from_config(cls, sim: Simulator, cfg, policy: str, lat_s: float,
+                    forecaster: Forecaster | None = None, clock=time.time) -> SimulatorDriver:
+        """A driver whose loop is built from a keyshift config exactly as the Spark job's
+        (:func:`keyshift.control.loop_from_config`); started on the simulator's plan."""
+        driver = cls(sim, lat_s, float(cfg.controller.window_s))
+        driver.loop = loop_from_config(cfg, MemoryControlStore(), policy, forecaster,
+                                       realizer=driver, clock=clock)
+        driver.loop.start(sim.plan)
+        return driver
+
+    def realize(self, decision: ControlDecision) -> None:
+        self.sim.switch_plan(decision.after, decision.reason)

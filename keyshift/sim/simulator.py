@@ -17,12 +17,14 @@ queue when the pause ends. Meanwhile the source and destination engines spend
 migration also slows the engines it touches.
 
 Elasticity: :meth:`Simulator.set_engines` changes the number of live engines between
-windows (a controller hook passed to :meth:`run` is called after every window).
+windows (a controller hook passed to :meth:`run` is called after every window). With
+``policy=None`` the simulator decides nothing itself: the control loop
+(:mod:`keyshift.control`, driven by :mod:`keyshift.elastic.sim_bridge`) decides and
+:meth:`Simulator.switch_plan` realizes its plans.
 """
 
 from __future__ import annotations
 
-import heapq
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -166,7 +168,7 @@ class Simulator:
     def __init__(
         self,
         workload: Workload,
-        policy: Policy,
+        policy: Policy | None,
         config: SimConfig | None = None,
         plan: Plan | None = None,
         seed: int = 0,
@@ -346,7 +348,7 @@ class Simulator:
         self.result.add_window(stats)
         if hook is not None:
             hook(self, stats)
-        due = self.windows_done % cfg.rebalance_every == 0
+        due = self.policy is not None and self.windows_done % cfg.rebalance_every == 0
         if due and (cfg.trigger_rstd <= 0 or stats.rstd > cfg.trigger_rstd):
             self.rebalance(y)
         return stats
@@ -433,40 +435,36 @@ class Simulator:
         self._batch_of_group[moved] = bid
         self.result.add_migration(len(moved), moved_state, pause_s)
 
+    @property
+    def window_loads(self) -> np.ndarray:
+        """The last window's histogram Y_t (tuples offered per group)."""
+        return self._recent[-1].copy()
+
+    def switch_plan(self, plan: Plan, reason: str = "") -> None:
+        """Route by ``plan`` from now on (an external controller's realization): the groups
+        that change engine pause and buffer like any migration; a change of the live engine
+        count is logged as a scale event."""
+        old = self.plan
+        if plan.parallelism != old.parallelism:
+            self.result.add_scale(self.now, old.parallelism, plan.parallelism, reason)
+        self._split = None
+        moved = np.flatnonzero(plan.assignment != old.assignment)
+        self._switch(plan, moved, old.assignment)
+
     def set_engines(self, n: int, reason: str = "") -> Plan:
-        """Make ``n`` engines live (the elasticity hook). Scale-out revives dead slots first,
-        then appends slots, and asks the policy to fill them; scale-in removes the least
-        loaded live slots, moves their groups greedily (largest first, to the least loaded
-        survivor) and then asks the policy. Returns the new plan."""
+        """Make ``n`` engines live (the elasticity hook) by the control loop's one scale
+        realization (:func:`keyshift.control.scale_plan`, ELB's mechanics: revive dead
+        slots, then append; scale-in empties the least loaded). The policy sees the new
+        plan at its next window, as in the job. Returns the new plan."""
+        from keyshift.control.scaling import scale_plan
+
         if int(n) != n or n < 1:
             raise SimError("engines", f"must be an integer >= 1, got {n}")
-        n = int(n)
-        live = self.plan.live.copy()
-        current = int(live.sum())
-        if n == current:
+        if int(n) == self.plan.parallelism:
             return self.plan
-        y = self._recent[-1]
-        assignment = self.plan.assignment.copy()
-        if n > current:
-            dead = np.flatnonzero(~live)[: n - current]
-            live[dead] = True
-            extra = n - current - dead.size
-            if extra > 0:
-                live = np.concatenate([live, np.ones(extra, dtype=bool)])
-            engines = live.size
-        else:
-            slot_loads = np.bincount(assignment, weights=y, minlength=live.size)
-            live_ids = np.flatnonzero(live)
-            order = live_ids[np.argsort(slot_loads[live_ids], kind="stable")]
-            removed = order[: current - n]
-            live[removed] = False
-            engines = live.size
-            assignment = _evacuate(assignment, y, live, removed)
-        new = Plan(assignment, engines, self.plan.version + 1, live)
-        moved = np.flatnonzero(new.assignment != self.plan.assignment)
-        self.result.add_scale(self.now, current, n, reason)
-        self._switch(new, moved, self.plan.assignment)
-        self.rebalance(y)
+        new = scale_plan(self.plan, int(n), self._recent[-1])[0]
+        self.switch_plan(Plan(new.assignment, new.engines, self.plan.version + 1, new.live),
+                         reason)
         return self.plan
 
     # ---- whole runs ------------------------------------------------------------------
@@ -532,22 +530,3 @@ def _split_routing(
         raise SimError("routing", "share must be within [0, 1]")
     return g, dest, share
 
-
-def _evacuate(
-    assignment: np.ndarray, loads: np.ndarray, live: np.ndarray, removed: np.ndarray
-) -> np.ndarray:
-    """Greedy LPT of the removed slots' groups onto the survivors (heaviest group first).
-
-    The loop runs over the evacuated groups only, never over all groups.
-    """
-    out = assignment.copy()
-    leaving = np.isin(assignment, removed)
-    moving = np.flatnonzero(leaving)
-    slot_loads = np.bincount(assignment[~leaving], weights=loads[~leaving], minlength=live.size)
-    heap = [(float(slot_loads[s]), int(s)) for s in np.flatnonzero(live)]
-    heapq.heapify(heap)
-    for g in moving[np.argsort(-loads[moving], kind="stable")]:
-        load, s = heapq.heappop(heap)
-        out[g] = s
-        heapq.heappush(heap, (load + float(loads[g]), s))
-    return out

@@ -1,0 +1,92 @@
+"""One loop, two drivers: the windows the simulator's adapter measured, fed batch by batch
+to the Spark job's adapter (in-memory store, no Spark), give the same decisions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from engines_support import MemoryControlLog
+
+from keyshift.config import load_config
+from keyshift.control import FallbackForecaster
+from keyshift.elastic.sim_bridge import SimulatorDriver
+from keyshift.sim import SimConfig, Simulator, SyntheticWorkload, ZipfKeys
+from keyshift.sim.workload import Schedule
+from streaming.controller import Controller
+
+WINDOW_S = 10.0
+LAT_S = 2.0 ** -7  # a power of two: the job's Lat (engine s / tuples) comes out exact
+GROUPS = 48
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1_764_000_000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def config(planner: bool, **controller):
+    return load_config(env={}, controller={"window_s": WINDOW_S, **controller},
+                       engines={"initial": 2, "min": 1, "max": 6},
+                       planner={"enabled": planner, "horizon": 4, "mc": 10.0, "ec": 1.0,
+                                "rc": 5.0})
+
+
+def simulate(cfg, policy: str, rates: list[float], zipf: float):
+    """Run the simulator's adapter; returns its decisions and the windows it fed the loop."""
+    steps = tuple((j * WINDOW_S, r) for j, r in enumerate(rates))
+    workload = SyntheticWorkload(ZipfKeys(keys=GROUPS, groups=GROUPS, key_to_group=None, seed=3),
+                                 param=Schedule.constant(zipf), rate=Schedule(steps))
+    sim_cfg = SimConfig(engines=cfg.engines.initial, tick_s=1.0, window_s=WINDOW_S,
+                        service_rate=1.0 / LAT_S, pause_fixed_s=0.0, pause_s_per_state=0.0)
+    sim = Simulator(workload, None, sim_cfg, seed=3)
+    driver = SimulatorDriver.from_config(sim, cfg, policy, LAT_S,
+                                         FallbackForecaster(WINDOW_S), clock=Clock())
+    decisions, windows = [], []
+    for _ in rates:
+        _, w = driver.run_window()
+        w.t0 = driver.loop.clock.t + w.index * WINDOW_S
+        windows.append(w)
+        decisions.append(driver.loop.step(w))
+    return decisions, windows, sim
+
+
+def stream(cfg, policy: str, windows):
+    """The same windows through the job's adapter, one batch per window."""
+    c = Controller(cfg, "run", policy, GROUPS, cfg.engines.initial, 1, MemoryControlLog(),
+                   forecaster=FallbackForecaster(WINDOW_S), clock=Clock())
+    c.recover(0)
+    out = []
+    for b, w in enumerate(windows):
+        c.collect(b, w.loads, w.state, engine_s=LAT_S * w.tuples, started=w.t0)
+        out.append(c.end_of_batch(b))
+    return out
+
+
+def key(d):
+    return (d.window, d.action, d.component, d.realized, d.after.version, d.after.parallelism,
+            tuple(d.after.assignment.tolist()), tuple(r["reason"] for r in d.rows))
+
+
+@pytest.mark.parametrize(("policy", "planner", "zipf", "band"), [
+    ("dlb-h", True, 0.8, {}),   # scaler and balancer, a ramp past 2 engines
+    ("dlb-h", False, 1.5, {}),  # balancer alone; the hot key makes min_gain decline
+    # ELB changes the engine count itself (band in tuples per engine per window)
+    ("elb", False, 0.8, {"band_low": 400.0, "band_high": 1200.0}),
+])
+def test_simulator_and_job_adapters_decide_alike(policy, planner, zipf, band) -> None:
+    cfg = config(planner, **band)
+    # tuples per second; one engine serves 128 per second (Lat = 1/128 s)
+    rates = [60.0] * 4 + [200.0] * 3 + [500.0] * 5 + [150.0] * 6
+    sim_decisions, windows, sim = simulate(cfg, policy, rates, zipf)
+    job_decisions = stream(cfg, policy, windows)
+    assert [key(d) for d in sim_decisions] == [key(d) for d in job_decisions]
+    actions = {d.action for d in sim_decisions}
+    assert actions - {"none"}, actions  # the sequence exercises the loop
+    if planner:
+        assert {"scale_out", "scale_in"} <= actions
+        assert sim.plan.parallelism == sim_decisions[-1].after.parallelism
+    if zipf > 1:
+        assert "declined" in actions
