@@ -198,6 +198,7 @@ def run_engine(spec: BatchSpec, engine: int, rows: Iterable[tuple]) -> Iterator[
                 "attempt": ctx.attemptNumber() if ctx else -1,
                 "pid": os.getpid(),
                 "host": os.uname().nodename,
+                "workdir": os.getcwd(),  # the executor's folder: which worker ran it
                 "cache_id": store.cache_id,
                 "rebuilt": rebuilt,
                 "events": len(events),

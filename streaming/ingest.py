@@ -25,7 +25,7 @@ import numpy as np
 
 from keyshift.config import Config
 from keyshift.metrics import load_variance, rstd
-from keyshift.schemas import EVENTS, MAX_EVENT_BYTES, SCHEMA_VERSION, event_schema
+from keyshift.schemas import MAX_EVENT_BYTES, SCHEMA_VERSION, event_schema
 
 from . import routing, sinks
 from .session import ensure_tables
@@ -69,8 +69,10 @@ class IngestSpec:
             max_offsets_per_trigger=cfg.spark.max_offsets_per_trigger,
         )
         spec = replace(spec, **over)
-        if spec.app not in EVENTS:
-            raise ValueError(f"app: unknown application {spec.app!r}; known: {sorted(EVENTS)}")
+        try:
+            event_schema(spec.app)  # shipped app, entry point or module:Class
+        except KeyError as exc:
+            raise ValueError(str(exc).strip("'")) from None
         return spec
 
     @property

@@ -29,6 +29,17 @@ logger.kafka.name = org.apache.kafka
 logger.kafka.level = {kafka}
 logger.netty.name = io.netty
 logger.netty.level = ERROR
+# PySpark counts as Spark's interpreter: the class that first initializes logging lends its
+# logger's level to the console (WARN unless configured) and says so on stderr; give the
+# candidates ours
+logger.repl.name = org.apache.spark.repl.Main
+logger.repl.level = {level}
+logger.submit.name = org.apache.spark.deploy.SparkSubmit
+logger.submit.level = {level}
+logger.gateway.name = org.apache.spark.api.python.PythonGatewayServer
+logger.gateway.level = {level}
+logger.context.name = org.apache.spark.SparkContext
+logger.context.level = {level}
 """
 
 

@@ -199,13 +199,21 @@ def ensure_tables(spark: SparkSession, cfg: Config, names: Iterable[str] | None 
 
     for name in names if names is not None else TABLES:
         schema = table(name)
-        if (Path(cfg.table_path(name)) / "_delta_log").is_dir():
+        if _exists_locally(cfg.table_path(name)):
             continue  # exists: skip the Delta round trip (seconds on a busy machine)
         builder = DeltaTable.createIfNotExists(spark).location(cfg.table_path(name))
         builder = builder.addColumns(spark.createDataFrame([], schema.ddl()).schema)
         if schema.partition_by:
             builder = builder.partitionedBy(*schema.partition_by)
         builder.execute()
+
+
+def _exists_locally(location: str) -> bool:
+    """A table on this machine's disk that already has a log (a remote one: ask Delta)."""
+    if "://" in location and not location.startswith("file:"):
+        return False
+    path = location[5:] if location.startswith("file:") else location
+    return (Path(path) / "_delta_log").is_dir()
 
 
 def read_table(spark: SparkSession, cfg: Config, name: str) -> DataFrame:

@@ -12,7 +12,6 @@ import time
 
 from keyshift.cli import UsageError
 from keyshift.config import load_config
-from keyshift.schemas import EVENTS
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
@@ -25,7 +24,8 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "Ctrl-C or --duration; running again with the same --run-id continues where it stopped.",
     )
     p.add_argument("--config", help="TOML file (default: $KEYSHIFT_CONFIG or built-in)")
-    p.add_argument("--app", choices=sorted(EVENTS), help="event schema (default: controller.app)")
+    p.add_argument("--app", help="event schema: a shipped app, an entry point of group "
+                   "keyshift.operators, or module:Class (default: controller.app)")
     p.add_argument("--run-id", default="default", help="run id: checkpoint, metrics rows, plan scope")
     p.add_argument("--scope", help="plan scope to route by (default: the run id)")
     p.add_argument("--topic", help="Kafka topic (default: kafka.topic)")
