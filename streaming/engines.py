@@ -85,6 +85,7 @@ class BatchSpec:
     moves_out: dict[int, list[int]] = field(default_factory=dict)  # engine → groups leaving
     moves_in: dict[int, list[int]] = field(default_factory=dict)  # engine → groups arriving
     caches: dict[int, str] = field(default_factory=dict)  # engine → cache id of batch − 1
+    ingest_only: bool = False  # count and validate only: no operator, no state (keyshift stream)
 
     @property
     def durable(self) -> DurableState:
@@ -125,6 +126,9 @@ def run_engine(spec: BatchSpec, engine: int, rows: Iterable[tuple]) -> Iterator[
     """
     from pyspark import TaskContext
 
+    if spec.ingest_only:
+        yield from _count_only(engine, rows)
+        return
     t0 = time.perf_counter()
     ctx = TaskContext.get()
     store, rebuilt = spec.open(engine)
@@ -219,6 +223,35 @@ def run_engine(spec: BatchSpec, engine: int, rows: Iterable[tuple]) -> Iterator[
         )
     finally:
         store.close()
+
+
+def _count_only(engine: int, rows: Iterable[tuple]) -> Iterator[tuple]:
+    """Ingestion only (``keyshift stream``): the same routing, validation, loads and task
+    record as an engine, without an operator or state, so both modes share one pipeline, one
+    metrics row and one meaning of Lat (work seconds per tuple)."""
+    t0 = time.perf_counter()
+    counts: dict[int, int] = {}
+    dead, events = 0, 0
+    kafka_first, kafka_last = float("inf"), float("-inf")
+    clock = _InputClock(rows)
+    for _, row in clock:
+        _, group, partition, offset, _value, reason, raw, kts = row
+        if reason is not None:
+            dead += 1
+            yield (DEAD, (partition, offset, kts, raw, reason))
+            continue
+        events += 1
+        counts[group] = counts.get(group, 0) + 1
+        if kts:
+            kafka_first, kafka_last = min(kafka_first, kts), max(kafka_last, kts)
+    for g, n in counts.items():
+        yield (LOAD, (g, engine, n, 0))
+    yield (TASK, {"engine": engine, "partition": engine, "pid": os.getpid(),
+                  "workdir": os.getcwd(), "cache_id": "", "rebuilt": False, "events": events,
+                  "outputs": 0, "dead": dead, "released": 0, "restored": 0,
+                  "compacted": False, "kafka_ts_first": kafka_first if events else None,
+                  "kafka_ts_last": kafka_last if events else None,
+                  "input_wait_s": clock.wait_s, "duration_s": time.perf_counter() - t0})
 
 
 def engine_partitioner(engine: int) -> int:

@@ -64,7 +64,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
 TABLES_WRITTEN = ("events_out", "metrics", "key_loads", "dead_letter", "plans", "decisions",
-                  "state_snapshots", "migrations")
+                  "state_snapshots", "migrations", "control_state")
 
 
 class JobStopping(RuntimeError):
@@ -88,6 +88,7 @@ class JobOptions:
     policy_params: dict[str, Any] = field(default_factory=dict)
     available_now: bool = False  # process what the topic holds, then stop
     starting_offsets: str = "earliest"  # where a new run starts in the topic
+    ingest_only: bool = False  # validate, route and count only (keyshift stream): no operator
 
 
 @dataclass
@@ -247,10 +248,13 @@ class StreamJob:
         plan = self.controller.plan_for(batch_id)
         prev = self.controller.plan_for(batch_id - 1) if batch_id > 0 else plan
         migration = Migration.between(self.run_id, batch_id, prev, plan)
+        if self.opt.ingest_only:  # no state, nothing to hand over
+            migration = Migration.between(self.run_id, batch_id, plan, plan)
         slots = max(plan.engines, prev.engines)
         spec = BatchSpec(batch_id, self.app, dict(self.opt.app_params), self.run_id,
                          self.state_uri, self.cfg.engines.compact_every,
-                         migration.moves_out(), migration.moves_in(), dict(self._caches))
+                         migration.moves_out(), migration.moves_in(), dict(self._caches),
+                         self.opt.ingest_only)
         sc = self.spark.sparkContext
         sc.setLocalProperty("spark.job.description", f"keyshift {self.run_id} batch {batch_id}")
 

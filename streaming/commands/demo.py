@@ -46,6 +46,8 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    "champion GPs of the local MLflow registry when there are, else the "
                    "pure-core forecast fitted on the run's own windows")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    p.add_argument("-v", "--verbose", action="count", default=0,
+                   help="Spark's own log lines: -v warnings, -vv info (default: errors only)")
     p.set_defaults(func=run)
     return p
 
@@ -85,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
     if args.planner:
         cfg = cfg.model_copy(update={"planner": cfg.planner.model_copy(update={"enabled": True})})
     say = (lambda *a: print(*a, file=sys.stderr)) if args.json else print
+    say_err = (lambda *a: print(*a, file=sys.stderr, flush=True))  # per-batch lines
     skew = args.skew or f"zipf:0.2@0,1.5@{args.duration / 3:g}"
     run_id = time.strftime("demo-%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
 
@@ -105,16 +108,16 @@ def run(args: argparse.Namespace) -> int:
         except BrokerError as exc:
             raise UsageError(f"kafka: {exc}") from None
 
-        from streaming.job import JobOptions, StreamJob
-        from streaming.session import get_spark
+        from streaming.commands.run import start_job
+        from streaming.job import JobOptions
 
         say("starting Spark (first start resolves jars, later ones reuse the cache) ...")
-        spark = get_spark(cfg)
-        job = StreamJob(spark, cfg, JobOptions(app=app, policy=policy, run_id=run_id, topic=topic,
-                                               engines=args.engines))
+        # the demo is `keyshift run` on its own topic, plus a producer and a report
+        job = start_job(cfg, JobOptions(app=app, policy=policy, run_id=run_id, topic=topic,
+                                        engines=args.engines), args.verbose, say_err)
+        spark = job.spark
         thread = threading.Thread(target=_produce, daemon=True, args=(
             cfg, topic, app, skew, args.rate, args.duration, stop, produced))
-        job.start()
         t0 = time.monotonic()
         thread.start()
         scaler = ", engine scaler on" if cfg.planner.enabled else ""
@@ -186,35 +189,21 @@ def _produce(cfg, topic: str, app: str, skew: str, rate: float, duration: float,
 
 
 def _watch(job, thread: threading.Thread, duration: float, say, produced: dict) -> None:
-    """Progress until the producer is done and the job has taken everything it sent."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
-                  TextColumn("{task.fields[info]}"), transient=True,
-                  console=None if say is print else _stderr_console()) as bar:
-        task = bar.add_task("streaming", total=duration, info="")
-        t0 = time.monotonic()
-        while True:
-            if job.query.exception() is not None:
-                raise UsageError(f"stream: the query failed: {job.query.exception()}")
-            t = job.totals
-            bar.update(task, completed=min(duration, time.monotonic() - t0),
-                       info=f"batches {t.batches}  in {t.records}  out {t.complex_events}  "
-                            f"migrations {t.migrations}")
-            if produced.get("done"):
-                sent = produced.get("sent", 0)
-                if "error" in produced or t.records >= sent:
-                    return
-                if time.monotonic() - t0 > duration + 600:
-                    say(f"stopping with {sent - t.records} records not yet consumed")
-                    return
-            time.sleep(0.5)
-
-
-def _stderr_console():
-    from rich.console import Console
-
-    return Console(stderr=True)
+    """Wait until the producer is done and the job has taken everything it sent (the job
+    prints one line per batch meanwhile)."""
+    t0 = time.monotonic()
+    while True:
+        if job.query.exception() is not None:
+            raise UsageError(f"stream: the query failed: {job.query.exception()}")
+        t = job.totals
+        if produced.get("done"):
+            sent = produced.get("sent", 0)
+            if "error" in produced or t.records >= sent:
+                return
+            if time.monotonic() - t0 > duration + 600:
+                say(f"stopping with {sent - t.records} records not yet consumed")
+                return
+        time.sleep(0.5)
 
 
 def _print_summary(s: dict[str, Any]) -> None:

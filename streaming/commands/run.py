@@ -135,6 +135,23 @@ def progress_line(r) -> str:
             f"plan v{r.plan_version}  {r.duration_s:5.2f} s{mig}")
 
 
+def start_job(cfg, opts, verbosity: int = 0, say=None):
+    """The speed layer's one way to start: quiet Spark logging, the session, the job with a
+    progress line per batch, the query. ``keyshift run`` and ``keyshift demo`` both use it."""
+    from streaming.logs import configure_spark_logging, set_session_level
+
+    say = say or (lambda *a: print(*a, file=sys.stderr, flush=True))
+    configure_spark_logging(cfg.home_path / "logs", verbosity)
+    from streaming.job import StreamJob
+    from streaming.session import get_spark
+
+    spark = get_spark(cfg, app_name=f"keyshift-{opts.run_id}")
+    set_session_level(spark, verbosity)
+    job = StreamJob(spark, cfg, opts, on_batch=lambda r: say(progress_line(r)))
+    job.start()
+    return job
+
+
 def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)  # ConfigError: the CLI's one-line message
     if args.planner:
@@ -142,16 +159,8 @@ def run(args: argparse.Namespace) -> int:
     opts = options_from(args, cfg)
     _check_topic(cfg, opts.topic)
     say = (lambda *a: print(*a, file=sys.stderr, flush=True))
-
-    from streaming.logs import configure_spark_logging, set_session_level
-
-    configure_spark_logging(cfg.home_path / "logs", args.verbose)
-    from streaming.job import StreamJob
-    from streaming.session import get_spark
-
-    spark = get_spark(cfg, app_name=f"keyshift-{opts.run_id}")
-    set_session_level(spark, args.verbose)
-    job = StreamJob(spark, cfg, opts, on_batch=lambda r: say(progress_line(r)))
+    job = start_job(cfg, opts, args.verbose, say)
+    query = job.query
     stop = threading.Event()
     why: list[int] = []
 
@@ -162,7 +171,6 @@ def run(args: argparse.Namespace) -> int:
         stop.set()
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    query = job.start()
     mode = "available now" if opts.available_now else (
         f"for {args.duration:g} s" if args.duration else "until Ctrl-C")
     say(f"running {job.run_id}: {opts.app} on {opts.topic} with {opts.policy}"
