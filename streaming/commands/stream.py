@@ -1,127 +1,194 @@
-"""``keyshift stream``: run the ingestion job (Kafka → validate → route → Delta metrics).
+"""``keyshift stream``: the speed layer in its ingestion-only mode.
 
     keyshift stream --app wordcount --run-id demo --duration 120
+    keyshift stream --run-id demo                  # again: continues from the checkpoint
+    keyshift stream --app mypkg.ops:Sessions --policy lptf   # route by the batch layer's plan
+
+The same job as ``keyshift run`` (:class:`streaming.job.StreamJob`, started by
+:func:`streaming.commands.run.start_job`) with ``ingest_only``: Kafka records are validated
+(bad ones to ``dead_letter`` with the reason), routed by the controller's plan, and counted
+per group by one task per engine, which writes ``key_loads``; the driver writes one
+``metrics`` row per micro-batch. No operator runs, no state is kept, nothing migrates. So
+there is one pipeline, one metrics builder and one meaning of ``metrics.latency_s`` (engine
+work seconds per tuple; here the counting task's work). Its history under ``kg`` is what
+the batch layer computes baseline plans from.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import signal
 import sys
+import threading
 import time
+from typing import Any
 
 from keyshift.cli import UsageError
-from keyshift.config import load_config
+from keyshift.config import Config, load_config
 
+DEFAULT_POLICY = "kg"  # ingestion measures loads; a hash plan never moves a group
 _RUN_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    from .run import POLICIES
+
     p = sub.add_parser(
-        "stream", help="run the ingestion job: Kafka → validated, routed events → Delta",
-        description="Structured Streaming from the Kafka topic; bad records go to dead_letter; "
-        "each micro-batch (statistic window) writes metrics and key_loads to Delta. Stop with "
-        "Ctrl-C or --duration; running again with the same --run-id continues where it stopped.",
+        "stream", help="ingestion only: Kafka → validated, routed, counted events → Delta",
+        description="keyshift run without an operator: Structured Streaming from the Kafka "
+        "topic; bad records go to dead_letter; each micro-batch writes key_loads and one "
+        "metrics row to Delta. Stop with Ctrl-C/SIGTERM (between batches) or --duration; "
+        "running again with the same --run-id continues where it stopped.",
     )
     p.add_argument("--config", help="TOML file (default: $KEYSHIFT_CONFIG or built-in)")
     p.add_argument("--app", help="event schema: a shipped app, an entry point of group "
                    "keyshift.operators, or module:Class (default: controller.app)")
-    p.add_argument("--run-id", default="default", help="run id: checkpoint, metrics rows, plan scope")
-    p.add_argument("--scope", help="plan scope to route by (default: the run id)")
+    p.add_argument("--run-id", default="default",
+                   help="run id: checkpoint, metrics rows, plans (default: 'default')")
     p.add_argument("--topic", help="Kafka topic (default: kafka.topic)")
-    p.add_argument("--window", type=float, help="statistic window = trigger, seconds "
-                   "(default: controller.window_s)")
-    p.add_argument("--duration", type=float, help="stop after this many seconds (default: run)")
+    p.add_argument("--policy", default=DEFAULT_POLICY,
+                   help=f"plan the routing follows: one of {', '.join(POLICIES)} (default "
+                   f"{DEFAULT_POLICY}; lptf, clb and uhlb use the batch layer's plan)")
+    p.add_argument("--window", type=float, help="micro-batch trigger = statistic window, "
+                   "seconds (default: spark.trigger_s and controller.window_s)")
+    p.add_argument("--duration", type=float, help="stop after this many seconds (default: run "
+                   "until Ctrl-C or SIGTERM)")
     p.add_argument("--from", dest="starting", choices=("earliest", "latest"), default="earliest",
                    help="where a new run starts in the topic (default earliest)")
     p.add_argument("--no-routing", action="store_true",
-                   help="skip key → group → engine routing (benchmark baseline)")
+                   help="one engine under kg: every group on engine 0 (benchmark baseline)")
+    p.add_argument("--scope", help=argparse.SUPPRESS)  # removed: a clear error, not argparse's
+    p.add_argument("-v", "--verbose", action="count", default=0,
+                   help="Spark's own log lines: -v warnings, -vv info (default: errors only)")
     p.set_defaults(func=run)
     return p
 
 
-def run(args: argparse.Namespace) -> int:
+def ingest_options(args: argparse.Namespace, cfg: Config) -> tuple[Config, Any]:
+    """The config and :class:`streaming.job.JobOptions` (``ingest_only``) of a stream run.
+
+    A bad flag is a :class:`UsageError` naming it. ``--window`` sets both the trigger and the
+    controller's window, so one statistic window is one micro-batch as the flag says; the
+    engine scaler is off because its latency model is an operator's, and there is none.
+    """
+    from keyshift.errors import FieldError
+    from keyshift.schemas import event_schema
+    from streaming.job import JobOptions
+
+    from .run import POLICIES
+
+    if args.scope is not None:
+        raise UsageError("--scope: removed; the run's controller owns its plan. Use --policy "
+                         "lptf|clb|uhlb to route by the batch layer's plan (scope 'baseline')")
     if not _RUN_ID.match(args.run_id):
         raise UsageError(f"--run-id: use 1-64 letters, digits, '.', '_' or '-', got {args.run_id!r}")
     if args.window is not None and not args.window > 0:
         raise UsageError(f"--window: must be > 0 seconds, got {args.window}")
     if args.duration is not None and not args.duration > 0:
         raise UsageError(f"--duration: must be > 0 seconds, got {args.duration}")
-    cfg = load_config(args.config)  # ConfigError: the CLI's one-line message
-
-    from rich.console import Console
-    from rich.table import Table
-
-    from streaming.broker import Broker
-    from streaming.ingest import IngestSpec, start_ingest
-    from streaming.jars import JarResolutionError
-    from streaming.session import get_spark, read_table
-
-    over = {"starting_offsets": args.starting, "routing": not args.no_routing}
-    for name, value in (("app", args.app), ("topic", args.topic), ("trigger_s", args.window),
-                        ("scope", args.scope)):
-        if value is not None:
-            over[name] = value
-    spec = IngestSpec.from_config(cfg, args.run_id, **over)
-    console = Console(stderr=True)
-    if not Broker.from_config(cfg).healthy(timeout_s=5):
-        print(f"keyshift stream: no Kafka broker answers at {cfg.kafka.bootstrap} "
-              "(run 'keyshift kafka start')", file=sys.stderr)
-        return 1
+    if args.policy not in POLICIES:
+        raise UsageError(f"--policy: unknown policy {args.policy!r}; choose one of "
+                         f"{', '.join(POLICIES)}")
+    if args.no_routing and args.policy != "kg":
+        raise UsageError(f"--no-routing: means one engine under kg; drop --policy {args.policy}")
+    app = args.app or cfg.controller.app
     try:
-        spark = get_spark(cfg, app_name=f"keyshift-stream-{args.run_id}")
+        event_schema(app)  # only the schema: ingestion builds no operator
+    except (FieldError, KeyError, ValueError) as exc:
+        raise UsageError(f"--app: {str(exc).strip(chr(39))}") from None
+
+    update: dict[str, Any] = {"planner": cfg.planner.model_copy(update={"enabled": False})}
+    if args.window is not None:
+        update["controller"] = cfg.controller.model_copy(update={"window_s": args.window})
+    cfg = cfg.model_copy(update=update)
+    opts = JobOptions(app=app, policy=args.policy, run_id=args.run_id,
+                      topic=args.topic or cfg.kafka.topic,
+                      engines=1 if args.no_routing else None, trigger_s=args.window,
+                      starting_offsets=args.starting, ingest_only=True)
+    return cfg, opts
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg, opts = ingest_options(args, load_config(args.config))  # ConfigError: one line
+    from streaming.jars import JarResolutionError
+
+    from .run import _check_topic, start_job
+
+    _check_topic(cfg, opts.topic)  # broker down or topic missing: UsageError, before Spark
+    say = (lambda *a: print(*a, file=sys.stderr, flush=True))
+    try:
+        job = start_job(cfg, opts, args.verbose, say)
     except JarResolutionError as exc:
         print(f"keyshift stream: {exc}", file=sys.stderr)
         return 1
-    query = start_ingest(spark, cfg, spec)
-    console.print(f"stream: {spec.app} from {spec.topic}@{spec.bootstrap}, window "
-                  f"{spec.trigger_s:g}s, run {spec.run_id}, checkpoint {spec.checkpoint}")
-    seen = -1
-    deadline = time.monotonic() + args.duration if args.duration else float("inf")
-    try:
-        while query.isActive and time.monotonic() < deadline:
-            time.sleep(0.5)
-            prog = query.lastProgress
-            if prog and prog["batchId"] != seen:
-                seen = prog["batchId"]
-                console.print(
-                    f"batch {prog['batchId']}: {prog['numInputRows']} records, "
-                    f"{prog.get('processedRowsPerSecond', 0):,.0f} rows/s, "
-                    f"{prog['durationMs'].get('triggerExecution', 0) / 1000:.1f}s")
-        _let_batch_finish(query, console)
-    except KeyboardInterrupt:
-        console.print("stream: stopping")
-    finally:
-        error = query.exception()
-        query.stop()
-    if error is not None:
-        print(f"keyshift stream: the query failed: {str(error).splitlines()[0][:500]}",
+    say(f"stream {job.run_id}: {opts.app} from {opts.topic}@{cfg.kafka.bootstrap}, ingestion "
+        f"only, plan {opts.policy} on {job.engines} engine(s), trigger {job.trigger_s:g} s, "
+        f"checkpoint {job.checkpoint}")
+    failed, why = _wait(job, args.duration, say)
+    s = job.summary()
+    say(f"{job.run_id}: {s['batches']} batches, {s['events_in']} events, {s['dead_letter']} "
+        f"dead letters; {s['events_per_s']:.0f} events/s busy, batch p50 "
+        f"{s['batch_p50_s']:.2f} s")
+    if failed:
+        print(f"keyshift stream: the query failed: {failed.splitlines()[0][:500]}",
               file=sys.stderr)
         return 1
-    _summary(read_table(spark, cfg, "metrics"), spec.run_id, Console(), Table)
-    return 0
+    from rich.console import Console
+
+    from streaming.session import read_table
+
+    _summary(read_table(job.spark, cfg, "metrics"), job.run_id, Console())
+    return 130 if why and why[0] == signal.SIGINT else 0
 
 
-def _let_batch_finish(query, console, limit_s: float = 300.0) -> None:
-    """Stop between batches: a batch cut off mid-way is redone on restart, wasted work."""
-    deadline = time.monotonic() + limit_s
-    if query.isActive and query.status.get("isTriggerActive"):
-        console.print("stream: letting the running batch finish")
-    while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
-        time.sleep(0.5)
+def _wait(job, duration: float | None, say) -> tuple[str | None, list[int]]:
+    """Run until the duration, Ctrl-C or SIGTERM, then stop between batches
+    (:meth:`StreamJob.stop`: a batch cut mid-way is redone on restart, wasted work).
+    Returns the query's failure (or None) and the signals received."""
+    query = job.query
+    stop = threading.Event()
+    why: list[int] = []
+
+    def on_signal(signum, _frame) -> None:
+        if stop.is_set():  # a second Ctrl-C: leave now
+            raise KeyboardInterrupt
+        why.append(signum)
+        stop.set()
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    deadline = time.monotonic() + duration if duration else None
+    failed = None
+    try:
+        while not stop.wait(0.5):
+            if query.exception() is not None:
+                failed = str(query.exception())
+                break
+            if not query.isActive or (deadline is not None and time.monotonic() >= deadline):
+                break
+        if stop.is_set():
+            say("stopping after the current batch ...")
+        job.stop()
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    return failed, why
 
 
-def _summary(metrics, run_id: str, console, table_cls) -> None:
+def _summary(metrics, run_id: str, console) -> None:
+    """The run's last ten metrics rows as a table (the same rows ``keyshift run`` writes)."""
     from pyspark.sql import functions as F
+    from rich.table import Table
 
     rows = (metrics.where(F.col("run_id") == run_id).orderBy(F.col("batch_id").desc())
             .limit(10).collect())
-    table = table_cls(title=f"metrics of run {run_id} (last 10 windows)")
+    table = Table(title=f"metrics of run {run_id} (last 10 batches)")
     for col in ("batch", "events in", "dead letter", "engines", "engine loads", "RSTD %",
-                "var(L)", "events/s", "plan"):
+                "var(L)", "events/s", "work µs/tuple", "plan"):
         table.add_column(col, justify="right")
     for r in reversed(rows):
         table.add_row(str(r["batch_id"]), f"{r['events_in']:,}", str(r["dead_letter"]),
                       str(r["engines"]), str(list(r["engine_loads"])), f"{r['rstd']:.1f}",
-                      f"{r['var_load']:.1f}", f"{r['input_rate']:,.0f}", str(r["plan_version"]))
+                      f"{r['var_load']:.1f}", f"{r['input_rate']:,.0f}",
+                      f"{r['latency_s'] * 1e6:,.1f}", str(r["plan_version"]))
     console.print(table)
