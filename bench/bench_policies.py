@@ -1,8 +1,8 @@
 """Balancing policies: decision time per window, and quality as a ratio to the exact optimum.
 
-1. Decision time (median of repeats, one window) for DLB-H, DLB-L, ELB, LPTF at 4,096
+1. Decision time (median of repeats, one window) for DLB-H, DLB-L, DLB-S, ELB, LPTF at 4,096
    groups × 5 and × 64 engines and 10⁶ groups × 1,000 engines, and CLB at p = 4,096,
-   m = 120 windows, 64 engines. Targets from the issue: DLB and ELB < 1 ms at 4,096 × 64
+   m = 120 windows, 64 engines. Targets from the issues: DLB (DLB-S too) and ELB < 1 ms at 4,096 × 64
    and < 0.5 s at 10⁶ × 1,000, CLB < 1 s. The baseline measured in the same process is
    Algorithm 1 written literally (std recomputed for each candidate key, engines' keys
    found by scanning the plan), at the 4,096-group sizes; for DLB-L also the generic DLB
@@ -101,12 +101,12 @@ def timing(console: Console, quick: bool, repeats: int) -> list[dict]:
         # the machine is shared: re-measure the reference cost beside every size
         ref = median_ms(lambda: np.sort(sort_input), 3)
         reps = repeats if p < 10**6 else max(3, repeats // 3)
-        for name in ["dlb-h", "dlb-l", "elb", "lptf"]:
+        for name in ["dlb-h", "dlb-l", "dlb-s", "elb", "lptf"]:
             policy = make_policy(name, theta=THETA) if name != "lptf" else make_policy(name)
             decision = policy.decide(plan, window)
             ms = median_ms(lambda policy=policy: policy.decide(plan, window), reps)
             base = None
-            if name.startswith("dlb") and p <= 4096:
+            if name in ("dlb-h", "dlb-l") and p <= 4096:
                 heavy = name == "dlb-h"
                 base = median_ms(lambda: literal_dlb(plan, window.loads, THETA, heavy), max(1, reps // 3))
             generic = None
@@ -150,7 +150,7 @@ def ratio(h: float, opt: float) -> float:
 
 def quality(console: Console, instances: int) -> tuple[list[dict], dict]:
     rng = np.random.default_rng(7)
-    names = ["dlb-h", "dlb-l", "elb", "lptf", "clb", "uhlb", "pkg"]
+    names = ["dlb-h", "dlb-l", "dlb-s", "elb", "lptf", "clb", "uhlb", "pkg"]
     moved: dict[str, list[float]] = {k: [] for k in names}
     imb: dict[str, list[float]] = {k: [] for k in names}
     reached = {k: 0 for k in names}

@@ -16,7 +16,7 @@ PARAMS = {"optimal": {"objective": "min_imbalance"}}
 
 
 def test_registry_has_every_policy_of_the_contract():
-    assert set(REGISTRY) == {"kg", "pkg", "uhlb", "lptf", "dlb-h", "dlb-l", "elb", "clb", "optimal"}
+    assert set(REGISTRY) == {"kg", "pkg", "uhlb", "lptf", "dlb-h", "dlb-l", "dlb-s", "elb", "clb", "optimal"}
 
 
 cases = st.tuples(

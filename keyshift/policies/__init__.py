@@ -17,6 +17,7 @@ REGISTRY: dict[str, str] = {
     "kg": "keyshift.policies.kg:KeyGrouping",
     "dlb-h": "keyshift.policies.dlb:DLBHeavy",
     "dlb-l": "keyshift.policies.dlb:DLBLight",
+    "dlb-s": "keyshift.policies.dlbs:DLBState",
     "lptf": "keyshift.policies.lptf:LongestProcessingTimeFirst",
     "uhlb": "keyshift.policies.uhlb:UniversalHashing",
     "pkg": "keyshift.policies.pkg:PartialKeyGrouping",

@@ -1,0 +1,156 @@
+"""DLB-S: DLB (dlb §3, Algorithm 1) with a state-aware key choice.
+
+DLB-H moves the heaviest group that still helps (x < L_a − L_min). Two things make it move
+more state than it must (issue 13: 2.2× the MILP optimum, median, on random Zipf
+instances): it ignores the state d_g a move costs, and "the heaviest x below the gap"
+can be almost the whole gap, which swaps the two engines' loads and removes almost no
+imbalance (moving x changes Σ(L−μ)² by 2x(x − gap), ≈ 0 for x ≈ gap).
+
+DLB-S keeps everything of DLB but the key choice (``selectKey``, line 12): the same stop
+rule (imbScore ≤ θ, or no move helps), the same donor (the most loaded engine that owns a
+helping group) and recipient (the least loaded engine), the same set of allowed moves
+(0 < x < L_a − L_min). Among those it takes the group with the most *useful load shed
+per byte of state*:
+
+    score(g) = min(x_g, need) / d_g        need = min(L_a − μ, μ − L_min, x*)
+
+* ``L_a − μ`` and ``μ − L_min``: load moved past the mean on either side is not shed, it
+  just makes the next imbalance (and the next move);
+* ``x*``: the least x that brings Σ(L−μ)² down to the bound of θ in this one move
+  (the smaller root of 2x(gap − x) = Σ(L−μ)² − bound), so no load is moved beyond what
+  reaching θ needs;
+* a zero-state group with positive load scores +inf (a free move); ties go to the larger
+  load (fewer moves), then to the lower group id.
+
+With state proportional to load every group up to ``need`` scores the same, so DLB-S
+takes the largest group that fits the need, else the smallest one that overshoots it
+least: a knapsack-cover greedy, where DLB-H is a "largest that fits the gap" greedy.
+
+Cost: a radix sort of the groups by engine once; per move a vectorised scan of the
+donor's groups only (tens of groups at 4,096 × 64) and O(n) for the donor choice.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from keyshift.plan import Plan
+from keyshift.policies.base import Policy, PolicyInputError, Window
+from keyshift.policies.dlb import EXACT_EVERY, _help_tol, check_theta
+from keyshift.policies.engine_index import radix_key
+
+
+def completing_shed(gap: float, excess: float) -> float:
+    """The least x with 2x(gap − x) ≥ ``excess`` (x ≤ gap/2), or +inf if no single move
+    between engines ``gap`` apart removes that much of Σ(L−μ)² (the best, x = gap/2,
+    removes gap²/2)."""
+    if excess <= 0:
+        return 0.0
+    disc = gap * gap - 2.0 * excess
+    if disc < 0:
+        return math.inf
+    return (gap - math.sqrt(disc)) / 2.0
+
+
+class DLBState(Policy):
+    """DLB with the key of most useful load shed per byte of state (see module doc)."""
+
+    name = "dlb-s"
+
+    def __init__(self, theta: float = 15.0, max_moves: int | None = None) -> None:
+        self.theta = theta
+        self.max_moves = max_moves
+
+    def _decide(self, plan: Plan, window: Window) -> tuple[Plan, dict[str, Any], np.ndarray | None]:
+        theta = check_theta(self.theta)
+        if self.max_moves is not None and (
+            isinstance(self.max_moves, bool)
+            or not isinstance(self.max_moves, int | np.integer)
+            or self.max_moves < 0
+        ):
+            raise PolicyInputError("max_moves", f"must be an integer >= 0, got {self.max_moves!r}")
+        limit = math.inf if self.max_moves is None else int(self.max_moves)
+        slots = plan.live_engines
+        n = slots.size
+        engine_of = plan.dense_index[plan.assignment]
+        loads, state = window.loads, window.state
+        eng = np.bincount(engine_of, weights=loads, minlength=n)
+        total = float(eng.sum())
+        info: dict[str, Any] = {"theta": theta, "policy": self.name}
+        empty = np.empty((0, 3), dtype=np.int64)
+        if n < 2 or total <= 0:
+            info.update(reason="fewer than two live engines or no load", steps=empty)
+            return plan, info, None
+        mean = total / n
+        bound = n * (theta * mean / 100.0) ** 2
+        dev2 = float(((eng - mean) ** 2).sum())
+        if dev2 <= bound:
+            info.update(reason="imbScore already within theta", steps=empty)
+            return plan, info, None
+
+        # each live engine's groups of positive load (zero-load groups never move); a
+        # group that leaves keeps its slot in the donor's array and is masked out by
+        # ``owner``, one that arrives is appended: no array is ever re-sorted or shrunk
+        order = np.argsort(radix_key(engine_of, n), kind="stable")
+        order = order[loads[order] > 0]
+        cuts = np.searchsorted(engine_of[order], np.arange(n + 1))
+        members = [order[cuts[e] : cuts[e + 1]] for e in range(n)]
+        small = np.full(n, np.inf)
+        filled = cuts[:-1] < cuts[1:]
+        if order.size:
+            small[filled] = np.minimum.reduceat(loads[order], cuts[:-1][filled])
+        owner = engine_of.copy()
+        with np.errstate(divide="ignore"):
+            per_byte = np.where(state > 0, 1.0 / np.where(state > 0, state, 1.0), np.inf)
+        load = eng.copy()
+        tol = _help_tol(mean)
+        steps: list[tuple[int, int, int]] = []
+        reason = "no move improves imbScore"
+        while dev2 > bound:
+            if len(steps) >= limit:
+                reason = "max_moves reached"
+                break
+            b = int(load.argmin())
+            low = float(load[b])
+            # DLB's donor: the most loaded engine owning a helping group (ties: lower id)
+            donors = np.where(load - small > low + tol, load, -np.inf)
+            a = int(donors.argmax())
+            if donors[a] == -np.inf:
+                break
+            gap = float(load[a]) - low
+            group_ids = members[a]
+            x = loads[group_ids]
+            need = min(float(load[a]) - mean, mean - low, completing_shed(gap, dev2 - bound))
+            need = max(need, tol)  # a donor at or below μ: any helping move, least state
+            score = np.minimum(x, need) * per_byte[group_ids]
+            score[(owner[group_ids] != a) | (x >= gap - tol)] = -np.inf
+            best = score.max()
+            ties = np.flatnonzero(score >= best * (1.0 - 1e-12))
+            pick = int(ties[x[ties].argmax()]) if ties.size > 1 else int(ties[0])
+            g, xg = int(group_ids[pick]), float(x[pick])
+            owner[g] = b
+            members[b] = np.append(members[b], g)
+            if xg <= small[a]:
+                left = x[owner[group_ids] == a]
+                small[a] = left.min() if left.size else np.inf
+            small[b] = min(small[b], xg)
+            load[a] -= xg
+            load[b] += xg
+            dev2 += 2.0 * xg * (xg - gap)
+            steps.append((g, int(slots[a]), int(slots[b])))
+            if len(steps) % EXACT_EVERY == 0:
+                dev2 = float(((load - mean) ** 2).sum())
+        else:
+            reason = "imbScore within theta"
+        done = np.array(steps, dtype=np.int64).reshape(-1, 3)
+        info.update(reason=reason, steps=done)
+        if not len(done):
+            return plan, info, None
+        assignment = plan.assignment.copy()
+        latest = done[::-1]  # a group may move twice: its last move decides
+        groups, first = np.unique(latest[:, 0], return_index=True)
+        assignment[groups] = latest[first, 2]
+        return plan.with_assignment(assignment), info, None
