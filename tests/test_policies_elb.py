@@ -131,3 +131,68 @@ def test_elb_leaves_every_engine_in_the_band_when_feasible(n, pi, raw, frac, ext
     assert d.plan.parallelism == math.ceil(2 * w / (u + v) * (1 - 1e-9))
     after = d.plan.engine_loads(loads)[d.plan.live]
     assert (after >= v - 1e-9).all() and (after <= u + 1e-9).all()
+
+
+def test_elb_moves_groups_heavier_than_half_the_band():
+    # issue 13: band [8, 12], 50 groups of exactly 2 = (u − v)/2 on 4 engines. The
+    # paper's cap y < (u − v)/2 pinned every group ("scaled 4 -> 10", 0 moved, 6 engines
+    # empty, RSTD 141 %); picking against the budget fills the new engines.
+    loads = np.full(50, 2.0)
+    plan = Plan(np.r_[np.zeros(25, int), np.ones(10, int), np.full(10, 2), np.full(5, 3)], 4)
+    d = make_policy("elb", band=[8, 12]).decide(plan, Window(loads))
+    after = d.plan.engine_loads(loads)[d.plan.live]
+    assert d.plan.parallelism == 10 and len(d.moves) > 0
+    assert ((after >= 8) & (after <= 12)).all() and d.info["outside"] == []
+    assert d.info["reason"] == "scaled 4 -> 10" and d.after.rstd < 20
+
+
+def test_elb_says_why_when_a_group_cannot_fit():
+    loads = np.array([30.0, 1, 1, 1, 1, 1, 1, 1, 1, 1])
+    plan = Plan([0, 0, 0, 0, 1, 1, 1, 2, 2, 2], 3)
+    d = make_policy("elb", band=[10, 14]).decide(plan, Window(loads))
+    assert 0 in d.info["outside"]
+    assert "group of 30 > u = 14 on its own" in d.info["reason"]
+
+
+def test_elb_reports_nothing_moved_instead_of_scaling():
+    # one group heavier than its engine's excess and nothing else to give: no move
+    loads = np.array([10.0, 3.0])
+    plan = Plan([0, 1], 2)
+    d = make_policy("elb", band=[5, 8]).decide(plan, Window(loads))  # π = 2
+    assert len(d.moves) == 0 and d.plan is plan and not d.changed
+    assert d.info["reason"].startswith("nothing moved") and d.info["outside"] == [0, 1]
+    # a band that asks for π = 3: the slot is added, but it is not called "scaled"
+    d = make_policy("elb", band=[4, 6]).decide(plan, Window(loads))
+    assert len(d.moves) == 0 and d.plan.parallelism == 3
+    assert d.info["reason"].startswith("engines 2 -> 3 with no group moved")
+
+
+def test_elb_default_band_is_widened_to_a_feasible_one():
+    # a hot group of 1.9μ never fits under 1.15μ: the band grows to hold LPT's plan, π stays
+    loads = np.r_[19.0, np.ones(21)]  # w = 40, n = 4, μ = 10
+    plan = Plan(np.r_[0, np.arange(21) % 4], 4)
+    d = make_policy("elb").decide(plan, Window(loads))
+    v, u = d.info["band"]
+    assert u >= 19.0 and "band_widened" in d.info and d.plan.parallelism == 4
+    after = d.plan.engine_loads(loads)
+    assert ((after >= v - 1e-9) & (after <= u + 1e-9)).all()
+    again = make_policy("elb").decide(d.plan, Window(loads))
+    assert again.plan is d.plan  # inside the feasible band: no churn
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(1, 6), st.lists(st.integers(0, 40), min_size=1, max_size=40),
+       st.integers(0, 2**31 - 1), st.sampled_from([None, (5.0, 15.0), (0.0, 30.0), (20.0, 22.0)]))
+def test_elb_never_claims_a_change_it_did_not_make(n, raw, seed, band):
+    loads = np.array(raw, dtype=float)
+    plan = Plan(np.random.default_rng(seed).integers(0, n, loads.size), n)
+    d = make_policy("elb", band=band).decide(plan, Window(loads))
+    assert d.plan.live[d.plan.assignment].all()
+    if len(d.moves) == 0:
+        reason = d.info.get("reason", "")
+        if d.plan.parallelism == plan.parallelism:
+            assert reason.startswith(("nothing moved", "all engines inside", "no load"))
+        else:  # slots changed with nothing balanced: never called "scaled" if engines are out
+            assert not d.info["outside"] or "with no group moved" in reason
+    if band is None and len(d.moves):
+        assert d.after.var <= d.before.var + 1e-9

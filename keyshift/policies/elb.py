@@ -7,8 +7,14 @@ Semantics chosen against Algorithm 1's lines, and why:
 
 * **Band.** ``band=(v, u)`` in load units (tuples per window), or ``band_fraction=(a, b)``
   as fractions of the current mean load μ over the live engines (the controller's
-  ``band_low``/``band_high``): [aμ, bμ]. With neither, [μ(1 − θ/100), μ(1 + θ/100)] with
-  ``theta`` (default 15, DLB's threshold), so π stays put and ELB only rebalances.
+  ``band_low``/``band_high``): [aμ, bμ]. With neither, the *default band*: π stays put
+  (ELB only rebalances) and the band is [μ(1 − θ/100), μ(1 + θ/100)] with ``theta``
+  (default 15, DLB's threshold), widened so that it is feasible: if some group is heavier
+  than θμ/100, no plan may fit the θ band (a group of 1.9μ never fits under 1.15μ), and
+  ELB would churn every window chasing it. Graham's LPT plan of the same groups onto the
+  same engines is then the witness: the band is widened to [min(v, L_min^LPT),
+  max(u, L_max^LPT)], which that plan fits. If every group is lighter than θμ/100, LPT's
+  max − min ≤ y_max already fits the θ band, so no LPT is run (the common, fast path).
   An absolute band (or a fractional one not centred on 1) lets ELB scale.
 * **Line 4.** π = ⌈2w/(u+v)⌉ (clipped to [min_engines, max_engines]), l̄ = w/π. The
   ceiling is taken with a 1e-9 relative tolerance so that w/μ = n does not round up to
@@ -20,18 +26,28 @@ Semantics chosen against Algorithm 1's lines, and why:
   [v, u], ELB returns the plan unchanged: the band is the relaxation, and being inside it
   is success. (Read literally, Algorithm 1 would shed load from every engine above l̄
   in every window.)
-* **Lines 15–21.** For an engine j above l̄ the *budget* is l_j − l̄ and each picked group
-  must be lighter than min(remaining budget, (u − v)/2). The paper writes θ = min{l_j − l̄,
-  (u − v)/2} and decrements θ; read literally that caps the *total* shed at (u − v)/2 and
-  can leave an engine far above u for ever. The text explains the (u − v)/2 term as the
-  bound on a single substream ("hot spot"), so it caps each pick, not the total. Groups
-  of zero load are never picked (moving them changes ψ, not load). One greedy traversal
-  in descending load order, vectorised: runs of consecutive picks are found with a
-  cumulative sum and the next start with a binary search.
+* **Lines 15–21.** For an engine j above l̄ the *budget* is l_j − l̄ and each pick is the
+  largest group lighter than the *remaining budget*. The paper writes θ = min{l_j − l̄,
+  (u − v)/2}: it *assumes* every group is lighter than (u − v)/2 ("can be fulfilled by
+  choosing suitable p"), it does not mean to pin heavier ones. Enforcing it as a cap makes
+  every hot group immovable: with the θ band no group heavier than 0.15μ could ever move
+  (issue 13: band [8, 12], groups of 2, "scaled 4 -> 10" with 0 groups moved). Picking
+  against the budget moves hot groups, heaviest first (the paper's heuristic 1, hot spots
+  spread first), and never takes a donor below l̄. Groups of zero load are never picked
+  (moving them changes ψ, not load). One greedy traversal in descending load order,
+  vectorised: runs of consecutive picks are found with a cumulative sum and the next
+  start with a binary search (:func:`shed`, which still takes a cap for other callers).
 * **Lines 25–30.** Picked groups, heaviest first, go to the least loaded engine of UI; an
   engine leaves UI once it reaches l̄. The paper uses (u + v)/2 there; that equals l̄ only
   when 2w/(u+v) is an integer, and filling to (u+v)/2 > l̄ starves the last engines
   below v. If UI runs empty, the rest go to the least loaded live engine.
+
+* **Honest outcome.** When engines stay outside [v, u] (a group alone heavier than u,
+  donors whose groups are all heavier than their excess), ``info["outside"]`` lists them
+  and ``info["reason"]`` says why; if no group moved at all, the plan is returned
+  unchanged (no "rebalanced" for a plan that did nothing), or, when π differs (a scaler
+  asked for it: the control loop's ``scale_plan``), the slots change and the reason says
+  "engines n -> π with no group moved" and why, never "scaled".
 
 Guarantee (tested): if every group is lighter than ε with ε < (u − v)/2, v ≤ l̄ − (π+1)ε
 and l̄ + ε ≤ u, every live engine ends inside [v, u].
@@ -49,6 +65,7 @@ from keyshift.plan import Plan
 from keyshift.policies.base import Policy, PolicyInputError, Window
 from keyshift.policies.dlb import check_theta
 from keyshift.policies.engine_index import radix_key
+from keyshift.policies.lptf import lpt_partition
 
 
 def check_band(band: Any, field: str = "band") -> tuple[float, float] | None:
@@ -130,22 +147,34 @@ class EagerLoadBalancing(Policy):
         if w <= 0:
             return plan, {"reason": "no load", "pi": n}, None
         mean = w / n
+        default = band is None and fraction is None
+        widened = False
         if fraction is not None:
             band = (mean * fraction[0], mean * fraction[1])
         elif band is None:
             band = (mean * (1 - theta / 100.0), mean * (1 + theta / 100.0))
         v, u = band
+        inside = bool(((eng >= v) & (eng <= u)).all())
+        if default and not inside and float(loads.max()) > theta * mean / 100.0:
+            witness = np.bincount(lpt_partition(loads, n), weights=loads, minlength=n)
+            v, u = min(v, float(witness.min())), max(u, float(witness.max()))
+            widened = (v, u) != band
+            inside = bool(((eng >= v) & (eng <= u)).all())
         centre = (u + v) / 2.0
-        pi = max(1, math.ceil(w / centre * (1 - 1e-9))) if centre > 0 else n
-        pi = max(pi, lo_engines)
-        if hi_engines is not None:
-            pi = min(pi, hi_engines)
+        if default:
+            pi = n  # the default band only rebalances
+        else:
+            pi = max(1, math.ceil(w / centre * (1 - 1e-9))) if centre > 0 else n
+            pi = max(pi, lo_engines)
+            if hi_engines is not None:
+                pi = min(pi, hi_engines)
         info: dict[str, Any] = {"band": [v, u], "pi": pi, "removed": [], "added": []}
-        if pi == n and ((eng >= v) & (eng <= u)).all():
+        if widened:
+            info["band_widened"] = "a group is heavier than θμ/100: widened to hold the LPT plan"
+        if pi == n and inside:
             info["reason"] = "all engines inside the band"
             return plan, info, None
         avg = w / pi
-        cap = (u - v) / 2.0
 
         # Phase 1: preparing (engine ids here are positions in ``ids``, a growing slot list)
         ids = slots.tolist()
@@ -179,7 +208,7 @@ class EagerLoadBalancing(Policy):
         for j in np.flatnonzero(over).tolist():
             groups_j = on_over[bounds[j] : bounds[j + 1]]
             loads_j = loads[groups_j]
-            picked = shed(loads_j, eng[j] - avg, cap)
+            picked = shed(loads_j, eng[j] - avg, math.inf)
             if picked.size:
                 queue.append(groups_j[picked])
                 eng[j] -= float(loads_j[picked].sum())
@@ -205,13 +234,45 @@ class EagerLoadBalancing(Policy):
                 fallback += 1
             eng[j] += y
             target[g] = j
-        info.update(
-            moved_to_fallback=fallback,
-            overloaded=int(over.sum()),
-            engines_changed=pi != n,
-            reason="rebalanced into the band" if pi == n else f"scaled {n} -> {pi}",
-        )
+        moved = int(moving.size)
         assignment = np.asarray(ids, dtype=np.int64)[target]
+        tol = 1e-9 * max(u, 1.0)
+        outside = [int(ids[j]) for j in np.flatnonzero(~removing)
+                   if not v - tol <= eng[j] <= u + tol]
+        info.update(moved_to_fallback=fallback, overloaded=int(over.sum()),
+                    engines_changed=pi != n, outside=outside)
+        why = self._why_outside(outside, ids, target, loads, eng, v, u, avg) if outside else ""
+        if moved == 0 and pi == n:
+            info.update(reason=f"nothing moved: {why or 'no group fits'}")
+            return plan, info, None
+        if moved == 0 and outside:
+            # the slots change (a scaler asked for π), but nothing was balanced: say so
+            info["reason"] = f"engines {n} -> {pi} with no group moved: {why}"
+        elif outside:
+            info["reason"] = ("rebalanced" if pi == n else f"scaled {n} -> {pi}") + f", but {why}"
+        else:
+            info["reason"] = "rebalanced into the band" if pi == n else f"scaled {n} -> {pi}"
         if engines != plan.engines or pi != n:
             return plan.with_assignment(assignment, engines=engines, live=live), info, None
         return plan.with_assignment(assignment), info, None
+
+    @staticmethod
+    def _why_outside(outside: list[int], ids: list[int], target: np.ndarray, loads: np.ndarray,
+                     eng: np.ndarray, v: float, u: float, avg: float) -> str:
+        """One line on why these engines stay outside [v, u] (the decision's reason)."""
+        pos = {slot: j for j, slot in enumerate(ids)}
+        parts = []
+        for slot in outside[:3]:
+            j = pos[slot]
+            mine = loads[target == j]
+            top = float(mine.max()) if mine.size else 0.0
+            if eng[j] > u and top > u:
+                parts.append(f"engine {slot} holds a group of {top:.4g} > u = {u:.4g} on its own")
+            elif eng[j] > u:
+                parts.append(f"engine {slot} ({eng[j]:.4g}) has no group lighter than its excess "
+                             f"{eng[j] - avg:.4g} over l̄")
+            else:
+                parts.append(f"engine {slot} ({eng[j]:.4g} < v = {v:.4g}): no donor can give it "
+                             "load without falling below l̄")
+        more = f" (+{len(outside) - 3} more)" if len(outside) > 3 else ""
+        return f"{len(outside)} engine(s) outside [{v:.4g}, {u:.4g}]: " + "; ".join(parts) + more
