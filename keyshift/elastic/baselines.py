@@ -6,8 +6,8 @@
   mean response time stays under ``target_factor`` service times. Like the QT-algorithm
   the paper compares with, it takes the per-engine service rate as independent of the
   engine count and reacts to the past window, which is where it loses tuples.
-- :class:`ThresholdScaler`: streammine3g's reactive rule, one engine out above 80 %
-  utilisation, one in below 40 %.
+- :class:`ThresholdScaler`: streammine3g's reactive rule, one engine out when the busiest
+  engine is above 80 % utilisation, one in when an engine is below 40 %.
 - :class:`RateScaler`: DS2-style one step: engines = ⌈observed rate / true processing rate
   per engine⌉, the true rate being 1 / (per-tuple busy time), aiming at ``target_utilisation``.
 """
@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -90,8 +91,52 @@ class QueueingScaler(Scaler):
         ), {}
 
 
+@dataclass(frozen=True)
+class EngineObservation(Observation):
+    """An :class:`Observation` with the window's tuples per live engine (L_e), for the
+    scalers that look at single engines (the threshold rule's "if a node reaches 80 %")."""
+
+    engine_loads: tuple[float, ...] | np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.engine_loads is not None:
+            loads = np.asarray(self.engine_loads, dtype=np.float64)
+            if loads.ndim != 1 or loads.size != self.engines:
+                raise ElasticInputError(
+                    "observed.engine_loads", f"needs one load per live engine ({self.engines})")
+            if not np.isfinite(loads).all() or (loads < 0).any():
+                raise ElasticInputError("observed.engine_loads", "must be finite and >= 0")
+            object.__setattr__(self, "engine_loads", loads)
+
+
+def engine_utilisation(observed: Observation) -> tuple[float, float, bool]:
+    """(busiest, least loaded) engine utilisation L_e·Lat/Δt, and whether per-engine loads
+    were known. Without them (the per-window replay has no key groups, its engines are
+    interchangeable) every engine carries In/N and both equal the mean utilisation."""
+    loads = getattr(observed, "engine_loads", None)
+    if loads is None or len(loads) == 0:
+        u = observed.utilisation
+        return u, u, False
+    scale = observed.lat_s / observed.window_s
+    loads = np.asarray(loads, dtype=np.float64)
+    return float(loads.max()) * scale, float(loads.min()) * scale, True
+
+
 class ThresholdScaler(Scaler):
-    """Reactive thresholds on utilisation (streammine3g §6): +1 above ``high``, −1 below ``low``."""
+    """Reactive thresholds (streammine3g §6): "if a node reaches an upper threshold of 80 %
+    of the CPU utilization, the manager allocates a new spare node"; below 40 % its slices
+    move to other nodes.
+
+    Utilisation is per engine, L_e·Lat/Δt (busy seconds over the window), from
+    ``observed.engine_loads`` (:class:`EngineObservation`). +1 engine when the *busiest*
+    engine is above ``high``: the mean hides a hot engine that misses tuples while the
+    cluster average looks comfortable. −1 engine when the least loaded engine is below
+    ``low`` (the node the paper drains), unless the busiest engine would then exceed
+    ``high`` with its load spread over one engine fewer (busiest·N/(N−1) ≥ high): without
+    that guard a skewed window scales in and out in turn. Without per-engine loads both
+    rules fall back to the mean utilisation, which is then also the busiest engine's.
+    """
 
     name = "threshold"
 
@@ -106,12 +151,20 @@ class ThresholdScaler(Scaler):
             raise ElasticInputError("low", f"need 0 <= low < high, got {self.low}, {self.high}")
         if observed is None:
             return engines_now, "threshold: no measurement yet, keep", {}
-        u = observed.utilisation
-        if u > self.high:
-            return engines_now + 1, f"threshold: utilisation {u:.0%} > {self.high:.0%}, scale out", {}
-        if u < self.low and engines_now > 1:
-            return engines_now - 1, f"threshold: utilisation {u:.0%} < {self.low:.0%}, scale in", {}
-        return engines_now, f"threshold: utilisation {u:.0%} within band", {}
+        busiest, least, known = engine_utilisation(observed)
+        what = "busiest engine" if known else "utilisation (mean: no per-engine loads)"
+        if busiest > self.high:
+            return engines_now + 1, f"threshold: {what} {busiest:.0%} > {self.high:.0%}, scale out", {}
+        if engines_now > 1 and least < self.low:
+            spread = busiest * engines_now / (engines_now - 1)
+            if spread < self.high:
+                low_what = "least loaded engine" if known else what
+                return engines_now - 1, (
+                    f"threshold: {low_what} {least:.0%} < {self.low:.0%}, scale in"), {}
+            return engines_now, (
+                f"threshold: an engine at {least:.0%} < {self.low:.0%}, but the busiest "
+                f"({busiest:.0%}) would reach {spread:.0%} on one engine fewer, keep"), {}
+        return engines_now, f"threshold: {what} {busiest:.0%} within band", {}
 
 
 class RateScaler(Scaler):
