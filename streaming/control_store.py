@@ -23,7 +23,7 @@ from keyshift.config import Config
 from keyshift.control import ControlRecord, ScalerState, WindowSample
 from keyshift.plan import Plan
 
-from .txn import append
+from .txn import RunAppends, append
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -34,10 +34,13 @@ STATE_TABLE = "control_state"
 class ControlLog:
     """The Delta implementation of :class:`keyshift.control.ControlStore` for one run."""
 
-    def __init__(self, spark: SparkSession, cfg: Config, run_id: str) -> None:
+    def __init__(self, spark: SparkSession, cfg: Config, run_id: str,
+                 appends: RunAppends | None = None) -> None:
         self.spark = spark
         self.cfg = cfg
         self.run_id = run_id
+        # the job's per-batch appender (one Spark job per append); alone, Delta's txn ids
+        self.appends = appends
         self._state_ready = False
 
     def _read(self, name: str):
@@ -106,13 +109,20 @@ class ControlLog:
 
     def write_record(self, record: ControlRecord) -> None:
         self._ensure_state()
-        append(self.spark, self.cfg, STATE_TABLE, [row_of(self.run_id, record)],
-               f"{self.run_id}/{STATE_TABLE}", record.batch_id)
+        row = [row_of(self.run_id, record)]
+        if self.appends is not None:
+            self.appends.append_rows(STATE_TABLE, row, record.batch_id)
+        else:
+            append(self.spark, self.cfg, STATE_TABLE, row, f"{self.run_id}/{STATE_TABLE}",
+                   record.batch_id)
 
     # -- the audit log ------------------------------------------------------------------------
     def write_decisions(self, rows: list[dict], batch_id: int) -> None:
         """A window's rows (scaler, balancer) in one idempotent append."""
-        append(self.spark, self.cfg, "decisions", rows, f"{self.run_id}/decisions", batch_id)
+        if self.appends is not None:
+            self.appends.append_rows("decisions", rows, batch_id)
+        else:
+            append(self.spark, self.cfg, "decisions", rows, f"{self.run_id}/decisions", batch_id)
 
 
 def row_of(run_id: str, r: ControlRecord) -> dict[str, Any]:

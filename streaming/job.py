@@ -55,8 +55,7 @@ from .engines import (
     work_seconds,
 )
 from .migration import Migration, record_completed, record_started, release
-from .sinks import append as append_frame
-from .txn import append, concurrently
+from .txn import RunAppends, concurrently
 
 if TYPE_CHECKING:
     from pyspark import RDD
@@ -143,7 +142,8 @@ class StreamJob:
         self.checkpoint = cfg.checkpoint_uri(self.run_id)
         self.state_uri = cfg.engine_state_uri(self.run_id)
         per_window = max(1, round(cfg.controller.window_s / self.trigger_s))
-        self.log = ControlLog(spark, cfg, self.run_id)
+        self.appends = RunAppends(spark, cfg, self.run_id)
+        self.log = ControlLog(spark, cfg, self.run_id, appends=self.appends)
         self.controller = Controller(cfg, self.run_id, options.policy, self.groups, self.engines,
                                      per_window, self.log, options.policy_params)
         self.totals = Totals()
@@ -245,6 +245,7 @@ class StreamJob:
         if not self._recovered:
             self.controller.recover(batch_id)
             self._recovered = True
+        self.appends.begin(batch_id)
         plan = self.controller.plan_for(batch_id)
         prev = self.controller.plan_for(batch_id - 1) if batch_id > 0 else plan
         migration = Migration.between(self.run_id, batch_id, prev, plan)
@@ -262,7 +263,8 @@ class StreamJob:
         moved, pause_s = 0, 0.0
         if len(migration):
             t_mig = time.perf_counter()
-            snapshots, moved = release(self.spark, self.cfg, self.run_id, migration, spec, slots)
+            snapshots, moved = release(self.spark, self.cfg, self.appends, migration, spec,
+                                       slots)
             record_started(self.spark, self.cfg, self.run_id, migration, moved, start_wall)
             (self.run_dir / "migrating.json").write_text(json.dumps(
                 {"batch_id": batch_id, "groups": len(migration),
@@ -337,7 +339,7 @@ class StreamJob:
             "latency_s": engine_s / valid if valid else 0.0, "batch_duration_s": duration,
             "plan_version": plan.version, "policy": self.opt.policy,
         }
-        append(self.spark, self.cfg, "metrics", [metrics], f"{self.run_id}/metrics", batch_id)
+        self.appends.append_rows("metrics", [metrics], batch_id)
         duration = time.perf_counter() - t0
         with self._lock:
             t = self.totals
@@ -389,9 +391,8 @@ class StreamJob:
                 continue
             rows = result.filter(lambda r, tag=tag: r[0] == tag).map(
                 lambda r, f=to_row: f(r[1]))
-            calls.append(lambda name=name, rows=rows: append_frame(
-                self.spark.createDataFrame(rows, table(name).ddl()), self.cfg, name,
-                f"{rid}/{name}", batch_id))
+            calls.append(lambda name=name, rows=rows: self.appends.append(
+                name, self.spark.createDataFrame(rows, table(name).ddl()), batch_id))
         return calls
 
     def _write_timing(self, record: dict[str, Any]) -> None:

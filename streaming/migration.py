@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from .engines import BatchSpec
+    from .txn import RunAppends
 
 
 @dataclass(frozen=True)
@@ -88,16 +89,16 @@ def _by_engine(engines: np.ndarray, groups: np.ndarray) -> dict[int, list[int]]:
     return out
 
 
-def release(spark: SparkSession, cfg: Config, run_id: str, m: Migration, spec: BatchSpec,
-            slots: int) -> tuple[RDD, int]:
+def release(spark: SparkSession, cfg: Config, appends: RunAppends, m: Migration,
+            spec: BatchSpec, slots: int) -> tuple[RDD, int]:
     """Step 1: the moving groups' snapshots into ``state_snapshots`` by the executors, then
     read back as ``(group, to_engine, state)`` for the engine stage; returns them and the
     bytes moved (ψ)."""
     from pyspark.sql import functions as F
 
     from .engines import run_release
-    from .sinks import append as append_frame
 
+    run_id = appends.run_id
     sources = sorted(m.moves_out())
     now = datetime.now(UTC)
     mid, version, batch = m.migration_id, m.plan_version, m.batch_id
@@ -107,8 +108,8 @@ def release(spark: SparkSession, cfg: Config, run_id: str, m: Migration, spec: B
         .map(lambda r: (SCHEMA_VERSION, run_id, mid, version, r[0], r[1], r[2],
                         bytearray(r[3]), len(r[3]), batch, now))
     )
-    append_frame(spark.createDataFrame(rows, table("state_snapshots").ddl()), cfg,
-                 "state_snapshots", f"{run_id}/state_snapshots", batch)
+    appends.append("state_snapshots", spark.createDataFrame(rows, table("state_snapshots").ddl()),
+                   batch)
     back = (
         spark.read.format("delta").load(cfg.table_path("state_snapshots"))
         .where((F.col("run_id") == run_id) & (F.col("migration_id") == mid))
