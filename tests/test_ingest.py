@@ -1,5 +1,8 @@
-"""Ingestion job on real Kafka, Spark and Delta: validation, dead letters, exact counts across
-a restart, routing through the newest plan without a restart, Spark/Python hash agreement."""
+"""Ingestion only (``keyshift stream``) = the speed layer's job with ``ingest_only``, on real
+Kafka, Spark and Delta: each bad record's reason, Spark's group expression equal to Python's,
+idempotent writes per batch, exact counts and dead letters across a restart, one meaning of
+``metrics.latency_s`` (the counting task's work seconds per tuple), and a plan the controller
+changes routing the next batches without a restart."""
 
 from __future__ import annotations
 
@@ -9,30 +12,62 @@ from datetime import UTC, datetime
 
 import numpy as np
 import pytest
+from engines_support import job_config, new_topic, produce_events, table_rows
 
 from keyshift.groups import group_of, spark_group_expr_sql
-from keyshift.plan import Plan
 from keyshift.workloads import make_generator, replay_events
 
 pytestmark = pytest.mark.integration
 
 
-def _kafka_rows(values: list[bytes | None]) -> list[tuple]:
+def _kafka_frame(spark, values: list[bytes | None]):
+    """A static DataFrame shaped like the Kafka source's rows."""
     now = datetime.now(UTC)
-    return [("t", 0, i, now, v) for i, v in enumerate(values)]
-
-
-def _kafka_frame(spark, values):
     return spark.createDataFrame(
-        _kafka_rows(values),
+        [("t", 0, i, now, v) for i, v in enumerate(values)],
         "topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, value BINARY")
 
 
-def _spec(cfg, run_id, topic, **over):
-    from streaming.ingest import IngestSpec
+def _ingest_job(spark, cfg, run_id: str, topic: str, policy: str = "kg", **over):
+    from streaming.job import JobOptions, StreamJob
 
-    return IngestSpec.from_config(cfg, run_id, topic=topic, app="wordcount", trigger_s=1.0,
-                                  kg_engines=4, **over)
+    opts = {"engines": 4, "max_offsets_per_trigger": 150, "available_now": True, **over}
+    return StreamJob(spark, cfg, JobOptions(app="wordcount", policy=policy, run_id=run_id,
+                                            topic=topic, ingest_only=True, **opts))
+
+
+def _run_available(job) -> None:
+    """Start, process what the topic holds (availableNow), stop: a clean restart point."""
+    job.start()
+    try:
+        assert job.query.awaitTermination(600), "the query did not finish in 600 s"
+        assert job.query.exception() is None
+    finally:
+        job.stop()
+
+
+def _batches(job) -> dict[int, dict]:
+    """Each batch's task records; of a replayed batch the first attempt's (whose metrics
+    row Delta kept)."""
+    out: dict[int, dict] = {}
+    for line in (job.run_dir / "batches.jsonl").read_text().splitlines():
+        b = json.loads(line)
+        out.setdefault(b["batch_id"], b)
+    return out
+
+
+def _assert_one_latency_meaning(spark, cfg, job) -> None:
+    """``metrics.latency_s`` = engine work seconds per tuple, from the same task records
+    as ``keyshift run`` (here the counting tasks), one task per engine slot."""
+    from streaming.engines import work_seconds
+
+    batches = _batches(job)
+    for m in table_rows(spark, cfg, "metrics", job.run_id):
+        tasks = batches[m.batch_id]["tasks"]
+        assert sorted(t["engine"] for t in tasks) == list(range(batches[m.batch_id]["slots"]))
+        assert m.latency_s == pytest.approx(
+            work_seconds(tasks) / m.events_in if m.events_in else 0.0)
+        assert m.processed == m.events_in and m.out_events == 0 and m.missed == 0
 
 
 def _produce(cfg, topic, count, malformed=0, seed=0):
@@ -41,18 +76,6 @@ def _produce(cfg, topic, count, malformed=0, seed=0):
     gen = make_generator("wordcount", seed=seed, producer_id=f"p{seed}")
     return produce(connect(cfg.kafka.bootstrap), topic, gen, rate=50_000, count=count,
                    malformed=malformed)
-
-
-def _run_once(spark, cfg, spec):
-    """Start the query, process everything in the topic, stop (a clean restart point)."""
-    from streaming.ingest import start_ingest
-
-    q = start_ingest(spark, cfg, spec)
-    try:
-        q.processAllAvailable()
-        assert q.exception() is None
-    finally:
-        q.stop()
 
 
 def test_spark_group_expression_equals_python_on_real_keys(spark, shared_data):
@@ -90,92 +113,104 @@ def test_classify_gives_each_bad_record_its_reason(spark):
     assert len(rows[7]["raw"]) == 4096
 
 
-def test_window_writer_is_idempotent_per_batch(spark, spark_config):
-    from streaming.ingest import IngestSpec, WindowWriter, classify, route_classified
-    from streaming.session import ensure_tables, read_table
+def test_ingest_batch_is_idempotent_and_groups_as_python_does(spark, spark_config):
+    """A batch replayed after a crash writes nothing twice; its key loads are Python's groups
+    through the KG plan (no Kafka: the job's batch function on a static frame)."""
+    from streaming.job import TABLES_WRITTEN
+    from streaming.session import ensure_tables
 
     cfg = spark_config
-    ensure_tables(spark, cfg, ["metrics", "key_loads", "dead_letter", "plans"])
     run = f"idem-{uuid.uuid4().hex[:6]}"
-    spec = IngestSpec.from_config(cfg, run, topic="t", bootstrap="unused:1", app="wordcount",
-                                  kg_engines=4)
+    job = _ingest_job(spark, cfg, run, topic="unused")
+    ensure_tables(spark, cfg, TABLES_WRITTEN)
+    job.run_dir.mkdir(parents=True, exist_ok=True)
     events = make_generator("wordcount", seed=3).batch(60, 0, 1)
-    values = [json.dumps(e).encode() for e in events] + [b"not json"]
-    batch = route_classified(spark, cfg, spec, classify(_kafka_frame(spark, values), "wordcount"))
-    writer = WindowWriter(spark, cfg, spec)
-    writer(batch, 0)
-    writer(batch, 0)  # a replayed batch after a crash: skipped by Delta's txnVersion
-    m = read_table(spark, cfg, "metrics").where(f"run_id = '{run}'").collect()
-    assert len(m) == 1 and m[0]["events_in"] == 60 and m[0]["dead_letter"] == 1
-    assert sum(m[0]["engine_loads"]) == 60 and len(m[0]["engine_loads"]) == 4
-    loads = read_table(spark, cfg, "key_loads").where(f"run_id = '{run}'")
-    assert loads.agg({"load": "sum"}).first()[0] == 60
-    assert read_table(spark, cfg, "dead_letter").where(f"run_id = '{run}'").count() == 1
+    batch = _kafka_frame(spark, [json.dumps(e).encode() for e in events] + [b"not json"])
+    job.process_batch(batch, 0)
+    job.process_batch(batch, 0)  # a replayed batch: skipped by Delta's txnVersion
+
+    m = table_rows(spark, cfg, "metrics", run)
+    assert len(m) == 1 and m[0].events_in == 60 and m[0].dead_letter == 1
+    assert len(m[0].engine_loads) == 4 and sum(m[0].engine_loads) == 60
+    expected: dict[int, int] = {}
+    for e in events:
+        g = group_of(e["key"], cfg.groups.count)
+        expected[g] = expected.get(g, 0) + 1
+    loads = table_rows(spark, cfg, "key_loads", run)
+    assert {r.group: r.load for r in loads} == expected and len(loads) == len(expected)
+    assert all(r.engine == r.group % 4 and r.plan_version == 0 for r in loads)
+    assert [r.reason for r in table_rows(spark, cfg, "dead_letter", run)] == ["malformed json"]
+    assert not table_rows(spark, cfg, "events_out", run)  # no operator ran
+    _assert_one_latency_meaning(spark, cfg, job)
 
 
 @pytest.mark.slow
 def test_exact_counts_and_dead_letters_across_a_restart(spark, platform_config):
-    from streaming.broker import create_topic
-    from streaming.session import read_table
-
     cfg = platform_config
     run = f"restart-{uuid.uuid4().hex[:6]}"
-    topic = f"ingest-{run}"
-    create_topic(cfg.kafka.bootstrap, topic, 2)
-    spec = _spec(cfg, run, topic, checkpoint=cfg.home_path / "ck" / run)
+    topic = new_topic(cfg.kafka.bootstrap)
 
     s1 = _produce(cfg, topic, 200, malformed=8, seed=1)
-    _run_once(spark, cfg, spec)
+    _run_available(_ingest_job(spark, cfg, run, topic))
     s2 = _produce(cfg, topic, 120, malformed=4, seed=2)
-    _run_once(spark, cfg, spec)  # same checkpoint: continues after the last committed batch
+    job = _ingest_job(spark, cfg, run, topic)  # same run id: continues after the last batch
+    _run_available(job)
 
     assert (s1.good, s1.bad_total, s2.good, s2.bad_total) == (192, 8, 116, 4)
-    metrics = read_table(spark, cfg, "metrics").where(f"run_id = '{run}'").collect()
-    assert sum(r["events_in"] for r in metrics) == 192 + 116
-    assert sum(r["dead_letter"] for r in metrics) == 12
-    assert len({r["batch_id"] for r in metrics}) == len(metrics)
-    dead = read_table(spark, cfg, "dead_letter").where(f"run_id = '{run}'").collect()
-    assert len(dead) == 12 and len({(r["partition"], r["offset"]) for r in dead}) == 12
-    kinds = sorted(r["reason"].split(":")[0] for r in dead)
+    metrics = table_rows(spark, cfg, "metrics", run)
+    assert len(metrics) >= 3  # 150 records per batch at most: both runs took batches
+    assert sum(r.events_in for r in metrics) == 192 + 116
+    assert sum(r.dead_letter for r in metrics) == 12
+    assert len({r.batch_id for r in metrics}) == len(metrics)
+    dead = table_rows(spark, cfg, "dead_letter", run)
+    assert len(dead) == 12 and len({(r.partition, r.offset) for r in dead}) == 12
+    kinds = sorted(r.reason.split(":")[0] for r in dead)
     assert kinds == sorted(["malformed json"] * 3 + ["missing field"] * 3
                            + ["wrong type"] * 3 + ["oversized"] * 3)
-    loads = read_table(spark, cfg, "key_loads").where(f"run_id = '{run}'")
-    assert loads.agg({"load": "sum"}).first()[0] == 192 + 116
+    assert sum(r.load for r in table_rows(spark, cfg, "key_loads", run)) == 192 + 116
+    assert job.totals.events_in == 116 and job.totals.dead_letter == 4  # this process's part
+    _assert_one_latency_meaning(spark, cfg, job)
 
 
 @pytest.mark.slow
-def test_new_plan_version_changes_engine_loads_without_restart(spark, platform_config):
-    from streaming.broker import create_topic
-    from streaming.ingest import start_ingest
-    from streaming.session import read_table
-    from streaming.sinks import write_plan
-
-    cfg = platform_config
+def test_a_plan_the_controller_changes_routes_the_next_batches_without_restart(
+    spark, platform_config
+):
+    """The ingestion job follows its controller's plan: under DLB-H a skew change makes a new
+    plan version, and the batches after it are routed by it in the same query. Nothing
+    migrates (there is no state), so the new plan applies from the very next batch."""
+    cfg = job_config(platform_config, policy="dlb-h", theta=10.0)
+    topic = new_topic(cfg.kafka.bootstrap)
+    produce_events(cfg.kafka.bootstrap, topic, "wordcount", 1200,
+                   skew="zipf:0.2@0,1.5@300", keys=300)
     run = f"plan-{uuid.uuid4().hex[:6]}"
-    topic = f"ingest-{run}"
-    create_topic(cfg.kafka.bootstrap, topic, 2)
-    spec = _spec(cfg, run, topic, checkpoint=cfg.home_path / "ck" / run)
-    _produce(cfg, topic, 150, seed=5)
-    q = start_ingest(spark, cfg, spec)
-    try:
-        q.processAllAvailable()
-        # Every group on slot 2 of 4; slot 3 dead (ELB-style removal keeps slot numbers).
-        plan = Plan(np.full(cfg.groups.count, 2), 4, version=1,
-                    live=np.array([True, True, True, False]))
-        write_plan(spark, cfg, plan, scope=run, policy="test", reason="move all to engine 2")
-        _produce(cfg, topic, 150, seed=6)
-        q.processAllAvailable()
-        assert q.exception() is None
-    finally:
-        q.stop()
-    rows = read_table(spark, cfg, "metrics").where(f"run_id = '{run}'").orderBy(
-        "batch_id").collect()
-    before = [r for r in rows if r["plan_version"] == 0]
-    after = [r for r in rows if r["plan_version"] == 1]
-    assert sum(r["events_in"] for r in before) == 150
-    assert sum(r["events_in"] for r in after) == 150
-    kg = np.sum([r["engine_loads"] for r in before], axis=0)
-    assert (kg > 0).sum() >= 3  # KG spreads the words over the engines
-    for r in after:
-        assert r["engine_loads"][2] == r["events_in"] and r["engines"] == 3
-    assert rows.index(after[0]) > rows.index(before[-1])
+    job = _ingest_job(spark, cfg, run, topic, policy="dlb-h", max_offsets_per_trigger=300)
+    _run_available(job)
+
+    plans = {r.version: np.asarray(r.assignment) for r in spark.read.format("delta")
+             .load(cfg.table_path("plans")).where(f"scope = '{run}'").collect()}
+    metrics = sorted(table_rows(spark, cfg, "metrics", run), key=lambda r: r.batch_id)
+    versions = [m.plan_version for m in metrics]
+    assert sum(m.events_in for m in metrics) == 1200
+    assert versions[0] == 0 and versions[-1] > 0, versions  # changed within one query
+    assert versions == sorted(versions)
+
+    loads = table_rows(spark, cfg, "key_loads", run)
+    by_batch = {m.batch_id: m for m in metrics}
+    for r in loads:  # every group of every batch went where that batch's plan says
+        assert r.plan_version == by_batch[r.batch_id].plan_version
+        assert r.engine == plans[r.plan_version][r.group]
+    for m in metrics:
+        per_engine = np.zeros(len(m.engine_loads), dtype=int)
+        for r in loads:
+            if r.batch_id == m.batch_id:
+                per_engine[r.engine] += r.load
+        assert per_engine.tolist() == list(m.engine_loads)
+    # the change moved groups that carry load: the engine loads changed
+    moved = {r.group for r in loads
+             if r.plan_version > 0 and plans[0][r.group] != plans[r.plan_version][r.group]}
+    assert moved
+    assert job.totals.migrations == 0  # ingestion hands no state over
+    assert not table_rows(spark, cfg, "migrations", run)
+    assert not table_rows(spark, cfg, "state_snapshots", run)
+    _assert_one_latency_meaning(spark, cfg, job)
