@@ -131,7 +131,7 @@ def produce_topic(cfg, topic: str, events: int, *, window_s: float, seed: int = 
 
 # --- one run's numbers -----------------------------------------------------------------
 def percentile(xs: Sequence[float], q: float) -> float:
-    """Linear-interpolated percentile (numpy's default), 0 for no batches."""
+    """Linear-interpolated percentile (numpy's default, as ``keyshift run`` uses), 0 for none."""
     import numpy as np
 
     return float(np.percentile(xs, q)) if len(xs) else 0.0
@@ -139,36 +139,42 @@ def percentile(xs: Sequence[float], q: float) -> float:
 
 @dataclass
 class RunSample:
-    """One system's run at one batch size: the numbers the tables are made of."""
+    """One system's run at one batch size: its batches' input rows and durations.
+
+    ``stats()`` gives the numbers of the tables over all batches (the issue's definition:
+    events / sum of batch durations) and ``stats(warm=True)`` without the run's first
+    batch, which pays for a cold query (Python workers, codegen, table creation).
+    """
 
     system: str
     batch_size: int
-    events: int
-    batches: int
-    busy_s: float
-    batch_p50_s: float
-    batch_p95_s: float
+    rows: list[int]
+    durations_s: list[float]
     wall_s: float
     bounded: bool
     check: str  # "ok", "skipped (...)" or "MISMATCH: ..."
     outputs: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def stats(self, warm: bool = False) -> dict[str, float]:
+        rows = self.rows[1:] if warm else self.rows
+        durations = self.durations_s[1:] if warm else self.durations_s
+        busy = float(sum(durations))
+        return {"events": int(sum(rows)), "batches": len(durations), "busy_s": busy,
+                "events_per_s": sum(rows) / busy if busy > 0 else 0.0,
+                "batch_p50_s": percentile(durations, 50),
+                "batch_p95_s": percentile(durations, 95)}
+
     @property
-    def events_per_s(self) -> float:
-        return self.events / self.busy_s if self.busy_s > 0 else 0.0
+    def first_batch_s(self) -> float:
+        return self.durations_s[0] if self.durations_s else 0.0
 
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "events_per_s": self.events_per_s}
+        return {**asdict(self), "all": self.stats(), "warm": self.stats(warm=True)}
 
-
-def sample_from_durations(system: str, batch_size: int, rows: Sequence[int],
-                          durations_s: Sequence[float], **kw: Any) -> RunSample:
-    """A peer's sample from its per-batch input rows and trigger durations."""
-    return RunSample(system=system, batch_size=batch_size, events=int(sum(rows)),
-                     batches=len(durations_s), busy_s=float(sum(durations_s)),
-                     batch_p50_s=percentile(durations_s, 50),
-                     batch_p95_s=percentile(durations_s, 95), **kw)
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunSample:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
 
 # --- the plain Spark peers ---------------------------------------------------------------
@@ -230,11 +236,14 @@ def _peer_sample(system: str, batch_size: int, progress: list[dict[str, Any]],
     if bounded:
         data = data[:max_batches]
     status, outputs = ("skipped (bounded run)", 0) if bounded else check()
-    return sample_from_durations(
-        system, batch_size, [p["numInputRows"] for p in data],
-        [p["durationMs"]["triggerExecution"] / 1000 for p in data],
+    return RunSample(
+        system=system, batch_size=batch_size, rows=[int(p["numInputRows"]) for p in data],
+        durations_s=[p["durationMs"]["triggerExecution"] / 1000 for p in data],
         wall_s=wall_s, bounded=bounded, check=status, outputs=outputs,
-        extra={"no_data_batches": len(progress) - len(_data_batches(progress))})
+        # addBatch is the part of a trigger that keyshift's batch duration also covers
+        # (its foreachBatch body); the rest is offsets, WAL and commit bookkeeping
+        extra={"no_data_batches": len(progress) - len(_data_batches(progress)),
+               "add_batch_s": [p["durationMs"].get("addBatch", 0) / 1000 for p in data]})
 
 
 def run_native(spark, cfg, topic: str, batch_size: int, workdir: Path, *, window_s: float,
@@ -418,68 +427,118 @@ def parse_run_json(stdout: str) -> dict[str, Any]:
     return found
 
 
+def read_batches(run_dir: Path) -> tuple[list[int], list[float]]:
+    """Per-batch input events and durations from a keyshift run's ``batches.jsonl`` (the
+    job's own per-batch record, as bench_engines reads it)."""
+    path = Path(run_dir) / "batches.jsonl"
+    if not path.is_file():
+        return [], []
+    rows, durations = [], []
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        b = json.loads(line)
+        rows.append(sum(int(t.get("events", 0)) for t in b.get("tasks", [])
+                        if not t.get("restore")))
+        durations.append(float(b["duration_s"]))
+    return rows, durations
+
+
 def run_keyshift(overrides: dict[str, Any], topic: str, system: str, batch_size: int, *,
                  engines: int, reference: Reference | None = None,
-                 duration_s: float | None = None, timeout_s: float = 7200) -> RunSample:
+                 max_batches: int | None = None, log: Path | None = None,
+                 timeout_s: float = 7200, poll_s: float = 0.5) -> RunSample:
     """keyshift KG or DLB-H: ``keyshift run --available-now --json`` on the bench's topic.
 
-    ``duration_s`` bounds a run whose batch size would take too long for the whole topic;
-    such a run is not checked (it saw a prefix of the topic).
+    ``max_batches`` bounds a run whose batch size would take too long for the whole topic:
+    once the run folder records that many batches the child gets SIGTERM (a clean stop
+    after the current batch) and only the first ``max_batches`` count; such a run saw a
+    prefix of the topic and is not checked. ``log`` keeps the child's stderr (its progress
+    line per batch).
     """
+    import signal
+
     run_id = f"bench-{POLICY_OF[system]}-{batch_size}-{uuid.uuid4().hex[:6]}"
+    run_dir = Path(overrides["home"]) / "runs" / run_id
     cmd = [keyshift_exe(), "run", "--app", "wordcount", "--topic", topic,
            "--policy", POLICY_OF[system], "--engines", str(engines),
            "--max-offsets", str(batch_size), "--available-now", "--run-id", run_id, "--json"]
-    if duration_s is not None:
-        cmd += ["--duration", f"{duration_s:.0f}"]
+    err = log if log is not None else Path(tempfile.mkstemp(suffix=".log")[1])
+    err.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=config_env(overrides),
-                          timeout=timeout_s, check=False)
+    with open(err, "w") as err_file:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err_file, text=True,
+                                env=config_env(overrides))
+        stopped = False
+        while proc.poll() is None:
+            if time.perf_counter() - t0 > timeout_s:
+                proc.kill()
+                raise RuntimeError(f"{' '.join(cmd)} ran over {timeout_s:.0f}s; see {err}")
+            if (max_batches is not None and not stopped
+                    and len(read_batches(run_dir)[1]) >= max_batches):
+                proc.send_signal(signal.SIGTERM)
+                stopped = True
+            time.sleep(poll_s)
+        stdout = proc.stdout.read() if proc.stdout else ""
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: "
-                           f"{(proc.stderr or proc.stdout).strip()[-800:]}")
-    out = parse_run_json(proc.stdout)
-    events = int(out["events_in"])
-    full = reference is not None and events >= reference.events
+                           f"{err.read_text().strip()[-800:]}")
+    out = parse_run_json(stdout)
+    rows, durations = read_batches(Path(out.get("run_dir", run_dir)))
+    if sum(rows) != int(out["events_in"]) or len(durations) != int(out["batches"]):
+        raise RuntimeError(f"{run_id}: batches.jsonl ({len(durations)} batches, {sum(rows)} "
+                           f"events) disagrees with the JSON summary ({out['batches']}, "
+                           f"{out['events_in']})")
+    bounded = max_batches is not None and len(durations) >= max_batches and (
+        reference is None or sum(rows) < reference.events)
+    if bounded:
+        rows, durations = rows[:max_batches], durations[:max_batches]
     if reference is None:
         check = "skipped (no reference)"
-    elif not full:
-        check = f"skipped (bounded run, {events:,} of {reference.events:,} events)"
+    elif bounded:
+        check = "skipped (bounded run)"
+    elif int(out["events_in"]) != reference.events:
+        check = f"MISMATCH: {out['events_in']} events in, topic holds {reference.events}"
     elif int(out.get("complex_events", -1)) != len(reference.complex):
         check = (f"MISMATCH: {out.get('complex_events')} complex events, reference "
                  f"{len(reference.complex)}")
     else:
         check = "ok"
-    return RunSample(system=system, batch_size=batch_size, events=events,
-                     batches=int(out["batches"]), busy_s=float(out["busy_s"]),
-                     batch_p50_s=float(out["batch_p50_s"]),
-                     batch_p95_s=float(out["batch_p95_s"]), wall_s=wall,
-                     bounded=not full, check=check,
+    return RunSample(system=system, batch_size=batch_size, rows=rows, durations_s=durations,
+                     wall_s=wall, bounded=bounded, check=check,
                      outputs=int(out.get("complex_events", 0)),
                      extra={k: out.get(k) for k in ("run_id", "migrations", "moved_groups",
-                                                    "dead_letter", "processed")})
+                                                    "moved_bytes", "dead_letter",
+                                                    "events_per_s", "batch_p50_s",
+                                                    "batch_p95_s")})
 
 
 # --- the report --------------------------------------------------------------------------
-def medians(samples: Sequence[RunSample]) -> dict[tuple[int, str], dict[str, float]]:
-    """Median events/s, p50, p95 and batches per (batch size, system) over repeats."""
+STATS = ("events_per_s", "batch_p50_s", "batch_p95_s")
+
+
+def medians(samples: Sequence[RunSample], warm: bool = False
+            ) -> dict[tuple[int, str], dict[str, Any]]:
+    """Median events/s, p50, p95, batches and first batch per (batch size, system)."""
     groups: dict[tuple[int, str], list[RunSample]] = {}
     for s in samples:
         groups.setdefault((s.batch_size, s.system), []).append(s)
-    return {k: {"events_per_s": statistics.median(s.events_per_s for s in v),
-                "batch_p50_s": statistics.median(s.batch_p50_s for s in v),
-                "batch_p95_s": statistics.median(s.batch_p95_s for s in v),
-                "batches": statistics.median(s.batches for s in v),
-                "runs": len(v),
-                "checks": sorted({s.check for s in v})}
-            for k, v in groups.items()}
+    out: dict[tuple[int, str], dict[str, Any]] = {}
+    for k, v in groups.items():
+        stats = [s.stats(warm) for s in v]
+        out[k] = {**{name: statistics.median(st[name] for st in stats)
+                     for name in (*STATS, "batches", "events")},
+                  "first_batch_s": statistics.median(s.first_batch_s for s in v),
+                  "runs": len(v), "checks": sorted({s.check for s in v})}
+    return out
 
 
-def ratio_lines(med: dict[tuple[int, str], dict[str, float]], sizes: Sequence[int]
-                ) -> list[str]:
+def ratio_lines(med: dict[tuple[int, str], dict[str, Any]], sizes: Sequence[int],
+                label: str = "") -> list[str]:
     """RATIO lines (keyshift/native, keyshift/pandas-state, DLB-H/KG) and the targets."""
     lines = []
+    tag = f" [{label}]" if label else ""
 
     def r(size: int, a: str, b: str, key: str) -> float | None:
         if (size, a) not in med or (size, b) not in med or not med[(size, b)][key]:
@@ -488,18 +547,19 @@ def ratio_lines(med: dict[tuple[int, str], dict[str, float]], sizes: Sequence[in
 
     for size in sizes:
         for a, b in ((KG, NATIVE), (DLBH, NATIVE), (KG, PANDAS), (DLBH, PANDAS), (DLBH, KG)):
-            vals = [r(size, a, b, k) for k in ("events_per_s", "batch_p50_s", "batch_p95_s")]
+            vals = [r(size, a, b, k) for k in STATS]
             if vals[0] is None:
                 continue
-            lines.append(f"RATIO {size:>6,}/batch {a}/{b}: events/s {vals[0]:.2f}x, "
+            lines.append(f"RATIO{tag} {size:>6,}/batch {a}/{b}: events/s {vals[0]:.2f}x, "
                          f"batch p50 {vals[1]:.2f}x, p95 {vals[2]:.2f}x")
     big, small = max(sizes), min(sizes)
 
     def target(desc: str, value: float | None, ok: Callable[[float], bool]) -> None:
         if value is None:
-            lines.append(f"TARGET {desc}: not measured")
+            lines.append(f"TARGET{tag} {desc}: not measured")
         else:
-            lines.append(f"TARGET {desc}: {value:.2f} -> {'met' if ok(value) else 'NOT met'}")
+            lines.append(f"TARGET{tag} {desc}: {value:.2f} -> "
+                         f"{'met' if ok(value) else 'NOT met'}")
 
     target(f"keyshift KG events/s >= 1.0x native at {big:,}/batch",
            r(big, KG, NATIVE, "events_per_s"), lambda v: v >= 1.0)
@@ -511,10 +571,83 @@ def ratio_lines(med: dict[tuple[int, str], dict[str, float]], sizes: Sequence[in
     return lines
 
 
+def results_table(med: dict[tuple[int, str], dict[str, Any]], warm: dict, sizes, systems,
+                  title: str):
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in ("events/batch", "system", "events/s", "batch p50 s", "batch p95 s",
+                "batches", "first batch s", "events/s w/o 1st", "p50 w/o 1st",
+                "p95 w/o 1st", "outputs check"):
+        table.add_column(col, justify="right")
+    for size in sizes:
+        for system in systems:
+            m, w = med.get((size, system)), warm.get((size, system))
+            if m is None:
+                continue
+            table.add_row(f"{size:,}", system, f"{m['events_per_s']:,.0f}",
+                          f"{m['batch_p50_s']:.2f}", f"{m['batch_p95_s']:.2f}",
+                          f"{m['batches']:.0f}", f"{m['first_batch_s']:.2f}",
+                          f"{w['events_per_s']:,.0f}", f"{w['batch_p50_s']:.2f}",
+                          f"{w['batch_p95_s']:.2f}", "; ".join(m["checks"]))
+    return table
+
+
+# --- the peers in their own process ---------------------------------------------------------
+def run_peer_process(overrides: dict[str, Any], system: str, topic: str, batch_size: int,
+                     workdir: Path, *, window_s: float, reference_file: Path | None,
+                     max_batches: int | None, timeout_s: float = 7200) -> RunSample:
+    """A peer run in a fresh Python and JVM, as every ``keyshift run`` starts, so the peers'
+    first batches are as cold as keyshift's and no run inherits another's warm caches."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, str(Path(__file__).resolve()), "peer", "--system", system,
+           "--topic", topic, "--batch", str(batch_size), "--workdir", str(workdir),
+           "--window-s", str(window_s), "--overrides", json.dumps(overrides)]
+    if reference_file is not None:
+        cmd += ["--reference", str(reference_file)]
+    if max_batches is not None:
+        cmd += ["--max-batches", str(max_batches)]
+    with open(workdir / "peer.log", "w") as err:
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=err, text=True,
+                              env=config_env(overrides), timeout=timeout_s, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"peer {system} exited {proc.returncode}: "
+                           f"{(workdir / 'peer.log').read_text().strip()[-800:]}")
+    return RunSample.from_dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def peer_main(argv: list[str]) -> int:
+    """``bench_stream.py peer ...``: one peer run, its sample as one JSON line on stdout."""
+    ap = argparse.ArgumentParser(prog="bench_stream.py peer")
+    ap.add_argument("--system", choices=(NATIVE, PANDAS), required=True)
+    ap.add_argument("--topic", required=True)
+    ap.add_argument("--batch", type=int, required=True)
+    ap.add_argument("--workdir", required=True)
+    ap.add_argument("--window-s", type=float, required=True)
+    ap.add_argument("--overrides", required=True, help="the bench's config as JSON")
+    ap.add_argument("--reference", default=None, help="pickled Reference to check against")
+    ap.add_argument("--max-batches", type=int, default=None)
+    args = ap.parse_args(argv)
+
+    from keyshift.config import load_config
+    from streaming.session import get_spark
+
+    cfg = load_config(env={}, **json.loads(args.overrides))
+    ref = pickle.loads(Path(args.reference).read_bytes()) if args.reference else None
+    spark = get_spark(cfg, app_name=f"keyshift-bench-{args.system}")
+    spark.sparkContext.setLogLevel("ERROR")
+    run = run_native if args.system == NATIVE else run_pandas_state
+    sample = run(spark, cfg, args.topic, args.batch, Path(args.workdir),
+                 window_s=args.window_s, reference=ref, max_batches=args.max_batches)
+    spark.stop()
+    print(json.dumps(sample.as_dict()), flush=True)
+    return 0
+
+
 # --- the whole bench ----------------------------------------------------------------------
 def bench_overrides(home: Path, args: argparse.Namespace, kafka_port: int,
                     controller_port: int) -> dict[str, Any]:
-    """The one configuration every system runs with (in process and in subprocesses)."""
+    """The one configuration every system runs with (each in its own process)."""
     return {
         "home": str(home),
         "groups": {"count": args.groups},
@@ -527,6 +660,9 @@ def bench_overrides(home: Path, args: argparse.Namespace, kafka_port: int,
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["peer"]:
+        return peer_main(argv[1:])
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--events", type=int, default=None,
                     help="events in the topic (default 400,000: 20 batches of 20,000)")
@@ -569,18 +705,15 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"--{name.replace('_', '-')}: must be >= 1")
 
     from rich.console import Console
-    from rich.table import Table
 
     from keyshift.config import load_config
     from streaming.broker import Broker, free_port
-    from streaming.session import get_spark
 
-    console = Console(width=200)
+    console = Console(width=220)
     window_s = WindowedWordCount().window_s  # what `keyshift run --app wordcount` uses
-    have_keyshift = keyshift_run_available()
-    if not have_keyshift and (skipped := [s for s in systems if s in POLICY_OF]):
-        console.print(f"[yellow]`keyshift run` is not in this checkout yet: measuring the "
-                      f"peers only (skipping {', '.join(skipped)})[/]")
+    if not keyshift_run_available() and (skipped := [s for s in systems if s in POLICY_OF]):
+        console.print(f"[yellow]`keyshift run` is not in this checkout: measuring the peers "
+                      f"only (skipping {', '.join(skipped)})[/]")
         systems = [s for s in systems if s not in POLICY_OF]
 
     home = Path(tempfile.mkdtemp(prefix="keyshift-bench-stream-"))
@@ -597,68 +730,46 @@ def main(argv: list[str] | None = None) -> int:
         topic = f"bench-stream-{uuid.uuid4().hex[:6]}"
         t0 = time.perf_counter()
         ref = produce_topic(cfg, topic, args.events, window_s=window_s, seed=args.seed)
+        ref_file = home / "reference.pickle"
+        ref_file.write_bytes(pickle.dumps(ref))
         console.print(f"bench: topic {topic}: {ref.events:,} events ({SKEW}, {PARTITIONS} "
                       f"partitions) in {time.perf_counter() - t0:.1f}s; reference: "
                       f"{len(ref.counts):,} (window, key) counts, {len(ref.complex):,} "
                       f"complex events (window {window_s:g}s)")
-        spark = None
-        if NATIVE in systems or PANDAS in systems:
-            spark = get_spark(cfg, app_name="keyshift-bench-stream")
-            _warm_up(spark, cfg, topic, min(sizes), home / "warmup", window_s, systems)
-        keyshift_overhead_s = 60.0  # start-up before the first batch; measured below
         for rep in range(args.repeats):
             for size in sizes:
                 bound = args.max_batches if args.events > size * args.max_batches else None
+                # rotate the order so machine noise does not always hit the same system
                 order = systems[rep % len(systems):] + systems[:rep % len(systems)]
-                ref_batch_s: float | None = None
                 for system in order:
                     workdir = home / "runs" / f"{system}-{size}-{rep}"
                     console.print(f"run {rep + 1}/{args.repeats} {system} at {size:,}/batch"
                                   + (f" (first {bound} batches)" if bound else "") + " ...")
-                    if system == NATIVE:
-                        s = run_native(spark, cfg, topic, size, workdir, window_s=window_s,
-                                       reference=ref, max_batches=bound)
-                    elif system == PANDAS:
-                        s = run_pandas_state(spark, cfg, topic, size, workdir,
-                                             window_s=window_s, reference=ref,
-                                             max_batches=bound)
-                    else:
-                        duration = None
-                        if bound is not None:
-                            per_batch = ref_batch_s or 3.0
-                            duration = keyshift_overhead_s + 1.5 * bound * per_batch
+                    if system in POLICY_OF:
                         s = run_keyshift(overrides, topic, system, size, engines=engines,
-                                         reference=ref, duration_s=duration)
-                        if not s.bounded:
-                            keyshift_overhead_s = max(10.0, s.wall_s - s.busy_s)
-                    if system in (NATIVE, PANDAS) and ref_batch_s is None:
-                        ref_batch_s = s.batch_p50_s
+                                         reference=ref, max_batches=bound,
+                                         log=workdir / "keyshift.log")
+                    else:
+                        s = run_peer_process(overrides, system, topic, size, workdir,
+                                             window_s=window_s, reference_file=ref_file,
+                                             max_batches=bound)
                     samples.append(s)
-                    console.print(f"  {s.events:,} events in {s.batches} batches, "
-                                  f"{s.events_per_s:,.0f} events/s, p50 {s.batch_p50_s:.2f}s,"
-                                  f" p95 {s.batch_p95_s:.2f}s, wall {s.wall_s:.0f}s, "
+                    st = s.stats()
+                    console.print(f"  {st['events']:,} events in {st['batches']} batches, "
+                                  f"{st['events_per_s']:,.0f} events/s, p50 "
+                                  f"{st['batch_p50_s']:.2f}s, p95 {st['batch_p95_s']:.2f}s, "
+                                  f"first {s.first_batch_s:.2f}s, wall {s.wall_s:.0f}s, "
                                   f"check: {s.check}")
     finally:
         broker.stop()
 
-    med = medians(samples)
-    table = Table(title=f"wordcount, one topic of {args.events:,} events ({SKEW}, "
-                        f"{PARTITIONS} partitions), {args.master}, shuffle partitions "
-                        f"{args.shuffle_partitions}, keyshift engines {engines}, "
-                        f"median of {args.repeats}")
-    for col in ("events/batch", "system", "events/s", "batch p50 s", "batch p95 s",
-                "batches", "outputs check"):
-        table.add_column(col, justify="right")
-    for size in sizes:
-        for system in systems:
-            m = med.get((size, system))
-            if m is None:
-                continue
-            table.add_row(f"{size:,}", system, f"{m['events_per_s']:,.0f}",
-                          f"{m['batch_p50_s']:.2f}", f"{m['batch_p95_s']:.2f}",
-                          f"{m['batches']:.0f}", "; ".join(m["checks"]))
-    console.print(table)
-    for line in ratio_lines(med, sizes):
+    med, warm = medians(samples), medians(samples, warm=True)
+    console.print(results_table(
+        med, warm, sizes, systems,
+        f"wordcount, one topic of {args.events:,} events ({SKEW}, {PARTITIONS} partitions), "
+        f"{args.master}, shuffle partitions {args.shuffle_partitions}, keyshift engines "
+        f"{engines}, median of {args.repeats}; runs at most {args.max_batches} batches"))
+    for line in ratio_lines(med, sizes) + ratio_lines(warm, sizes, "w/o 1st batch"):
         console.print(line)
     bad = [s for s in samples if s.check.startswith("MISMATCH")]
     if bad:
@@ -666,23 +777,12 @@ def main(argv: list[str] | None = None) -> int:
                       f"reference: the comparison is not of equal work[/]")
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(
-            {"args": vars(args), "window_s": window_s, "topic_events": args.events,
-             "samples": [s.as_dict() for s in samples],
-             "medians": {f"{k[0]}|{k[1]}": v for k, v in med.items()}}, indent=2))
+            {"args": vars(args), "window_s": window_s, "samples": [s.as_dict() for s in samples],
+             "medians": {f"{k[0]}|{k[1]}": v for k, v in med.items()},
+             "medians_without_first_batch": {f"{k[0]}|{k[1]}": v for k, v in warm.items()}},
+            indent=2))
         console.print(f"raw numbers: {args.json_out}")
     return 0
-
-
-def _warm_up(spark, cfg, topic: str, size: int, folder: Path, window_s: float,
-             systems: Sequence[str]) -> None:
-    """Two unmeasured batches of each peer: JIT, codegen, Python workers, Delta's first
-    commit paths, so the first measured run is not the one that pays for them."""
-    if NATIVE in systems:
-        run_native(spark, cfg, topic, size, folder / "native", window_s=window_s,
-                   max_batches=2)
-    if PANDAS in systems:
-        run_pandas_state(spark, cfg, topic, size, folder / "pandas", window_s=window_s,
-                         max_batches=2)
 
 
 if __name__ == "__main__":

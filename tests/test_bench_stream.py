@@ -6,6 +6,7 @@ print, tests check)."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import sys
 import uuid
@@ -63,11 +64,16 @@ def test_checks_catch_a_wrong_count_and_a_lost_complex_event():
 
 
 def _well_formed(s, events: int, batch: int) -> None:
-    assert s.events == events and not s.bounded
+    st = s.stats()
+    assert st["events"] == events and not s.bounded
+    assert st["batches"] == len(s.rows) == len(s.durations_s)
     # Spark splits maxOffsetsPerTrigger over partitions with rounding: a few more per batch
-    assert s.batches >= math.ceil(events / (batch + 4))
-    assert s.busy_s > 0 and s.events_per_s == pytest.approx(events / s.busy_s)
-    assert 0 < s.batch_p50_s <= s.batch_p95_s
+    assert st["batches"] >= math.ceil(events / (batch + 4))
+    assert st["busy_s"] == pytest.approx(sum(s.durations_s)) and st["busy_s"] > 0
+    assert st["events_per_s"] == pytest.approx(events / st["busy_s"])
+    assert 0 < st["batch_p50_s"] <= st["batch_p95_s"] <= max(s.durations_s)
+    warm = s.stats(warm=True)
+    assert warm["batches"] == st["batches"] - 1 and s.first_batch_s == s.durations_s[0]
     assert s.check == "ok", s.check
 
 
@@ -90,11 +96,34 @@ def test_peers_on_a_tiny_topic_equal_the_reference(platform_config, spark, tmp_p
     _well_formed(pandas, 400, 100)
     assert pandas.outputs == len(ref.complex)
 
-    bounded = bs.run_native(spark, platform_config, topic, 100, tmp_path / "bounded",
-                            window_s=1.0, reference=ref, max_batches=2)
-    assert bounded.bounded and bounded.batches == 2 and 0 < bounded.events < 400
-    assert bounded.check.startswith("skipped")
-
+    again = bs.RunSample.from_dict(json.loads(json.dumps(pandas.as_dict())))
+    assert again.stats() == pandas.stats()  # what a peer's own process hands back
     med = bs.medians([native, pandas])
+    assert med[(100, bs.NATIVE)]["events_per_s"] == native.stats()["events_per_s"]
     lines = bs.ratio_lines(med, [100])
     assert any("not measured" in x for x in lines)  # no keyshift sample: said, not faked
+
+
+def test_read_batches_sums_engine_tasks_per_batch(tmp_path):
+    bs = _bench()
+    lines = [{"batch_id": 0, "duration_s": 2.5,
+              "tasks": [{"engine": 0, "events": 3}, {"engine": 1, "events": 4}]},
+             {"batch_id": 1, "duration_s": 1.0,
+              "tasks": [{"engine": 0, "events": 5}, {"engine": 1, "restore": True}]}]
+    (tmp_path / "batches.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert bs.read_batches(tmp_path) == ([7, 5], [2.5, 1.0])
+    assert bs.read_batches(tmp_path / "none") == ([], [])
+
+
+def test_a_bounded_peer_run_counts_its_first_batches_and_is_not_checked():
+    bs = _bench()
+    progress = [{"numInputRows": n, "durationMs": {"triggerExecution": ms, "addBatch": ms // 2}}
+                for n, ms in ((100, 4000), (0, 300), (100, 1000), (100, 2000), (50, 900))]
+    s = bs._peer_sample(bs.NATIVE, 100, progress, 2, 9.0, check=lambda: ("ok", 1))
+    assert s.bounded and s.check.startswith("skipped") and s.rows == [100, 100]
+    assert s.durations_s == [4.0, 1.0] and s.extra["no_data_batches"] == 1
+    assert s.stats(warm=True) == {"events": 100, "batches": 1, "busy_s": 1.0,
+                                  "events_per_s": 100.0, "batch_p50_s": 1.0,
+                                  "batch_p95_s": 1.0}
+    full = bs._peer_sample(bs.NATIVE, 100, progress, None, 9.0, check=lambda: ("ok", 1))
+    assert not full.bounded and full.check == "ok" and sum(full.rows) == 350
