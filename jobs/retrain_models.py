@@ -185,7 +185,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="fewer windows than this → skip (default: the models' own minimum)")
     p.add_argument("--kernel", default="auto",
                    help="GP kernel: auto (best by marginal likelihood), ard, ard+daily, "
-                        "ard+weekly")
+                        "ard+weekly, ard+daily+weekly (each on the residual of the seasonal "
+                        "profile for the input rate)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 

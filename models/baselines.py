@@ -1,6 +1,8 @@
 """The forecasters the GP is compared with (elastic-cep Table II): an RBF support-vector
-regressor, a neural network whose hidden layers are picked on a validation tail, and a
-seasonal-naive forecast (the value one season earlier — the bar any periodic model must clear).
+regressor, a neural network whose hidden layers are picked on a validation tail, a
+seasonal-naive forecast (the value one season earlier — the bar any periodic model must clear)
+and the planner's own seasonal profile (:class:`keyshift.elastic.forecast.SeasonalProfile`:
+slot means with an AR(1) deviation), which the GP must beat to earn its cost.
 
 All share the GP's interface: ``fit(X, y)`` and ``predict(X) -> (mean, std)`` on the same
 feature vectors (``models.features``), so the comparison runs every model on the same split.
@@ -193,3 +195,45 @@ class SeasonalNaive(_Baseline):
         # Before the first full season there is nothing to copy: use the first value.
         mean = np.where(np.isnan(mean), self.y_[0], mean)
         return mean, np.full(mean.shape, self.resid_std_)
+
+
+class SeasonalProfileForecaster(_Baseline):
+    """The pure core's :class:`~keyshift.elastic.forecast.SeasonalProfile` on feature rows
+    (only the timestamp column is used); its std is the profile's own (slot spread and the
+    AR(1) innovation, growing with the horizon), so its interval is a real forecast band."""
+
+    def fit(self, X: Any, y: Any) -> SeasonalProfileForecaster:
+        from keyshift.elastic.forecast import SeasonalProfile
+
+        X, y = self._xy(X, y)
+        started = time.perf_counter()
+        order = np.argsort(X[:, TIMESTAMP_COLUMN], kind="stable")
+        self.model_ = SeasonalProfile().fit(X[order, TIMESTAMP_COLUMN], y[order])
+        self.resid_std_ = float(np.std(y))
+        self.train_seconds_ = time.perf_counter() - started
+        return self
+
+    def predict(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
+        self._require_fitted()
+        X, _ = self._xy(X, None)
+        return self.model_.predict(X[:, TIMESTAMP_COLUMN])
+
+
+class RecentRows:
+    """Fit ``model`` on the most recent ``rows`` training rows only: what SVM and NN can
+    afford (an RBF SVR costs O(n²) memory and O(n²..n³) time), stated rather than hidden."""
+
+    def __init__(self, model: Any, rows: int = 2000) -> None:
+        if not isinstance(rows, int) or rows < 2:
+            raise ModelInputError("rows", f"must be an integer >= 2, got {rows!r}")
+        self.model = model
+        self.rows = rows
+
+    def fit(self, X: Any, y: Any) -> RecentRows:
+        X = np.asarray(X, dtype=np.float64)
+        y = np.asarray(y, dtype=np.float64).reshape(-1)
+        self.model.fit(X[-self.rows:], y[-self.rows:])
+        return self
+
+    def predict(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
+        return self.model.predict(X)

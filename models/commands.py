@@ -1,8 +1,10 @@
-"""``keyshift forecast``: the elastic-cep Table II comparison on any series.
+"""``keyshift forecast``: the elastic-cep Table II comparison on any series, as a
+rolling-origin backtest (:func:`models.evaluation.backtest`).
 
-Fits the GP (exact and sparse), an RBF SVM, a neural network and a seasonal-naive forecast on
-the head of a CSV series and prints CC, MAE, RMSE and training time on the tail, as a table
-or as JSON (``--json``), optionally with a PNG of the tail and every model's forecast.
+Fits the structured GP, an RBF SVM, a neural network, seasonal naive and the seasonal profile
+before each of ``--origins`` origins of a CSV series and prints, pooled over the origins, MAE,
+RMSE, MASE (against seasonal naive), CC, the 90 % interval's coverage and training time, as a
+table or as JSON (``--json``), optionally with a PNG of the tail and every model's forecast.
 """
 
 from __future__ import annotations
@@ -14,25 +16,36 @@ from pathlib import Path
 
 from keyshift.cli import UsageError
 
+KERNELS = ("ard", "ard+daily", "ard+weekly", "ard+daily+weekly")  # models.gp.KERNELS, without
+# importing torch to build the parser
+
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "forecast",
         help="compare the GP forecaster with SVM, NN and seasonal-naive on a series",
-        description="Fit every model on the head of a series, score it on the held-out tail "
-                    "(CC, MAE, RMSE, training seconds).",
+        description="Rolling-origin backtest: fit every model on the history before each "
+                    "origin, forecast the next points; MAE, RMSE, MASE, CC, 90 %% coverage, "
+                    "training seconds.",
     )
     p.add_argument("--series", required=True, metavar="FILE.csv",
                    help="CSV with header, columns ts (ISO time or unix seconds) and value")
     p.add_argument("--test-fraction", type=float, default=0.3, metavar="F",
-                   help="share of the most recent rows held out for scoring (default 0.3)")
-    p.add_argument("--models", default="gp,gp-sparse,svm,nn,seasonal-naive",
-                   help="comma list among gp, gp-sparse, svm, nn, seasonal-naive")
-    p.add_argument("--max-train", type=int, default=2000, metavar="N",
-                   help="most recent head rows every model trains on (default 2000)")
-    p.add_argument("--kernel", default="auto",
-                   choices=["auto", "ard", "ard+daily", "ard+weekly"],
-                   help="GP kernel; auto picks by marginal likelihood (default)")
+                   help="share of the most recent rows forecast, split over the origins "
+                        "(default 0.3; ignored with --horizon)")
+    p.add_argument("--origins", type=int, default=5, metavar="K",
+                   help="forecast origins, consecutive (default 5)")
+    p.add_argument("--horizon", type=int, default=None, metavar="H",
+                   help="points forecast from each origin (default: the test fraction / K)")
+    p.add_argument("--models", default="gp,svm,nn,seasonal-naive,seasonal-profile",
+                   help="comma list among gp, gp-eq8, gp-sparse, svm, nn, seasonal-naive, "
+                        "seasonal-profile")
+    p.add_argument("--max-train", type=int, default=None, metavar="N",
+                   help="at most N rows before each origin for every model (default: all; "
+                        "SVM and NN take the last 2,000 of them)")
+    p.add_argument("--kernel", default="ard", choices=["auto", *KERNELS],
+                   help="GP kernel (default ard, Eq. 8, on the profile's residual); auto picks "
+                        "by marginal likelihood")
     p.add_argument("--iters", type=int, default=60, help="GP optimiser steps (default 60)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -42,7 +55,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from models.evaluation import SeriesError, compare, default_models, read_series_csv
+    from models.evaluation import SeriesError, backtest, default_models, read_series_csv
     from models.gp import ModelInputError
 
     if args.iters < 1:
@@ -53,16 +66,18 @@ def run(args: argparse.Namespace) -> int:
     try:
         t, values = read_series_csv(args.series)
         factories = default_models(gp_iters=args.iters, kernel=args.kernel, seed=args.seed)
+        kwargs = dict(origins=args.origins, horizon=args.horizon,
+                      test_fraction=None if args.horizon else args.test_fraction,
+                      models=factories, names=names, max_train=args.max_train)
         if args.json:
-            result = compare(t, values, args.test_fraction, factories, names, args.max_train)
+            result = backtest(t, values, **kwargs)
         else:
             from rich.console import Console
 
             console = Console(stderr=True)
             with console.status("fitting") as status:
-                result = compare(t, values, args.test_fraction, factories, names,
-                                 args.max_train,
-                                 progress=lambda n: status.update(f"fitting {n}"))
+                result = backtest(t, values, **kwargs,
+                                  progress=lambda n: status.update(f"fitting {n}"))
     except (SeriesError, ModelInputError) as exc:
         raise UsageError(str(exc)) from None
     if args.plot:
@@ -72,6 +87,8 @@ def run(args: argparse.Namespace) -> int:
         "test_fraction": args.test_fraction,
         "n_train": result["n_train"],
         "n_test": result["n_test"],
+        "origins": result["origins"],
+        "horizon": result["horizon"],
         "models": result["models"],
     }
     if args.json:
@@ -85,12 +102,14 @@ def _table(out: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"{out['series']}: train {out['n_train']} rows, test {out['n_test']}")
-    for col in ("model", "CC", "MAE", "RMSE", "train s", "kernel"):
+    table = Table(title=f"{out['series']}: {out['origins']} origins × {out['horizon']} points "
+                        f"({out['n_test']} forecast), {out['n_train']} rows before the first")
+    for col in ("model", "MAE", "RMSE", "MASE", "CC", "cover 90%", "train s", "kernel"):
         table.add_column(col, justify="left" if col in ("model", "kernel") else "right")
     for name, m in out["models"].items():
-        table.add_row(name, f"{m['cc']:.3f}", f"{m['mae']:.4g}", f"{m['rmse']:.4g}",
-                      f"{m['train_s']:.2f}", m.get("kernel", ""))
+        table.add_row(name, f"{m['mae']:.4g}", f"{m['rmse']:.4g}", f"{m['mase']:.3f}",
+                      f"{m['cc']:.3f}", f"{m['coverage_90']:.1%}", f"{m['train_s']:.2f}",
+                      m.get("kernel", ""))
     Console(file=sys.stdout).print(table)
 
 
@@ -106,7 +125,7 @@ def _plot(result: dict, path: Path, title: str) -> None:
     ax.plot(x, result["test_y"], ".", color="tab:red", ms=3, label="observed")
     for name, pred in result["predictions"].items():
         ax.plot(x, pred, lw=1, label=name)
-    ax.set_xlabel("hours into the held-out tail")
+    ax.set_xlabel("hours after the first origin")
     ax.set_ylabel("value")
     ax.set_title(title)
     ax.legend(loc="upper right", fontsize=8)

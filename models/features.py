@@ -2,12 +2,16 @@
 nightly training job and the online planner see exactly the same columns in the same units.
 
 Input rate GP:  x = (timestamp, time of day, day of week)
-Latency GP:     x = (timestamp, time of day, day of week, engines)
+Latency GP:     x = (timestamp, time of day, day of week, engines, log tuples per engine)
 
 The timestamp lets the GP follow the short-term trend; time of day and day of week tie a
 future window to the same hour of earlier days and weeks (the paper's argument for them); the
 engine count is in the latency model only, because latency depends on it and the input rate
-does not. Units are plain (epoch seconds, hours, days, engines): the GPs standardise their
+does not. The window's size, log(1 + In / engines), is in the latency model because latency
+per tuple is mostly fixed cost (task start, state load) divided by the tuples of the window:
+a nearly empty window has a high per-tuple latency that says nothing about slow engines, and
+without this feature the GP read it as such and the planner added engines after a drop.
+Units are plain (epoch seconds, hours, days, engines): the GPs standardise their
 inputs themselves, so a stored model never depends on how a caller scaled its features.
 Times are read as UTC.
 """
@@ -23,10 +27,10 @@ from keyshift.errors import FieldError
 from keyshift.schemas import TABLES
 
 RATE_FEATURES: tuple[str, ...] = ("timestamp", "time_of_day", "day_of_week")
-LATENCY_FEATURES: tuple[str, ...] = RATE_FEATURES + ("engines",)
+LATENCY_FEATURES: tuple[str, ...] = RATE_FEATURES + ("engines", "log_tuples_per_engine")
 TIMESTAMP_COLUMN = 0  # index of the timestamp in both feature vectors (seasonal models use it)
 
-_METRICS_NEEDED = ("window_start", "input_rate", "latency_s", "engines")
+_METRICS_NEEDED = ("window_start", "input_rate", "latency_s", "engines", "events_in")
 _DAY_S = 86_400.0
 
 
@@ -66,17 +70,28 @@ def rate_features(timestamps: Any) -> np.ndarray:
     return np.column_stack([t, tod_h, dow]).astype(np.float64)
 
 
-def latency_features(timestamps: Any, engines: Any) -> np.ndarray:
-    """Features of the latency GP: rate features plus the number of live engines, (n, 4)."""
+def latency_features(timestamps: Any, engines: Any, window_tuples: Any) -> np.ndarray:
+    """Features of the latency GP, shape (n, 5): the rate features, the number of live engines
+    and log(1 + window_tuples / engines), the tuples one engine takes in the window (In of
+    Eq. 9 spread over the engines). Scalars of ``engines`` or ``window_tuples`` broadcast."""
     base = rate_features(timestamps)
-    eng = np.asarray(engines, dtype=np.float64).reshape(-1)
-    if eng.size == 1 and base.shape[0] != 1:
-        eng = np.full(base.shape[0], eng[0])
-    if eng.shape[0] != base.shape[0]:
-        raise FeatureError("engines", f"{eng.shape[0]} values for {base.shape[0]} timestamps")
+    n = base.shape[0]
+
+    def column(values: Any, field: str) -> np.ndarray:
+        arr = np.asarray(values, dtype=np.float64).reshape(-1)
+        if arr.size == 1 and n != 1:
+            arr = np.full(n, arr[0])
+        if arr.shape[0] != n:
+            raise FeatureError(field, f"{arr.shape[0]} values for {n} timestamps")
+        return arr
+
+    eng = column(engines, "engines")
+    tuples = column(window_tuples, "window_tuples")
     if not np.isfinite(eng).all() or (eng < 1).any():
         raise FeatureError("engines", "must be finite and >= 1")
-    return np.column_stack([base, eng])
+    if not np.isfinite(tuples).all() or (tuples < 0).any():
+        raise FeatureError("window_tuples", "must be finite and >= 0")
+    return np.column_stack([base, eng, np.log1p(tuples / eng)])
 
 
 def build_features(
@@ -97,7 +112,7 @@ def build_features(
         if col not in metrics.columns:
             raise FeatureError(col, "missing from the metrics rows")
     frame = metrics.loc[:, list(_METRICS_NEEDED)].copy()
-    for col in ("input_rate", "latency_s", "engines"):
+    for col in ("input_rate", "latency_s", "engines", "events_in"):
         frame[col] = pd.to_numeric(frame[col], errors="coerce")
     frame = frame.dropna(subset=["window_start", "engines"])
     frame = frame[np.isfinite(frame["engines"].to_numpy(np.float64))]
@@ -107,11 +122,14 @@ def build_features(
     rate_ok = np.isfinite(frame["input_rate"].to_numpy(np.float64))
     # a window that processed no tuple records latency 0: it measured nothing
     lat_s = frame["latency_s"].to_numpy(np.float64)
-    lat_ok = np.isfinite(lat_s) & (lat_s > 0) & (frame["engines"] >= 1).to_numpy()
+    events = frame["events_in"].to_numpy(np.float64)
+    lat_ok = (np.isfinite(lat_s) & (lat_s > 0) & (frame["engines"] >= 1).to_numpy()
+              & np.isfinite(events) & (events >= 0))
     rate = frame[rate_ok]
     lat = frame[lat_ok]
     X_rate = rate_features(rate["_t"].to_numpy())
     y_rate = rate["input_rate"].to_numpy(np.float64)
-    X_lat = latency_features(lat["_t"].to_numpy(), lat["engines"].to_numpy())
+    X_lat = latency_features(lat["_t"].to_numpy(), lat["engines"].to_numpy(),
+                             lat["events_in"].to_numpy(np.float64))
     y_lat = lat["latency_s"].to_numpy(np.float64)
     return X_rate, y_rate, X_lat, y_lat

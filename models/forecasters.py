@@ -14,9 +14,10 @@ from models.gp import InputRateGP
 
 
 class GPRateForecaster:
-    """InputRateGP on (timestamp, time of day, day of week) with a daily periodic term."""
+    """InputRateGP on (timestamp, time of day, day of week): Eq. 8 on the residual of the
+    seasonal profile, every row of the history (exact, then sparse beyond 4,000 rows)."""
 
-    def __init__(self, iters: int = 40, max_train: int = 1500, kernel: str = "ard+daily") -> None:
+    def __init__(self, iters: int = 40, max_train: int | None = None, kernel: str = "ard") -> None:
         self.iters = iters
         self.max_train = max_train
         self.kernel = kernel

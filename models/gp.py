@@ -3,18 +3,32 @@
 The structure follows GPyTorch's ExactGP example: a constant mean, a scaled kernel, a Gaussian
 likelihood, and hyper-parameters fitted by maximising the exact marginal likelihood with Adam.
 
+Mean (``mean=``), the structure of the series (issue 14):
+- ``"profile"`` (the input-rate default): the GP models the residual of the seasonal slot
+  profile of :mod:`models.seasonal` — the daily/weekly shape and its spread, estimated from ALL
+  the history — standardised per slot. Far from its data a GP reverts to its mean; with this
+  mean it reverts to the profile instead of to a constant, and its interval follows the
+  spread of the hour. Near the data the GP carries the current deviation (a storm, a trend).
+- ``"constant"`` (the latency default): the paper's constant mean.
+- ``"auto"``: ``profile`` for :class:`InputRateGP`, ``constant`` for :class:`LatencyGP`.
+
 Kernels (``kernel=``):
 - ``"ard"``: the paper's automatic-relevance-determination squared exponential (Eq. 8), one
   length scale per feature, so an irrelevant feature is switched off by a long length scale.
 - ``"ard+daily"`` / ``"ard+weekly"``: Eq. 8 plus a periodic kernel on the timestamp with the
   period pinned to one day / one week. The ARD kernel sees time of day as a number, so 23:30
   and 00:00 look far apart; the periodic term wraps the day around.
+- ``"ard+daily+weekly"``: Eq. 8 plus both periodic terms (additive).
 - ``"auto"``: fit every candidate above and keep the one with the highest marginal likelihood
   (the paper's own criterion for hyper-parameters, applied to the kernel choice too).
 
-``method="sgpr"`` swaps the exact kernel for an inducing-point approximation (Titsias' SGPR via
-``gpytorch.kernels.InducingPointKernel``): O(n·m²) instead of O(n³) per step, for histories
-longer than an exact GP can afford. ``bench/bench_gp.py`` reports both side by side.
+Size (``method=``): ``"exact"`` conditions on every row; ``"sgpr"`` uses Titsias' sparse
+posterior with ``inducing`` inducing points, O(n·m²) instead of O(n³), so ten thousands of
+rows stay affordable; ``"auto"`` (default) is exact up to ``exact_max`` rows and sparse beyond,
+so no history is dropped. Hyper-parameters are fitted by the exact marginal likelihood on a
+subset of ``hyper_points`` rows either way (the most recent ones with a profile mean: the
+residual's short memory is what the kernel must learn; an even stride otherwise, so the daily
+shape survives).
 
 Inputs and targets are standardised inside the model with statistics frozen at ``fit``; the
 online path (:meth:`GPForecaster.add_observations`) reuses them and the hyper-parameters, so
@@ -25,7 +39,9 @@ The latency GP works on log seconds (``log_target``). Latency is positive and sp
 costs); on raw seconds the GP's mean, conditioned online on such windows, went below zero for
 engine counts it had no data for, and the planner cannot use a negative Lat. In log space
 every forecast is positive, and ``predict`` returns the log-normal's mean and standard
-deviation in seconds, the expectation Eq. 9 multiplies by the input.
+deviation in seconds, the expectation Eq. 9 multiplies by the input. It also sees the window's
+size (log tuples per engine, :mod:`models.features`), so a nearly empty window — whose per-tuple
+latency is all fixed cost — does not read as slow engines.
 """
 
 from __future__ import annotations
@@ -39,13 +55,19 @@ import numpy as np
 
 from keyshift.errors import FieldError
 from models.features import LATENCY_FEATURES, RATE_FEATURES, TIMESTAMP_COLUMN
+from models.seasonal import SlotProfile
 
-KERNELS = ("ard", "ard+daily", "ard+weekly")
-METHODS = ("exact", "sgpr")
+KERNELS = ("ard", "ard+daily", "ard+weekly", "ard+daily+weekly")
+METHODS = ("exact", "sgpr", "auto")
+MEANS = ("constant", "profile", "auto")
+STORED_FORMAT = 2
+"""Version of :meth:`GPForecaster.to_bytes`. 2: profile mean, sparse posterior, latency
+window-size feature. Older blobs are refused with "retrain it" (their features differ)."""
 _PERIOD_S = {"daily": 86_400.0, "weekly": 7 * 86_400.0}
 # Above this size GPyTorch would switch from Cholesky to conjugate gradients; our fits are
 # small enough that the exact factorisation is both faster and deterministic.
 _MAX_CHOLESKY = 20_000
+Z_90 = 1.6448536269514722  # the 95 % quantile of N(0, 1): mean ± Z_90·std is a 90 % interval
 
 
 class ModelInputError(FieldError):
@@ -99,7 +121,7 @@ class _Scaling:
         return (y - self.y_mean) / self.y_std
 
 
-def _build_model(kernel: str, method: str, x, y, scaling: _Scaling, inducing: int):
+def _build_model(kernel: str, x, y, scaling: _Scaling):
     """An ExactGP with the requested covariance over standardised tensors ``x``, ``y``."""
     import gpytorch
 
@@ -119,19 +141,70 @@ def _build_model(kernel: str, method: str, x, y, scaling: _Scaling, inducing: in
     )
     d = x.shape[1]
     covar = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel(ard_num_dims=d))  # Eq. 8
-    if kernel != "ard":
+    for part in kernel.split("+")[1:]:
         periodic = gpytorch.kernels.PeriodicKernel(active_dims=(TIMESTAMP_COLUMN,))
-        period = _PERIOD_S[kernel.split("+")[1]] / float(scaling.x_std[TIMESTAMP_COLUMN])
-        periodic.period_length = period
+        periodic.period_length = _PERIOD_S[part] / float(scaling.x_std[TIMESTAMP_COLUMN])
         periodic.raw_period_length.requires_grad_(False)  # the calendar is known, not learnt
         covar = covar + gpytorch.kernels.ScaleKernel(periodic)
-    if method == "sgpr":
-        m = min(inducing, x.shape[0])
-        idx = np.linspace(0, x.shape[0] - 1, m).round().astype(int)
-        covar = gpytorch.kernels.InducingPointKernel(
-            covar, inducing_points=x[idx].clone(), likelihood=likelihood
-        )
     return _GPModel(x, y, likelihood, covar), likelihood
+
+
+def inducing_rows(n: int, m: int) -> np.ndarray:
+    """Indices of the ``m`` inducing rows among ``n`` time-ordered rows: the most recent half
+    of them every row (a forecast leans on the latest windows, which a sparse posterior must
+    represent exactly), the other half evenly over the older history."""
+    if m >= n:
+        return np.arange(n)
+    recent = m // 2
+    older = np.linspace(0, n - recent - 1, m - recent).round().astype(int)
+    return np.unique(np.concatenate([older, np.arange(n - recent, n)]))
+
+
+class _SparsePosterior:
+    """Titsias' SGPR posterior (the DTC predictive with the variational inducing values) for
+    fixed hyper-parameters: with u the inducing rows, Σ = K_uu + σ⁻²K_uf K_fu and
+    b = σ⁻²K_uf (y − m), the mean is K_*u Σ⁻¹ b and the latent variance
+    k_** − K_*u K_uu⁻¹ K_u* + K_*u Σ⁻¹ K_u*. Σ and b are sums over rows, so a new window
+    adds one rank-one term (O(m²)) and nothing is ever refactorised from the data."""
+
+    def __init__(self, model, x, y, z) -> None:
+        torch = _torch()
+        self.model = model
+        with torch.no_grad():
+            self.noise = float(model.likelihood.noise.item())
+            self.const = float(model.mean_module.constant.item())
+            self.z = z
+            kuu = self._k(z, z)
+            self.l_uu = _cholesky(kuu)
+            self.sigma = kuu.clone()
+            self.b = torch.zeros(z.shape[0], dtype=torch.float64)
+            self.n = 0
+            self.extend(x, y)
+
+    def _k(self, a, b):
+        return self.model.covar_module(a, b).to_dense()
+
+    def extend(self, x_new, y_new) -> None:
+        torch = _torch()
+        with torch.no_grad():
+            for lo in range(0, x_new.shape[0], 4096):  # bounded K_uf blocks
+                kuf = self._k(self.z, x_new[lo:lo + 4096])
+                self.sigma += kuf @ kuf.T / self.noise
+                self.b += kuf @ (y_new[lo:lo + 4096] - self.const) / self.noise
+            self.n += int(x_new.shape[0])
+            self.l_sigma = _cholesky(self.sigma)
+
+    def predict(self, x_star, include_noise: bool) -> tuple[np.ndarray, np.ndarray]:
+        torch = _torch()
+        with torch.no_grad():
+            kus = self._k(self.z, x_star)
+            mean = self.const + kus.T @ torch.cholesky_solve(self.b[:, None], self.l_sigma)[:, 0]
+            a = torch.linalg.solve_triangular(self.l_uu, kus, upper=False)
+            c = torch.linalg.solve_triangular(self.l_sigma, kus, upper=False)
+            var = self._k(x_star, x_star).diagonal() - (a * a).sum(0) + (c * c).sum(0)
+            if include_noise:
+                var = var + self.noise
+        return mean.numpy(), var.clamp_min(0).numpy()
 
 
 _ONLINE_SLACK = 256
@@ -234,43 +307,49 @@ class _OnlinePosterior:
         return mean.numpy(), var.clamp_min(0).numpy()
 
 
+
+
 class GPForecaster:
     """A GP regressor with ``fit`` / ``predict -> (mean, std)`` / ``add_observations``.
 
     Parameters are stored as given (scikit-learn manners); all work happens in ``fit``.
-    ``max_train`` keeps the most recent rows only: an exact GP costs O(n³), and the recent past
-    matters most to a forecast of the next windows. ``hyper_points`` bounds the rows the
-    marginal likelihood is maximised on (evenly strided over the training span, so the daily
-    and weekly shape survives); the fitted GP then conditions on ALL training rows, so the
-    predictive equations (4–6) stay exact. Each Adam step costs O(hyper_points³) instead of
-    O(n³) — the difference between seconds and minutes at n = 2,000 on two cores. Set
-    ``hyper_points >= max_train`` for the textbook fit on every row. ``threads`` defaults to
-    one: on a shared two-core host, two BLAS threads per fit were four times slower in CPU
-    time than one (spinning threads contend with the other processes).
+    ``max_train`` (default: no limit) keeps the most recent rows only. ``exact_max`` is the
+    largest conditioning set the exact posterior takes under ``method="auto"``; beyond it the
+    sparse posterior takes every row. ``hyper_points`` bounds the rows the marginal
+    likelihood is maximised on; the fitted GP then conditions on ALL training rows, so the
+    predictive equations (4–6) stay exact (or SGPR's, for the sparse posterior). Each Adam step
+    costs O(hyper_points³) instead of O(n³) — the difference between seconds and minutes at
+    n = 2,000 on two cores. ``threads`` defaults to one: on a shared two-core host, two BLAS
+    threads per fit were four times slower in CPU time than one.
     """
 
     feature_names: tuple[str, ...] = ()
     # model log(y) instead of y: set by targets that are positive and span decades (latency)
     log_target: bool = False
+    default_mean: str = "constant"  # what mean="auto" means for this target
 
     def __init__(
         self,
         kernel: str = "ard",
-        method: str = "exact",
+        method: str = "auto",
+        mean: str = "auto",
         iters: int = 60,
         lr: float = 0.1,
         inducing: int = 256,
-        max_train: int = 4000,
+        max_train: int | None = None,
+        exact_max: int = 4000,
         hyper_points: int = 500,
         seed: int = 0,
         threads: int = 1,
     ) -> None:
         self.kernel = kernel
         self.method = method
+        self.mean = mean
         self.iters = iters
         self.lr = lr
         self.inducing = inducing
         self.max_train = max_train
+        self.exact_max = exact_max
         self.hyper_points = hyper_points
         self.seed = seed
         self.threads = threads
@@ -278,16 +357,21 @@ class GPForecaster:
     # -- parameters --------------------------------------------------------------------
     def get_params(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in
-                ("kernel", "method", "iters", "lr", "inducing", "max_train", "hyper_points",
-                 "seed", "threads")}
+                ("kernel", "method", "mean", "iters", "lr", "inducing", "max_train",
+                 "exact_max", "hyper_points", "seed", "threads")}
 
     def _validate_params(self) -> list[str]:
         if self.kernel not in KERNELS + ("auto",):
             raise ModelInputError("kernel", f"{self.kernel!r} not one of {KERNELS + ('auto',)}")
         if self.method not in METHODS:
             raise ModelInputError("method", f"{self.method!r} not one of {METHODS}")
-        for name, low in (("iters", 1), ("inducing", 2), ("max_train", 2), ("hyper_points", 3),
-                          ("threads", 1)):
+        if self.mean not in MEANS:
+            raise ModelInputError("mean", f"{self.mean!r} not one of {MEANS}")
+        checks = [("iters", 1), ("inducing", 2), ("exact_max", 2), ("hyper_points", 3),
+                  ("threads", 1)]
+        if self.max_train is not None:
+            checks.append(("max_train", 2))
+        for name, low in checks:
             value = getattr(self, name)
             if not isinstance(value, (int, np.integer)) or value < low:
                 raise ModelInputError(name, f"must be an integer >= {low}, got {value!r}")
@@ -302,31 +386,68 @@ class GPForecaster:
         X, y = _check_xy(X, y, len(self.feature_names))
         if X.shape[0] < 3:
             raise ModelInputError("X", f"need at least 3 rows to fit, got {X.shape[0]}")
-        X, y = X[-self.max_train:], self._to_model_space(y[-self.max_train:])
+        if self.max_train is not None:
+            X, y = X[-self.max_train:], y[-self.max_train:]
+        order = np.argsort(X[:, TIMESTAMP_COLUMN], kind="stable")
+        X, y = X[order], y[order]
         torch = _torch()
         torch.set_num_threads(self.threads)
         started = time.perf_counter()
-        self._scaling = _Scaling.of(X, y)
+        self.mean_ = self.default_mean if self.mean == "auto" else self.mean
+        y_log = self._log(y)
+        self._profile = (SlotProfile.fit(X[:, TIMESTAMP_COLUMN], y_log)
+                         if self.mean_ == "profile" else None)
+        z = self._deseason(X, y_log)
+        self._scaling = _Scaling.of(X, z)
+        self.method_ = ("exact" if self.method == "exact" or
+                        (self.method == "auto" and X.shape[0] <= self.exact_max) else "sgpr")
         self.kernel_scores_: dict[str, float] = {}
+        n, keep = X.shape[0], min(self.hyper_points, X.shape[0])
+        if self.mean_ == "profile":
+            sub = np.arange(n - keep, n)
+        else:
+            sub = np.unique(np.linspace(0, n - 1, keep).round().astype(int))
         best = None
-        # SGPR is the alternative to subsampling: it keeps every row in the likelihood.
-        keep = X.shape[0] if self.method == "sgpr" else min(self.hyper_points, X.shape[0])
-        sub = np.unique(np.linspace(0, X.shape[0] - 1, keep).round().astype(int))
         for kernel in candidates:
-            model, likelihood, mll = self._train(kernel, X[sub], y[sub])
+            model, likelihood, mll = self._train(kernel, X[sub], z[sub])
             self.kernel_scores_[kernel] = mll
             if best is None or mll > best[2]:
                 best = (model, likelihood, mll, kernel)
         self._model, self._likelihood, self.mll_, self.kernel_ = best
-        self._posterior = None
-        self._X, self._y = X, y
-        if sub.size < X.shape[0]:
-            self._condition_on(X, y)
+        self.variance_scale_ = self._calibrate_prior_variance()
+        self._fit_rows = int(X.shape[0])
+        self._inducing_z = None
+        self._condition_on(X, z)
+        self._posterior_now()  # the factorisation is part of fitting, not of a forecast
         self.train_seconds_ = time.perf_counter() - started
         return self
 
-    def _to_model_space(self, y: np.ndarray) -> np.ndarray:
-        """The targets the GP itself sees: ``log(y)`` for a ``log_target`` model."""
+    def _calibrate_prior_variance(self) -> float:
+        """Scale every output scale and the noise by one factor so that the GP's prior
+        variance is at least the variance of ALL its training targets (1 once standardised).
+
+        The hyper-parameters are fitted on ``hyper_points`` recent rows, which may be calmer
+        than the history: far from its data the GP's interval then reverts to that calm
+        window's spread and covers too little (58–75 % of a nominal 90 % in the backtests).
+        A common factor on the output scales and the noise leaves the posterior mean exactly
+        as fitted (it cancels in K⁻¹y) and widens only the variance. Returns the factor."""
+        import gpytorch
+
+        torch = _torch()
+        scales = [m for m in self._model.covar_module.modules()
+                  if isinstance(m, gpytorch.kernels.ScaleKernel)]
+        with torch.no_grad():
+            prior = sum(float(k.outputscale.item()) for k in scales)
+            prior += float(self._likelihood.noise.item())
+            factor = 1.0 / prior if prior < 1.0 else 1.0
+            if factor > 1.0:
+                for k in scales:
+                    k.outputscale = k.outputscale * factor
+                self._likelihood.noise = self._likelihood.noise * factor
+        return factor
+
+    def _log(self, y: np.ndarray) -> np.ndarray:
+        """``log(y)`` for a ``log_target`` model, else y."""
         if not self.log_target:
             return y
         if (y <= 0).any():
@@ -334,9 +455,20 @@ class GPForecaster:
                                        f"be > 0, got {float(y.min()):.3g}")
         return np.log(y)
 
-    def _from_model_space(self, mean: np.ndarray, std: np.ndarray
+    def _deseason(self, X: np.ndarray, y: np.ndarray) -> np.ndarray:
+        if self._profile is None:
+            return y
+        return self._profile.standardise(X[:, TIMESTAMP_COLUMN], y)
+
+    def _to_model_space(self, X: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """The targets the GP itself sees: the (log) target's deviation from the profile."""
+        return self._deseason(X, self._log(y))
+
+    def _from_model_space(self, X: np.ndarray, mean: np.ndarray, std: np.ndarray
                           ) -> tuple[np.ndarray, np.ndarray]:
         """Mean and std in the target's units; for a log target those of the log-normal."""
+        if self._profile is not None:
+            mean, std = self._profile.restore(X[:, TIMESTAMP_COLUMN], mean, std)
         if not self.log_target:
             return mean, std
         var = np.square(std)
@@ -351,8 +483,7 @@ class GPForecaster:
         torch.manual_seed(self.seed)
         x_t = torch.as_tensor(self._scaling.x(X), dtype=torch.float64)
         y_t = torch.as_tensor(self._scaling.y(y), dtype=torch.float64)
-        model, likelihood = _build_model(kernel, self.method, x_t, y_t, self._scaling,
-                                         self.inducing)
+        model, likelihood = _build_model(kernel, x_t, y_t, self._scaling)
         model.double()
         model.train()
         likelihood.train()
@@ -382,8 +513,6 @@ class GPForecaster:
         With ``include_noise`` the std is that of a new observation (what the planner compares
         observed values against); without it, that of the latent function (Eq. 6 exactly).
         """
-        import gpytorch
-
         self._require_fitted()
         X, _ = _check_xy(X, None, len(self.feature_names))
         if X.shape[0] == 0:
@@ -391,63 +520,100 @@ class GPForecaster:
         torch = _torch()
         torch.set_num_threads(self.threads)
         x_t = torch.as_tensor(self._scaling.x(X), dtype=torch.float64)
-        if self.method == "exact":
-            mean, var = self._online().predict(x_t, include_noise)
-        else:
-            with torch.no_grad(), gpytorch.settings.max_cholesky_size(_MAX_CHOLESKY):
-                latent = self._model(x_t)
-                dist = self._likelihood(latent) if include_noise else latent
-                mean = dist.mean.numpy()
-                var = dist.variance.clamp_min(0).numpy()
+        mean, var = self._posterior_now().predict(x_t, include_noise)
         s = self._scaling
-        return self._from_model_space(mean * s.y_std + s.y_mean, np.sqrt(var) * s.y_std)
+        return self._from_model_space(X, mean * s.y_std + s.y_mean, np.sqrt(var) * s.y_std)
 
-    def _online(self) -> _OnlinePosterior:
-        """The exact posterior's Cholesky factor, built once and then extended row by row."""
+    def interval(self, X: Any, level: float = 0.9) -> tuple[np.ndarray, np.ndarray]:
+        """Central predictive interval of a new observation (Gaussian quantiles of the
+        model space; for a log target they are exponentiated, so the band stays positive)."""
+        from scipy.stats import norm
+
+        if not 0 < level < 1:
+            raise ModelInputError("level", f"must be in (0, 1), got {level!r}")
+        self._require_fitted()
+        X, _ = _check_xy(X, None, len(self.feature_names))
+        torch = _torch()
+        x_t = torch.as_tensor(self._scaling.x(X), dtype=torch.float64)
+        mean, var = self._posterior_now().predict(x_t, True)
+        s, q = self._scaling, float(norm.ppf(0.5 + level / 2))
+        m, sd = mean * s.y_std + s.y_mean, np.sqrt(var) * s.y_std
+        if self._profile is not None:
+            m, sd = self._profile.restore(X[:, TIMESTAMP_COLUMN], m, sd)
+        lo, hi = m - q * sd, m + q * sd
+        return (np.exp(lo), np.exp(hi)) if self.log_target else (lo, hi)
+
+    def _posterior_now(self):
+        """The posterior over the conditioning rows: the exact one's Cholesky factor (built
+        once, then extended row by row) or the sparse one's inducing statistics."""
         cache = getattr(self, "_posterior", None)
         if cache is None:
             torch = _torch()
-            cache = _OnlinePosterior(
-                self._model, torch.as_tensor(self._scaling.x(self._X), dtype=torch.float64),
-                torch.as_tensor(self._scaling.y(self._y), dtype=torch.float64),
-            )
+            x = torch.as_tensor(self._scaling.x(self._X), dtype=torch.float64)
+            y = torch.as_tensor(self._scaling.y(self._y), dtype=torch.float64)
+            if self.method_ == "exact":
+                cache = _OnlinePosterior(self._model, x, y)
+            else:
+                z = getattr(self, "_inducing_z", None)  # a stored model keeps its inducing set
+                if z is None:
+                    z = x[inducing_rows(x.shape[0], self.inducing)].clone()
+                else:
+                    z = torch.as_tensor(z, dtype=torch.float64)
+                cache = _SparsePosterior(self._model, x, y, z)
+                self._inducing_z = z.numpy()
             self._posterior = cache
         return cache
 
     def add_observations(self, X: Any, y: Any) -> GPForecaster:
         """Condition on new windows without touching the hyper-parameters (paper step 2).
 
-        The kernel, its length scales and the standardisation stay as fitted; only the data the
-        posterior conditions on grows (trimmed to the most recent ``max_train`` rows), so the
-        cost is one new factorisation at the next ``predict``, not a marginal-likelihood fit.
+        The kernel, its length scales, the profile and the standardisation stay as fitted;
+        only the data the posterior conditions on grows: the exact factor by one row per
+        window (trimmed back to the most recent ``max_train`` or ``exact_max`` rows), the
+        sparse posterior by one rank-one term per window (never trimmed).
         """
         self._require_fitted()
         X, y = _check_xy(X, y, len(self.feature_names))
         if X.shape[0] == 0:
             return self
-        y = self._to_model_space(y)
-        rows, targets = np.vstack([self._X, X]), np.concatenate([self._y, y])
+        z = self._to_model_space(X, y)
+        rows, targets = np.vstack([self._X, X]), np.concatenate([self._y, z])
+        torch = _torch()
+        torch.set_num_threads(self.threads)
         cache = getattr(self, "_posterior", None)
-        if cache is not None and rows.shape[0] <= self.max_train + _ONLINE_SLACK:
+        if self.method_ == "sgpr":
+            if cache is not None:
+                cache.extend(torch.as_tensor(self._scaling.x(X), dtype=torch.float64),
+                             torch.as_tensor(self._scaling.y(z), dtype=torch.float64))
+            self._X, self._y = rows, targets
+            return self
+        cap = self._exact_cap()
+        if cache is not None and rows.shape[0] <= cap + _ONLINE_SLACK:
             # Exact GP: extend the cached factor by the new rows (O(n²) each) and let the
-            # conditioning set run up to _ONLINE_SLACK rows past max_train before trimming.
-            torch = _torch()
-            torch.set_num_threads(self.threads)
+            # conditioning set run up to _ONLINE_SLACK rows past the cap before trimming.
             cache.extend(torch.as_tensor(self._scaling.x(X), dtype=torch.float64),
-                         torch.as_tensor(self._scaling.y(y), dtype=torch.float64))
+                         torch.as_tensor(self._scaling.y(z), dtype=torch.float64))
             self._X, self._y = rows, targets
             self._model.set_train_data(inputs=cache.x, targets=cache.y, strict=False)
             return self
-        self._condition_on(rows[-self.max_train:], targets[-self.max_train:])
+        self._condition_on(rows[-cap:], targets[-cap:])
         return self
 
-    def _condition_on(self, X: np.ndarray, y: np.ndarray) -> None:
+    def _exact_cap(self) -> int:
+        """Rows the exact posterior keeps online: ``max_train``, and ``exact_max`` unless the
+        caller forced ``method="exact"`` (then the rows it was fitted on)."""
+        caps = [self.max_train] if self.max_train is not None else []
+        caps.append(self.exact_max if self.method == "auto" else max(self.exact_max,
+                                                                      self._fit_rows))
+        return int(min(caps))
+
+    def _condition_on(self, X: np.ndarray, z: np.ndarray) -> None:
         """Replace the rows the posterior conditions on; hyper-parameters stay untouched."""
         torch = _torch()
         self._posterior = None
-        self._X, self._y = X, y
+        self._X, self._y = X, z
         x_t = torch.as_tensor(self._scaling.x(X), dtype=torch.float64)
-        y_t = torch.as_tensor(self._scaling.y(y), dtype=torch.float64)
+        y_t = torch.as_tensor(self._scaling.y(z), dtype=torch.float64)
         self._model.set_train_data(inputs=x_t, targets=y_t, strict=False)
 
     @property
@@ -457,14 +623,13 @@ class GPForecaster:
 
     def hyperparameters(self) -> dict[str, float]:
         """Fitted hyper-parameters in the features' own units (length scales in seconds, hours,
-        days, engines): a long length scale means the feature hardly matters (ARD). For a
-        ``log_target`` model the noise and output scale are in log units."""
+        days, engines): a long length scale means the feature hardly matters (ARD). The noise
+        and output scale are in model units: log units for a ``log_target`` model, slot
+        spreads for a ``profile`` mean."""
         self._require_fitted()
         out: dict[str, float] = {"noise_std": float(np.sqrt(self._likelihood.noise.item()))
                                  * self._scaling.y_std}
         covar = self._model.covar_module
-        if self.method == "sgpr":
-            covar = covar.base_kernel
         ard = covar.kernels[0] if hasattr(covar, "kernels") else covar
         scales = ard.base_kernel.lengthscale.detach().numpy().reshape(-1) * self._scaling.x_std
         for name, value in zip(self.feature_names, scales):
@@ -474,20 +639,26 @@ class GPForecaster:
 
     # -- persistence (used by the MLflow wrapper) ---------------------------------------
     def to_bytes(self) -> bytes:
-        """Everything needed to predict again: params, chosen kernel, scaling, training rows
-        (an exact GP conditions on them) and the fitted state dict."""
+        """Everything needed to predict again: params, chosen kernel and method, profile,
+        scaling, conditioning rows (a GP conditions on them) and the fitted state dict."""
         self._require_fitted()
         torch = _torch()
         s = self._scaling
         blob = {
+            "format": STORED_FORMAT,
             "class": type(self).__name__,
             "params": self.get_params(),
             "kernel_": self.kernel_,
+            "method_": self.method_,
+            "mean_": self.mean_,
             "mll_": self.mll_,
             "train_seconds_": self.train_seconds_,
+            "fit_rows": self._fit_rows,
             "scaling": (s.x_mean, s.x_std, s.y_mean, s.y_std),
+            "profile": None if self._profile is None else self._profile.as_tuple(),
             "X": self._X,
-            "y": self._y,  # in model space (log seconds for a log target)
+            "y": self._y,  # in model space (log, deseasoned)
+            "inducing_z": getattr(self, "_inducing_z", None),  # standardised, sparse only
             "log_target": self.log_target,
             "state_dict": self._model.state_dict(),
         }
@@ -502,40 +673,50 @@ class GPForecaster:
         cls = {"InputRateGP": InputRateGP, "LatencyGP": LatencyGP}.get(blob.get("class"))
         if cls is None:
             raise ModelInputError("model", f"unknown forecaster class {blob.get('class')!r}")
-        gp = cls(**blob["params"])
         if bool(blob.get("log_target", False)) != cls.log_target:
             raise ModelInputError("model", f"stored {cls.__name__} was trained with log_target="
                                            f"{blob.get('log_target', False)}; this version "
                                            f"expects {cls.log_target}: retrain it")
+        if blob.get("format") != STORED_FORMAT:
+            raise ModelInputError("model", f"stored {cls.__name__} has format "
+                                           f"{blob.get('format', 1)}; this version reads format "
+                                           f"{STORED_FORMAT} (features and mean changed): "
+                                           "retrain it")
+        gp = cls(**blob["params"])
         x_mean, x_std, y_mean, y_std = blob["scaling"]
         gp._scaling = _Scaling(np.asarray(x_mean), np.asarray(x_std), float(y_mean), float(y_std))
-        gp._X, gp._y = np.asarray(blob["X"]), np.asarray(blob["y"])
-        x_t = torch.as_tensor(gp._scaling.x(gp._X), dtype=torch.float64)
-        y_t = torch.as_tensor(gp._scaling.y(gp._y), dtype=torch.float64)
-        state = blob["state_dict"]
-        m = next((v.shape[0] for k, v in state.items() if k.endswith("inducing_points")),
-                 gp.inducing)
-        model, likelihood = _build_model(blob["kernel_"], gp.method, x_t, y_t, gp._scaling, m)
+        profile = blob["profile"]
+        gp._profile = None if profile is None else SlotProfile(
+            float(profile[0]), float(profile[1]), np.asarray(profile[2]), np.asarray(profile[3]))
+        X, z = np.asarray(blob["X"]), np.asarray(blob["y"])
+        x_t = torch.as_tensor(gp._scaling.x(X), dtype=torch.float64)
+        y_t = torch.as_tensor(gp._scaling.y(z), dtype=torch.float64)
+        model, likelihood = _build_model(blob["kernel_"], x_t, y_t, gp._scaling)
         model.double()
-        model.load_state_dict(state)
+        model.load_state_dict(blob["state_dict"])
         model.eval()
         likelihood.eval()
         gp._model, gp._likelihood = model, model.likelihood
-        gp.kernel_, gp.mll_, gp.train_seconds_ = blob["kernel_"], blob["mll_"], blob["train_seconds_"]
+        gp.kernel_, gp.method_, gp.mean_ = blob["kernel_"], blob["method_"], blob["mean_"]
+        gp.mll_, gp.train_seconds_ = blob["mll_"], blob["train_seconds_"]
         gp.kernel_scores_ = {gp.kernel_: gp.mll_}
+        gp._posterior = None
+        gp._X, gp._y, gp._fit_rows = X, z, int(blob["fit_rows"])
+        gp._inducing_z = blob["inducing_z"]
         return gp
 
 
 class InputRateGP(GPForecaster):
-    """Input rate (events/s) from (timestamp, time of day, day of week)."""
+    """Input rate (events/s) from (timestamp, time of day, day of week), on the residual of
+    the seasonal profile by default."""
 
     feature_names = RATE_FEATURES
+    default_mean = "profile"
 
 
 class LatencyGP(GPForecaster):
-    """Latency per event (s) from (timestamp, time of day, day of week, engines), fitted on
-    log seconds so that no forecast is negative."""
+    """Latency per event (s) from (timestamp, time of day, day of week, engines, log tuples
+    per engine), fitted on log seconds so that no forecast is negative."""
 
     feature_names = LATENCY_FEATURES
     log_target = True
-

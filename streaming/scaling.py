@@ -16,7 +16,9 @@ The window's sample (:class:`~keyshift.control.WindowSample`) is measured by the
 * ``engines`` = the live engines of the plan that ran the window (π).
 
 :class:`JobForecaster` forecasts In from the champion ``keyshift-input-rate`` GP (events/s ×
-Δt) and Lat for 1..K engines from the champion ``keyshift-latency`` GP, both through
+Δt) and Lat for 1..K engines from the champion ``keyshift-latency`` GP (which sees the
+forecast In spread over each candidate engine count, so a small window is not read as slow
+engines), both through
 ``models.features`` (the feature builder the nightly training uses), conditioned online on
 every finished window (``add_observations``, no hyper-parameter refit). When the registry,
 the alias or a model is missing or unreadable, or a GP fails, the forecast comes from the
@@ -56,8 +58,8 @@ class ChampionForecast:
 
         self.rate.add_observations(rate_features(np.array([s.t])), [s.in_tuples / window_s])
         if s.lat_s is not None:
-            self.latency.add_observations(latency_features(np.array([s.t]), s.engines),
-                                          [s.lat_s])
+            self.latency.add_observations(
+                latency_features(np.array([s.t]), s.engines, s.in_tuples), [s.lat_s])
 
     def forecast(self, t0: float, horizon: int, k: int, window_s: float) -> Forecast:
         from models.features import latency_features, rate_features
@@ -67,7 +69,9 @@ class ChampionForecast:
         in_mean = np.maximum(np.asarray(mean, dtype=np.float64), 0.0) * window_s
         in_std = np.abs(np.asarray(std, dtype=np.float64)) * window_s
         engines = np.tile(np.arange(1, k + 1, dtype=np.float64), horizon)
-        lm, ls = self.latency.predict(latency_features(np.repeat(ts, k), engines))
+        # each candidate N sees the forecast In spread over N engines (the window's size)
+        lm, ls = self.latency.predict(latency_features(np.repeat(ts, k), engines,
+                                                       np.repeat(in_mean, k)))
         lat_mean = np.asarray(lm, dtype=np.float64).reshape(horizon, k)
         lat_std = np.abs(np.asarray(ls, dtype=np.float64)).reshape(horizon, k)
         if not (np.isfinite(in_mean).all() and np.isfinite(lat_mean).all()):

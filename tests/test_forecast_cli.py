@@ -1,4 +1,5 @@
-"""`keyshift forecast`: the Table II comparison from a CSV; bad files exit 2 with one line."""
+"""`keyshift forecast`: the Table II comparison from a CSV as a rolling-origin backtest; bad
+files exit 2 with one line."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from keyshift.cli import main
 
 @pytest.fixture()
 def taxi_csv(shared_data: Path, tmp_path: Path) -> Path:
-    """300 half-hours of the NAB NYC taxi series, with the column renamed to `ts`."""
-    frame = pd.read_csv(shared_data / "nab_nyc_taxi.csv").head(300)
+    """1,200 half-hours (25 days) of the NAB NYC taxi series, with the column renamed to `ts`."""
+    frame = pd.read_csv(shared_data / "nab_nyc_taxi.csv").head(1200)
     path = tmp_path / "taxi.csv"
     frame.rename(columns={"timestamp": "ts"}).to_csv(path, index=False)
     return path
@@ -22,16 +23,28 @@ def taxi_csv(shared_data: Path, tmp_path: Path) -> Path:
 
 def test_json_reports_every_metric_per_model(taxi_csv, capsys):
     rc = main(["forecast", "--series", str(taxi_csv), "--test-fraction", "0.2", "--json",
-               "--models", "gp,svm,seasonal-naive", "--kernel", "ard+daily", "--iters", "15"])
+               "--models", "gp,svm,seasonal-naive,seasonal-profile", "--iters", "15"])
     assert rc == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["n_train"] == 240 and out["n_test"] == 60
-    assert set(out["models"]) == {"gp", "svm", "seasonal-naive"}
+    assert out["n_train"] == 960 and out["n_test"] == 240
+    assert out["origins"] == 5 and out["horizon"] == 48  # five consecutive days
+    assert set(out["models"]) == {"gp", "svm", "seasonal-naive", "seasonal-profile"}
     for metrics in out["models"].values():
-        assert {"cc", "mae", "rmse", "train_s"} <= set(metrics)
-        assert metrics["rmse"] >= metrics["mae"] >= 0
-    # a daily cycle is what the GP is for: it must beat yesterday's value
-    assert out["models"]["gp"]["rmse"] < out["models"]["seasonal-naive"]["rmse"]
+        assert {"mae", "rmse", "mase", "cc", "coverage_90", "train_s"} <= set(metrics)
+        assert metrics["rmse"] >= metrics["mae"] >= 0 and 0 <= metrics["coverage_90"] <= 1
+    assert out["models"]["seasonal-naive"]["mase"] == 1.0  # the scale itself
+    # the daily and weekly cycle is what the GP is for: it must beat last week's value,
+    # with an honest 90 % interval
+    gp = out["models"]["gp"]
+    assert gp["mase"] < 1 and 0.8 <= gp["coverage_90"] <= 0.97 and gp["cc"] > 0.94
+
+
+def test_origins_and_horizon_options(taxi_csv, capsys):
+    rc = main(["forecast", "--series", str(taxi_csv), "--json", "--models", "seasonal-naive",
+               "--origins", "6", "--horizon", "10"])
+    assert rc == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["origins"], out["horizon"], out["n_test"], out["n_train"]) == (6, 10, 60, 1140)
 
 
 def test_unix_seconds_and_table_output_and_plot(tmp_path, capsys):
@@ -69,6 +82,8 @@ def test_bad_files_exit_2_with_one_line(tmp_path, capsys, content, message):
     (["--test-fraction", "1.5"], "test_fraction"),
     (["--models", "gp,arima"], "unknown"),
     (["--iters", "0"], "--iters"),
+    (["--origins", "0"], "origins"),
+    (["--horizon", "400", "--origins", "5"], "need at least"),
 ])
 def test_bad_options_exit_2(taxi_csv, capsys, argv, message):
     rc = main(["forecast", "--series", str(taxi_csv), "--json", *argv])

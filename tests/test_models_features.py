@@ -22,6 +22,7 @@ def _metrics(n: int = 10) -> pd.DataFrame:
         "input_rate": np.arange(n, dtype=float) * 10,
         "latency_s": np.linspace(0.1, 1.0, n),
         "engines": np.full(n, 4),
+        "events_in": np.arange(n) * 10 * 3600,
         "policy": "dlb-h",
     })
 
@@ -40,14 +41,19 @@ def test_numbers_are_epoch_seconds_and_strings_are_parsed():
     np.testing.assert_allclose(a, b)
 
 
-def test_latency_features_append_engines_and_broadcast_scalar():
-    X = latency_features([0.0, 3600.0], 3)
-    assert X.shape == (2, 4)
+def test_latency_features_append_engines_and_window_size_and_broadcast_scalars():
+    X = latency_features([0.0, 3600.0], 3, [0, 300])
+    assert X.shape == (2, 5)
     np.testing.assert_allclose(X[:, 3], [3, 3])
-    with pytest.raises(FeatureError, match="engines"):
-        latency_features([0.0, 1.0, 2.0], [1, 2])
-    with pytest.raises(FeatureError, match="engines"):
-        latency_features([0.0], [0])
+    np.testing.assert_allclose(X[:, 4], [0.0, np.log1p(100.0)])  # tuples per engine, log
+    with pytest.raises(FeatureError, match="^engines"):
+        latency_features([0.0, 1.0, 2.0], [1, 2], 10)
+    with pytest.raises(FeatureError, match="^engines"):
+        latency_features([0.0], [0], 10)
+    with pytest.raises(FeatureError, match="^window_tuples"):
+        latency_features([0.0], [1], -1)
+    with pytest.raises(FeatureError, match="^window_tuples"):
+        latency_features([0.0, 1.0], [1], [1, 2, 3])
 
 
 def test_build_features_sorts_and_drops_bad_targets():
@@ -55,7 +61,7 @@ def test_build_features_sorts_and_drops_bad_targets():
     df.loc[0, "latency_s"] = np.nan      # the newest window lost its latency
     df.loc[1, "latency_s"] = 0.0         # and the one before processed no tuple
     X_rate, y_rate, X_lat, y_lat = build_features(df)
-    assert X_rate.shape == (10, 3) and X_lat.shape == (8, 4)
+    assert X_rate.shape == (10, 3) and X_lat.shape == (8, 5)
     assert np.all(np.diff(X_rate[:, 0]) > 0)
     np.testing.assert_allclose(y_rate, np.arange(10) * 10.0)
     assert len(y_lat) == 8 and (y_lat > 0).all()
@@ -66,6 +72,8 @@ def test_build_features_sorts_and_drops_bad_targets():
 def test_build_features_names_missing_column():
     with pytest.raises(FeatureError, match="^engines: missing"):
         build_features(_metrics().drop(columns=["engines"]))
+    with pytest.raises(FeatureError, match="^events_in: missing"):
+        build_features(_metrics().drop(columns=["events_in"]))
     with pytest.raises(FeatureError, match="metrics"):
         build_features([1, 2, 3])
 

@@ -10,7 +10,7 @@ import pytest
 from models.baselines import NNForecaster, SeasonalNaive, SVMForecaster
 from models.evaluation import score
 from models.features import latency_features, rate_features
-from models.gp import GPForecaster, InputRateGP, LatencyGP, ModelInputError
+from models.gp import _ONLINE_SLACK, KERNELS, GPForecaster, InputRateGP, LatencyGP, ModelInputError
 
 HOUR = 3600.0
 
@@ -38,7 +38,7 @@ def test_fit_predict_beats_the_mean_and_gives_positive_std():
 def test_auto_kernel_keeps_the_highest_marginal_likelihood():
     X, y = _daily(n=150)
     gp = InputRateGP(kernel="auto", iters=15, hyper_points=150).fit(X, y)
-    assert set(gp.kernel_scores_) == {"ard", "ard+daily", "ard+weekly"}
+    assert set(gp.kernel_scores_) == set(KERNELS)
     assert gp.kernel_ == max(gp.kernel_scores_, key=gp.kernel_scores_.get)
     assert gp.mll_ == gp.kernel_scores_[gp.kernel_]
 
@@ -65,10 +65,12 @@ def test_add_observations_conditions_without_refitting_hyperparameters():
 
 
 def test_add_observations_trims_to_max_train():
-    X, y = _daily(n=120)
+    X, y = _daily(n=100 + 2 * _ONLINE_SLACK)
     gp = InputRateGP(kernel="ard", iters=5, max_train=80).fit(X[:100], y[:100])
     assert gp.n_train == 80
-    gp.add_observations(X[100:], y[100:])
+    gp.add_observations(X[100:120], y[100:120])  # within the slack: the factor just grows
+    assert gp.n_train == 100
+    gp.add_observations(X[120:], y[120:])  # past it: back to the most recent max_train rows
     assert gp.n_train == 80
     np.testing.assert_allclose(gp._X[-1], X[-1])
 
@@ -78,7 +80,7 @@ def test_latency_gp_uses_engines():
     t = 1_700_000_000.0 + np.arange(160) * 600.0
     engines = rng.integers(1, 9, 160)
     y = 2.0 / engines + rng.normal(0, 0.01, 160)
-    X = latency_features(t, engines)
+    X = latency_features(t, engines, 1000)
     gp = LatencyGP(kernel="ard", iters=60).fit(X[:120], y[:120])  # 30 steps: not converged
     mean, _ = gp.predict(X[120:])
     assert score(y[120:], mean)["cc"] > 0.9
@@ -123,7 +125,7 @@ def test_bad_arrays_name_the_field():
     with pytest.raises(ModelInputError, match="^model:"):
         InputRateGP().predict(X)
     with pytest.raises(ModelInputError, match="^X:"):
-        LatencyGP(iters=2).fit(np.c_[X, np.ones(20)], y).predict(X)
+        LatencyGP(iters=2).fit(np.c_[X, np.ones((20, 2))], y).predict(X)
 
 
 def test_seasonal_naive_repeats_the_last_season_exactly():
@@ -156,7 +158,7 @@ def _scaler_like_latency_history(now: float):
     rng = np.random.default_rng(0)
     i = np.arange(48)
     tuples = (2500 + 2450 * np.sin(2 * np.pi * i * 15.0 / 300)) * (1 + rng.normal(0, 0.02, 48))
-    X = latency_features(now - 15.0 * (48 - i), 1 + i % 3)
+    X = latency_features(now - 15.0 * (48 - i), 1 + i % 3, tuples)
     y = 0.1 / np.maximum(tuples, 1) + 1e-4
     seen = [(4, 0.00846801042), (2, 0.000149400697), (2, 5.78414771e-05), (1, 0.000104308545),
             (1, 0.003905198), (6, 0.0111135435), (6, 0.0121420137)]
@@ -172,15 +174,16 @@ def test_latency_gp_forecasts_stay_positive_where_raw_seconds_went_negative():
         log_target = False
 
     X, y, t_seen, seen = _scaler_like_latency_history(1_795_661_840.0)
+    X[:, 4] = np.log1p(2500.0 / X[:, 3])  # as before the window size was a feature: blind to it
     lowest = {}
     for cls in (RawSecondsLatencyGP, LatencyGP):
         gp = cls(kernel="ard", iters=30).fit(X, y)
         forecasts = []
         for t, (engines, lat) in zip(t_seen, seen):
-            gp.add_observations(latency_features([t], [engines]), [lat])
+            gp.add_observations(latency_features([t], [engines], [2500]), [lat])
             # the scaler's next forecast: H = 3 windows of 0.2 s, 1..6 engines each
             ahead = latency_features(np.repeat(t + 0.2 * np.arange(1, 4), 6),
-                                     np.tile(np.arange(1, 7), 3))
+                                     np.tile(np.arange(1, 7), 3), 2500)
             forecasts.append(gp.predict(ahead))
         lowest[cls] = min(float(m.min()) for m, _ in forecasts)
         if cls is LatencyGP:
@@ -196,7 +199,7 @@ def test_latency_gp_returns_seconds_and_round_trips_its_log_target():
     t = 1_700_000_000.0 + np.arange(120) * 600.0
     engines = rng.integers(1, 7, 120)
     y = 1e-3 / engines * np.exp(rng.normal(0, 0.05, 120))  # ms per tuple, multiplicative noise
-    X = latency_features(t, engines)
+    X = latency_features(t, engines, 5000)
     gp = LatencyGP(kernel="ard", iters=30).fit(X[:100], y[:100])
     mean, std = gp.predict(X[100:])
     assert score(y[100:], mean)["cc"] > 0.9
@@ -219,3 +222,30 @@ def test_latency_gp_returns_seconds_and_round_trips_its_log_target():
     with pytest.raises(ModelInputError, match="^y:"):
         gp.add_observations(X[:1], [-1e-3])
     assert gp.n_train == 100  # the rejected observation left the model as it was
+
+
+def test_latency_gp_does_not_read_a_nearly_empty_window_as_slow_engines():
+    """Issue 14 item 4. Engines cost a fixed c per window plus a per tuple, so the latency
+    per tuple is c·N/In + a: a 40-tuple window after a drop measures milliseconds per tuple
+    with perfectly healthy engines. Seeing the window's size, the GP still forecasts the
+    sub-millisecond latency of a full window; blind to it, the same GP reads slow engines."""
+    rng = np.random.default_rng(3)
+    n = 150
+    t = 1_700_000_000.0 + np.arange(n) * 10.0
+    engines = rng.integers(1, 5, n).astype(float)
+    tuples = np.exp(rng.uniform(np.log(2000), np.log(20000), n))
+    lat = lambda e, k: 0.05 * e / k + 1e-4  # noqa: E731
+    y = lat(engines, tuples) * np.exp(rng.normal(0, 0.03, n))
+    forecasts = {}
+    for sees_size in (True, False):
+        size = tuples if sees_size else np.full(n, 8000.0)
+        gp = LatencyGP(kernel="ard", iters=40).fit(latency_features(t, engines, size), y)
+        for i in range(3):  # the input drops: three windows of 40 tuples on 2 engines
+            gp.add_observations(latency_features([t[-1] + 10.0 * (i + 1)], [2],
+                                                 [40 if sees_size else 8000.0]), [lat(2, 40)])
+        ahead = latency_features([t[-1] + 40.0], [2], [10000 if sees_size else 8000.0])
+        forecasts[sees_size] = float(gp.predict(ahead)[0][0])
+    full_window = lat(2, 10000)  # 0.11 ms
+    assert forecasts[True] < 1.2 * full_window
+    # the failure the feature removes: twice the latency reads as needing twice the engines
+    assert forecasts[False] > 1.6 * full_window

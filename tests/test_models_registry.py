@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from keyshift.config import load_config
+from models.gp import KERNELS
 from models.features import latency_features, rate_features
 from models.registry import RegistryError, load_champion, load_version, tracking
 from models.training import train_and_register
@@ -26,7 +27,7 @@ def _metrics(n: int = 96, seed: int = 0, scramble: bool = False) -> pd.DataFrame
     if scramble:  # a history whose targets have nothing to do with the features
         rate, latency = rng.permutation(rate), rng.permutation(latency)
     return pd.DataFrame({"window_start": ts, "input_rate": rate, "latency_s": latency,
-                         "engines": engines, "run_id": "r1"})
+                         "engines": engines, "events_in": rate * 1800, "run_id": "r1"})
 
 
 @pytest.fixture()
@@ -65,7 +66,7 @@ def test_train_register_champion_and_load(cfg, tmp_path):
     np.testing.assert_allclose(mean, expected)
     champion.add_observations(rate_features(ts), mean)  # online path on a loaded model
     lat = load_champion(cfg, "latency")
-    assert lat.predict(latency_features(ts, 3))[0].shape == (4,)
+    assert lat.predict(latency_features(ts, 3, 360_000))[0].shape == (4,)
 
     # the pyfunc face serves any MLflow client with mean and std columns
     import mlflow
@@ -124,4 +125,4 @@ def test_auto_kernel_logs_requested_and_chosen_kernels(cfg):
     run = mlflow.MlflowClient(cfg.mlflow_tracking_uri).get_run(out["run_id"])
     params = run.data.params
     assert params["input_rate.kernel"] == "auto"
-    assert params["input_rate.kernel_chosen"] in {"ard", "ard+daily", "ard+weekly"}
+    assert params["input_rate.kernel_chosen"] in KERNELS

@@ -26,9 +26,11 @@ def synthetic_metrics(rows: int = 60, rate: float = 50.0, lat_ms: float = 2.0) -
     rng = np.random.default_rng(0)
     t = T0 - WINDOW_S * np.arange(rows, 0, -1)
     engines = 1 + (np.arange(rows) % 4)
+    input_rate = rate + 5 * np.sin(np.arange(rows) / 5) + rng.normal(0, 0.5, rows)
     return pd.DataFrame({
         "window_start": pd.to_datetime(t, unit="s", utc=True),
-        "input_rate": rate + 5 * np.sin(np.arange(rows) / 5) + rng.normal(0, 0.5, rows),
+        "input_rate": input_rate,
+        "events_in": np.round(input_rate * WINDOW_S),
         "latency_s": lat_ms / 1000 * (1 + 0.05 * (engines - 1)) * (1 + rng.normal(0, 0.01, rows)),
         "engines": engines,
     })

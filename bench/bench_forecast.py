@@ -1,0 +1,193 @@
+"""Rolling-origin backtest of every forecaster on every series (issue 14, item 2).
+
+Every load series of ``../shared/data/`` (see its README; event logs are counted per bin, with
+empty bins kept) and two synthetic ones, × GP, seasonal naive, seasonal profile, SVM and NN:
+each model is fitted on the history before each of ``--origins`` consecutive origins and
+forecasts the next ``horizon`` points (one day of points, or a twentieth of a series shorter
+than three days). Prints MASE (MAE over seasonal naive's on the same points) and the coverage
+of the 90 % interval per series × model, then the GP's full row (MAE, RMSE, CC, train s) and
+the issue's targets: GP MASE < 1, coverage 85–95 %, CC ≥ 0.94.
+
+    .venv/bin/python bench/bench_forecast.py [--series taxi,bike,...] [--models gp,...]
+                                             [--origins 5] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from models.evaluation import DEFAULT_NAMES, backtest, default_models  # noqa: E402
+from models.features import to_epoch_seconds  # noqa: E402
+
+DATA = ROOT.parent / "shared" / "data"
+DAY_S = 86_400.0
+
+
+def _counts(seconds: np.ndarray, bin_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """Events per bin from event times, every bin between the first and the last kept."""
+    seconds = np.sort(np.asarray(seconds, dtype=np.float64))
+    start = np.floor(seconds[0] / bin_s) * bin_s
+    idx = ((seconds - start) // bin_s).astype(np.int64)
+    counts = np.bincount(idx).astype(np.float64)
+    return start + bin_s * np.arange(counts.size), counts
+
+
+def _nab(name: str) -> Callable[[], tuple[np.ndarray, np.ndarray]]:
+    def load():
+        df = pd.read_csv(DATA / name)
+        return to_epoch_seconds(df["timestamp"]), df["value"].to_numpy(np.float64)
+    return load
+
+
+def _bike():
+    df = pd.read_csv(DATA / "bike_sharing_hour.csv")
+    ts = (pd.to_datetime(df["dteday"]) + pd.to_timedelta(df["hr"], unit="h")).dt.tz_localize("UTC")
+    return to_epoch_seconds(ts), df["cnt"].to_numpy(np.float64)
+
+
+def _tweets():
+    df = pd.read_csv(DATA / "airline_tweets_feb2015.csv", usecols=["tweet_created"])
+    ts = pd.to_datetime(df["tweet_created"], format="%m/%d/%Y %H:%M", utc=True)
+    return _counts(to_epoch_seconds(ts), 1800.0)
+
+
+def _apache():
+    pattern = re.compile(r"\[(\d{2}/\w{3}/\d{4}:\d{2}:\d{2}:\d{2} [+-]\d{4})\]")
+    stamps = [m.group(1) for line in (DATA / "apache_access_2015.log").open(errors="replace")
+              if (m := pattern.search(line))]
+    ts = pd.to_datetime(pd.Series(stamps), format="%d/%b/%Y:%H:%M:%S %z", utc=True)
+    return _counts(to_epoch_seconds(ts), 1800.0)
+
+
+def _nasa():
+    df = pd.read_csv(DATA / "nasa_19950801.tsv", sep="\t", usecols=["time"])
+    return _counts(df["time"].to_numpy(np.float64), 300.0)
+
+
+def _dublin():
+    df = pd.read_csv(DATA / "dublin_siri_20130131_first10k.csv", header=None, usecols=[0])
+    return _counts(df[0].to_numpy(np.float64) / 1e6, 120.0)
+
+
+def _synthetic(kind: str):
+    """Four weeks of half-hours: a daily and weekly cycle with AR(1) deviations (``cycle``),
+    or the same with bursts of 1–3 h at random times (``bursty``). Seeded."""
+    def load():
+        rng = np.random.default_rng(14)
+        n = 28 * 48
+        t = 1_700_006_400.0 + 1800.0 * np.arange(n)  # a Wednesday 00:00 UTC
+        hour = (t % DAY_S) / 3600.0
+        weekday = ((t // DAY_S) + 3) % 7 < 5
+        base = 100 + 60 * np.exp(-((hour - 9) ** 2) / 4) + 80 * np.exp(-((hour - 18) ** 2) / 6)
+        base = base * np.where(weekday, 1.0, 0.6)
+        ar = np.zeros(n)
+        for i in range(1, n):
+            ar[i] = 0.9 * ar[i - 1] + rng.normal(0, 6)
+        y = base + ar + rng.normal(0, 4, n)
+        if kind == "bursty":
+            for start in rng.choice(n - 6, 12, replace=False):
+                y[start:start + rng.integers(2, 7)] += rng.uniform(80, 200)
+        return t, np.maximum(y, 0.0)
+    return load
+
+
+SERIES: dict[str, tuple[str, Callable[[], tuple[np.ndarray, np.ndarray]]]] = {
+    "taxi": ("NAB nyc_taxi, passengers / 30 min", _nab("nab_nyc_taxi.csv")),
+    "aapl": ("NAB Twitter_volume_AAPL, tweets / 5 min", _nab("nab_Twitter_volume_AAPL.csv")),
+    "goog": ("NAB Twitter_volume_GOOG, tweets / 5 min", _nab("nab_Twitter_volume_GOOG.csv")),
+    "elb": ("NAB elb_request_count, requests / 5 min", _nab("nab_elb_request_count.csv")),
+    "bike": ("UCI bike sharing, rentals / hour", _bike),
+    "tweets": ("airline tweets, tweets / 30 min", _tweets),
+    "apache": ("Apache access log, requests / 30 min", _apache),
+    "nasa": ("NASA-HTTP 1995-08-01, requests / 5 min", _nasa),
+    "dublin": ("Dublin SIRI, AVL records / 2 min", _dublin),
+    "syn-cycle": ("synthetic daily+weekly cycle, AR(1) deviations", _synthetic("cycle")),
+    "syn-bursty": ("synthetic cycle with bursts", _synthetic("bursty")),
+}
+
+
+def horizon_of(t: np.ndarray, origins: int) -> int:
+    step = float(np.median(np.diff(t)))
+    if t[-1] - t[0] >= 3 * DAY_S:
+        return int(round(DAY_S / step))
+    return max(len(t) // (4 * origins), 1)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--series", default=",".join(SERIES), help="comma list of " + ", ".join(SERIES))
+    ap.add_argument("--models", default=",".join(DEFAULT_NAMES))
+    ap.add_argument("--origins", type=int, default=5)
+    ap.add_argument("--iters", type=int, default=60)
+    ap.add_argument("--json", metavar="FILE", help="also write every score as JSON")
+    args = ap.parse_args()
+    import torch
+
+    torch.set_num_threads(1)
+    names = [n for n in args.models.split(",") if n]
+    chosen = [s for s in args.series.split(",") if s]
+    unknown = [s for s in chosen if s not in SERIES]
+    if unknown:
+        raise SystemExit(f"--series: unknown {unknown}; known: {', '.join(SERIES)}")
+    console = Console(width=140)
+    results: dict[str, dict] = {}
+    for key in chosen:
+        title, load = SERIES[key]
+        t, y = load()
+        h = horizon_of(t, args.origins)
+        started = time.process_time()
+        r = backtest(t, y, origins=args.origins, horizon=h,
+                     models=default_models(gp_iters=args.iters), names=names)
+        results[key] = {"title": title, "n": len(t), "horizon": h, "n_test": r["n_test"],
+                        "cpu_s": time.process_time() - started, "models": r["models"]}
+        gp = r["models"].get("gp", {})
+        console.print(f"{key}: {len(t)} points, {args.origins} origins × {h}; "
+                      f"GP MASE {gp.get('mase', float('nan')):.3f}, "
+                      f"coverage {gp.get('coverage_90', float('nan')):.1%} "
+                      f"({results[key]['cpu_s']:.0f} CPU s)")
+
+    table = Table(title=f"rolling-origin backtest, {args.origins} origins: MASE (vs seasonal "
+                        "naive) / coverage of the 90 % interval")
+    table.add_column("series")
+    for name in names:
+        table.add_column(name, justify="right")
+    for key, res in results.items():
+        table.add_row(key, *[f"{res['models'][m]['mase']:.3f} / {res['models'][m]['coverage_90']:.0%}"
+                             for m in names])
+    console.print(table)
+    if "gp" in names:
+        detail = Table(title="GP per series, with the targets (MASE < 1, coverage 85–95 %, CC ≥ 0.94)")
+        for col in ("series", "points", "horizon", "MAE", "RMSE", "MASE", "CC", "cover 90%",
+                    "train s", "targets missed"):
+            detail.add_column(col, justify="left" if col in ("series", "targets missed") else "right")
+        for key, res in results.items():
+            m = res["models"]["gp"]
+            missed = [label for label, ok in (("MASE", m["mase"] < 1),
+                                              ("coverage", 0.85 <= m["coverage_90"] <= 0.95),
+                                              ("CC", m["cc"] >= 0.94)) if not ok]
+            detail.add_row(key, str(res["n"]), str(res["horizon"]), f"{m['mae']:.4g}",
+                           f"{m['rmse']:.4g}", f"{m['mase']:.3f}", f"{m['cc']:.3f}",
+                           f"{m['coverage_90']:.1%}", f"{m['train_s']:.1f}",
+                           ", ".join(missed) or "—")
+        console.print(detail)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
