@@ -196,3 +196,24 @@ def test_elb_never_claims_a_change_it_did_not_make(n, raw, seed, band):
             assert not d.info["outside"] or "with no group moved" in reason
     if band is None and len(d.moves):
         assert d.after.var <= d.before.var + 1e-9
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 6), st.lists(st.integers(0, 60), min_size=1, max_size=40),
+       st.sampled_from([0.0, 5.0, 15.0, 50.0]))
+def test_feasible_band_holds_lpt_of_hot_then_light_groups(n, raw, theta):
+    from keyshift.policies.elb import feasible_band
+    from keyshift.policies.lptf import lpt_partition
+
+    loads = np.array(raw, dtype=float)
+    assume(loads.sum() > 0)
+    mean = loads.sum() / n
+    h = theta * mean / 100.0
+    lo, hi = feasible_band(loads, n, h)
+    assert lo <= mean - h + 1e-9 and hi >= mean + h - 1e-9
+    # the witness itself: LPT of the hot groups, then each light group to the least loaded
+    hot = loads > h
+    eng = np.bincount(lpt_partition(loads[hot], n), weights=loads[hot], minlength=n)
+    for y in loads[~hot]:
+        eng[int(np.argmin(eng))] += y
+    assert (eng >= lo - 1e-9).all() and (eng <= hi + 1e-9).all()

@@ -11,10 +11,10 @@ Semantics chosen against Algorithm 1's lines, and why:
   (ELB only rebalances) and the band is [μ(1 − θ/100), μ(1 + θ/100)] with ``theta``
   (default 15, DLB's threshold), widened so that it is feasible: if some group is heavier
   than θμ/100, no plan may fit the θ band (a group of 1.9μ never fits under 1.15μ), and
-  ELB would churn every window chasing it. Graham's LPT plan of the same groups onto the
-  same engines is then the witness: the band is widened to [min(v, L_min^LPT),
-  max(u, L_max^LPT)], which that plan fits. If every group is lighter than θμ/100, LPT's
-  max − min ≤ y_max already fits the θ band, so no LPT is run (the common, fast path).
+  ELB would churn every window chasing it. The band is then widened to one that a plan
+  provably fits (:func:`feasible_band`): LPT of the hot groups (heavier than h = θμ/100)
+  plus list scheduling of the light ones is the witness. If no group is heavier than h,
+  that witness already fits the θ band, so nothing is widened (the common, fast path).
   An absolute band (or a fractional one not centred on 1) lets ELB scale.
 * **Line 4.** π = ⌈2w/(u+v)⌉ (clipped to [min_engines, max_engines]), l̄ = w/π. The
   ceiling is taken with a 1e-9 relative tolerance so that w/μ = n does not round up to
@@ -27,21 +27,23 @@ Semantics chosen against Algorithm 1's lines, and why:
   is success. (Read literally, Algorithm 1 would shed load from every engine above l̄
   in every window.)
 * **Lines 15–21.** For an engine j above l̄ the *budget* is l_j − l̄ and each pick is the
-  largest group lighter than the *remaining budget*. The paper writes θ = min{l_j − l̄,
+  largest group lighter than the *remaining budget* and than the emptiest receiver's room
+  u − min_e l_e (a heavier group would only carry the overload to its new engine). The
+  paper writes θ = min{l_j − l̄,
   (u − v)/2}: it *assumes* every group is lighter than (u − v)/2 ("can be fulfilled by
   choosing suitable p"), it does not mean to pin heavier ones. Enforcing it as a cap makes
   every hot group immovable: with the θ band no group heavier than 0.15μ could ever move
   (issue 13: band [8, 12], groups of 2, "scaled 4 -> 10" with 0 groups moved). Picking
   against the budget moves hot groups, heaviest first (the paper's heuristic 1, hot spots
-  spread first), and never takes a donor below l̄. Groups of zero load are never picked
-  (moving them changes ψ, not load). One greedy traversal in descending load order,
-  vectorised: runs of consecutive picks are found with a cumulative sum and the next
-  start with a binary search (:func:`shed`, which still takes a cap for other callers).
+  spread first), never takes a donor below l̄, and never sends a group that would put
+  even the emptiest engine above u. Groups of zero load are never picked (moving them
+  changes ψ, not load). One greedy traversal in descending load order, vectorised: runs
+  of consecutive picks are found with a cumulative sum and the next start with a binary
+  search (:func:`shed`).
 * **Lines 25–30.** Picked groups, heaviest first, go to the least loaded engine of UI; an
   engine leaves UI once it reaches l̄. The paper uses (u + v)/2 there; that equals l̄ only
   when 2w/(u+v) is an integer, and filling to (u+v)/2 > l̄ starves the last engines
   below v. If UI runs empty, the rest go to the least loaded live engine.
-
 * **Honest outcome.** When engines stay outside [v, u] (a group alone heavier than u,
   donors whose groups are all heavier than their excess), ``info["outside"]`` lists them
   and ``info["reason"]`` says why; if no group moved at all, the plan is returned
@@ -104,6 +106,37 @@ def shed(loads_asc: np.ndarray, budget: float, cap: float) -> np.ndarray:
     return np.concatenate(picked) if picked else np.empty(0, dtype=np.int64)
 
 
+def water_level(base: np.ndarray, mass: float) -> float:
+    """The level W with Σ_e max(W − base_e, 0) = ``mass`` (pouring mass onto engines)."""
+    s = np.sort(base)
+    k = np.arange(1, s.size + 1)
+    cand = (mass + np.cumsum(s)) / k
+    nxt = np.r_[s[1:], np.inf]
+    ok = np.flatnonzero((cand >= s) & (cand <= nxt))
+    return float(cand[ok[0]]) if ok.size else float(cand[-1])
+
+
+def feasible_band(loads: np.ndarray, n: int, h: float) -> tuple[float, float]:
+    """[lo, hi] that some plan of ``loads`` onto n engines fits, with hi ≥ μ + h and
+    lo ≤ μ − h: the witness is LPT of the *hot* groups (y > h) and then every light group
+    onto the least loaded engine (list scheduling).
+
+    Why it holds: let H_e be the hot load of engine e and W the water level of the light
+    mass R over H (Σ max(W − H_e, 0) = R; W ≤ μ). An engine r that received a light group
+    was the least loaded when it got its last one, so final(r) ≤ min_e final(e) + h; some
+    receiver ends ≥ W (else less than R was poured), so every engine ends ≥ W − h; every
+    receiver ends ≤ min + h ≤ μ + h, every other engine at its H_e ≤ max H. Only the hot
+    groups are sorted (a handful at 4,096 × 64 or 10⁶ × 1,000), so this stays cheap.
+    """
+    w = float(loads.sum())
+    mean = w / n
+    hot = loads[loads > h]
+    base = (np.bincount(lpt_partition(hot, n), weights=hot, minlength=n)
+            if hot.size else np.zeros(n))
+    level = water_level(base, w - float(hot.sum()))
+    return min(mean - h, level - h), max(mean + h, float(base.max()))
+
+
 class EagerLoadBalancing(Policy):
     name = "elb"
 
@@ -156,8 +189,8 @@ class EagerLoadBalancing(Policy):
         v, u = band
         inside = bool(((eng >= v) & (eng <= u)).all())
         if default and not inside and float(loads.max()) > theta * mean / 100.0:
-            witness = np.bincount(lpt_partition(loads, n), weights=loads, minlength=n)
-            v, u = min(v, float(witness.min())), max(u, float(witness.max()))
+            lo, hi = feasible_band(loads, n, theta * mean / 100.0)
+            v, u = min(v, lo), max(u, hi)
             widened = (v, u) != band
             inside = bool(((eng >= v) & (eng <= u)).all())
         centre = (u + v) / 2.0
@@ -204,11 +237,15 @@ class EagerLoadBalancing(Policy):
         on_over = on_over[np.argsort(radix_key(engine_of[on_over], n), kind="stable")]
         bounds = np.searchsorted(engine_of[on_over], np.arange(n + 1))
         queue: list[np.ndarray] = [np.flatnonzero(removing[engine_of])]
+        # a group heavier than the emptiest receiver's room under u would only move the
+        # overload from one engine to another: pick below it (never binding for groups
+        # lighter than (u − v)/2 when l̄ ≤ u − (u − v)/2, the paper's setting)
+        cap = max(u - float(eng[~removing].min()), 0.0)
         eng[removing] = 0.0
         for j in np.flatnonzero(over).tolist():
             groups_j = on_over[bounds[j] : bounds[j + 1]]
             loads_j = loads[groups_j]
-            picked = shed(loads_j, eng[j] - avg, math.inf)
+            picked = shed(loads_j, eng[j] - avg, cap)
             if picked.size:
                 queue.append(groups_j[picked])
                 eng[j] -= float(loads_j[picked].sum())
@@ -269,8 +306,9 @@ class EagerLoadBalancing(Policy):
             if eng[j] > u and top > u:
                 parts.append(f"engine {slot} holds a group of {top:.4g} > u = {u:.4g} on its own")
             elif eng[j] > u:
-                parts.append(f"engine {slot} ({eng[j]:.4g}) has no group lighter than its excess "
-                             f"{eng[j] - avg:.4g} over l̄")
+                parts.append(f"engine {slot} ({eng[j]:.4g}) has no group lighter than both its "
+                             f"excess {eng[j] - avg:.4g} over l̄ and the emptiest engine's room "
+                             "under u")
             else:
                 parts.append(f"engine {slot} ({eng[j]:.4g} < v = {v:.4g}): no donor can give it "
                              "load without falling below l̄")
