@@ -40,7 +40,7 @@ def test_online_updates_match_a_fresh_posterior_on_the_same_rows():
     rng = np.random.default_rng(1)
     t = np.arange(200 + _ONLINE_SLACK + 20) * 1800.0
     y = 100 + 50 * np.sin(2 * np.pi * t / 86_400) + rng.normal(0, 5, t.size)
-    gp = InputRateGP(kernel="ard+daily", iters=5, max_train=150).fit(rate_features(t[:150]), y[:150])
+    gp = InputRateGP(kernel="ard+daily", mean="constant", iters=5, max_train=150).fit(rate_features(t[:150]), y[:150])
     x_star = rate_features(t[-10:] + 3600.0)
 
     def fresh():
@@ -81,7 +81,7 @@ def test_online_factor_grows_past_its_buffer():
     n = 20 + _ONLINE_SLACK + 30
     t = np.arange(n) * 1800.0
     y = 100 + 50 * np.sin(2 * np.pi * t / 86_400) + rng.normal(0, 5, n)
-    gp = InputRateGP(kernel="ard", iters=5, max_train=2 * n).fit(rate_features(t[:20]), y[:20])
+    gp = InputRateGP(kernel="ard", mean="constant", iters=5, max_train=2 * n).fit(rate_features(t[:20]), y[:20])
     x_star = rate_features(t[-5:] + 3600.0)
     gp.predict(x_star)
     for j in range(20, n):
