@@ -79,6 +79,13 @@ class ControlLog:
             "live": plan.live.tolist(), "assignment": plan.assignment.tolist(),
             "reason": reason,
         }
+        if self.appends is not None and self.appends.fresh and batch_id < 0:
+            # the initial plan of a run nobody started before: nothing to be idempotent with
+            from .sinks import append as append_frame
+            from .txn import contract_frame
+
+            append_frame(contract_frame(self.spark, "plans", [row]), self.cfg, "plans")
+            return
         append(self.spark, self.cfg, "plans", [row], f"{self.run_id}/plans", batch_id + 1)
 
     # -- window loads -------------------------------------------------------------------------

@@ -38,6 +38,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from .storage import filesystem, write_atomically
+
 _MAGIC = b"KSST\x01"
 _REC = struct.Struct(">iq")  # group, length (-1: the group was dropped)
 _FILE = re.compile(r"^(base|cl)-(\d{12})\.kss$")
@@ -80,18 +82,6 @@ def decode(body: bytes, where: str = "state file") -> dict[int, bytes | None]:
     return out
 
 
-def _filesystem(uri: str):
-    """``(pyarrow FileSystem, path)`` for a storage URI; ``s3a:``/``s3n:`` are Hadoop's names
-    for what pyarrow calls ``s3:``."""
-    from pyarrow import fs
-
-    if re.match(r"^s3[an]://", uri):
-        uri = "s3://" + uri.split("://", 1)[1]
-    if "://" not in uri and not uri.startswith("file:"):
-        return fs.LocalFileSystem(), os.path.abspath(uri)
-    return fs.FileSystem.from_uri(uri)
-
-
 @dataclass(frozen=True)
 class DurableState:
     """The changelog of every engine of one run under ``uri``."""
@@ -100,7 +90,7 @@ class DurableState:
     compact_every: int = 100
 
     def _dir(self, engine: int) -> tuple[object, str]:
-        fs, root = _filesystem(self.uri)
+        fs, root = filesystem(self.uri)
         return fs, f"{root.rstrip('/')}/engine-{engine:04d}"
 
     def _files(self, engine: int) -> tuple[object, str, list[tuple[str, int, str]]]:
@@ -117,12 +107,7 @@ class DurableState:
         return fs, d, found
 
     def _write(self, engine: int, name: str, body: bytes) -> None:
-        fs, d = self._dir(engine)
-        fs.create_dir(d, recursive=True)
-        tmp = f"{d}/.{name}.{uuid.uuid4().hex[:8]}.tmp"
-        with fs.open_output_stream(tmp) as out:
-            out.write(body)
-        fs.move(tmp, f"{d}/{name}")  # a reader never sees half a file
+        write_atomically(f"{self.uri.rstrip('/')}/engine-{engine:04d}/{name}", body)
 
     def write_changes(self, engine: int, batch: int, states: Mapping[int, bytes | None]) -> None:
         """The groups batch ``batch`` changed; written again identically by a retry."""

@@ -55,6 +55,7 @@ from .engines import (
     work_seconds,
 )
 from .migration import Migration, record_completed, record_started, release
+from .storage import delete_if_exists, read_if_exists, write_atomically
 from .txn import RunAppends, concurrently
 
 if TYPE_CHECKING:
@@ -149,6 +150,9 @@ class StreamJob:
         self.totals = Totals()
         self.on_batch = on_batch
         self._caches: dict[int, str] = {}  # engine → cache id its last task reported
+        # the last batch's metrics row, committed with the next batch's outputs (or at stop)
+        self.pending_uri = f"{cfg.warehouse_uri}/_runs/{self.run_id}/pending-metrics.json"
+        self._pending: dict[str, Any] | None = None
         self._recovered = False
         self._lock = threading.Lock()
         self._batch_lock = threading.Lock()
@@ -172,6 +176,10 @@ class StreamJob:
         from streaming.session import ensure_tables
 
         ensure_tables(self.spark, self.cfg, TABLES_WRITTEN)
+        # a run no process started before has written nothing: its first batch need not look
+        marker = f"{self.cfg.warehouse_uri}/_runs/{self.run_id}/started"
+        self.appends.fresh = read_if_exists(marker) is None
+        write_atomically(marker, datetime.now(UTC).isoformat().encode())
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "job.json").write_text(json.dumps(
             {"run_id": self.run_id, "app": self.app, "policy": self.opt.policy,
@@ -202,6 +210,16 @@ class StreamJob:
             self._batch_lock.release()
         if self.query is not None and self.query.isActive:
             self.query.stop()
+        self.flush()
+
+    def flush(self) -> None:
+        """Commit the last batch's metrics row now (it normally rides with the next batch)."""
+        with self._batch_lock:
+            pending, self._pending = self._pending, None
+            if pending is None:
+                return
+            self.appends.append_rows("metrics", [pending], pending["batch_id"])
+            delete_if_exists(self.pending_uri)
 
     def process_batch(self, df: DataFrame, batch_id: int) -> None:
         """One micro-batch, unless the job is stopping (then the batch stays for a restart)."""
@@ -244,6 +262,7 @@ class StreamJob:
         start_wall = datetime.now(UTC)
         if not self._recovered:
             self.controller.recover(batch_id)
+            self._pending = _load_pending(self.pending_uri)
             self._recovered = True
         self.appends.begin(batch_id)
         plan = self.controller.plan_for(batch_id)
@@ -273,6 +292,7 @@ class StreamJob:
             pause_s = time.perf_counter() - t_mig
 
         t_engines = time.perf_counter()
+        prep_s = t_engines - t0  # recovery, plan, migration's release, building the plan
         result = (routed.partitionBy(slots, engine_partitioner)
                   .mapPartitionsWithIndex(lambda e, rows: run_engine(spec, e, rows))
                   .persist(StorageLevel.MEMORY_AND_DISK))
@@ -309,6 +329,10 @@ class StreamJob:
 
             writes = [*self._output_writes(result, batch_id, start_wall, plan.version,
                                            outs, dead, bool(load_rows)), control]
+            if self._pending is not None:
+                pending = self._pending
+                writes.append(lambda: self.appends.append_rows(
+                    "metrics", [pending], pending["batch_id"]))
             if len(migration):
                 writes.append(lambda: record_completed(self.spark, self.cfg, self.run_id,
                                                        migration, moved, start_wall, ended))
@@ -339,7 +363,15 @@ class StreamJob:
             "latency_s": engine_s / valid if valid else 0.0, "batch_duration_s": duration,
             "plan_version": plan.version, "policy": self.opt.policy,
         }
-        self.appends.append_rows("metrics", [metrics], batch_id)
+        # the metrics row goes to Delta with the next batch's outputs: one commit fewer on
+        # every batch's critical path, and batch_duration_s then covers all of the batch's
+        # own writes. Until then it waits beside the warehouse, where a restarted driver on
+        # any host finds it (the process's first batch writes it, once; so does stop()).
+        t_metrics = time.perf_counter()
+        metrics["batch_duration_s"] = time.perf_counter() - t0
+        self._pending = metrics
+        write_atomically(self.pending_uri, _dump_pending(metrics))
+        metrics_s = time.perf_counter() - t_metrics
         duration = time.perf_counter() - t0
         with self._lock:
             t = self.totals
@@ -356,7 +388,8 @@ class StreamJob:
             t.last_batch = batch_id
             t.durations.append(duration)
         self._write_timing({
-            "batch_id": batch_id, "slots": slots, "engines_s": engines_s,
+            "batch_id": batch_id, "slots": slots, "prep_s": prep_s, "engines_s": engines_s,
+            "metrics_s": metrics_s,
             "controller_s": controller_s, "migration_s": pause_s, "writes_s": writes_s,
             "duration_s": duration, "moved_groups": len(migration), "moved_bytes": moved,
             "tasks": tasks})
@@ -428,6 +461,22 @@ class StreamJob:
             "run_dir": str(self.run_dir), "checkpoint": self.checkpoint,
         })
         return out
+
+
+def _dump_pending(row: dict[str, Any]) -> bytes:
+    return json.dumps({k: v.isoformat() if isinstance(v, datetime) else v
+                       for k, v in row.items()}).encode()
+
+
+def _load_pending(uri: str) -> dict[str, Any] | None:
+    """The metrics row a previous process left uncommitted (None: there is none)."""
+    body = read_if_exists(uri)
+    if body is None:
+        return None
+    row = json.loads(body)
+    for k in ("window_start", "window_end"):
+        row[k] = datetime.fromisoformat(row[k])
+    return row
 
 
 def _quantile(xs: list[float], q: float) -> float:

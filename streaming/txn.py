@@ -39,11 +39,12 @@ def append(
         return 0
     from .sinks import append as append_frame
 
-    append_frame(_frame(spark, name, rows), cfg, name, txn_app, txn_version)
+    append_frame(contract_frame(spark, name, rows), cfg, name, txn_app, txn_version)
     return len(rows)
 
 
-def _frame(spark: SparkSession, name: str, rows: Sequence[Mapping[str, Any]]) -> DataFrame:
+def contract_frame(spark: SparkSession, name: str,
+                   rows: Sequence[Mapping[str, Any]]) -> DataFrame:
     """Rows (dicts by column name) as a frame of the table's contract; stamps the schema."""
     from .sinks import rows_frame
 
@@ -93,13 +94,14 @@ class RunAppends:
         self.cfg = cfg
         self.run_id = run_id
         self.first: int | None = None  # the first batch this process runs
+        self.fresh = False  # no process ran this run before: nothing can be there yet
 
     def begin(self, batch_id: int) -> None:
         if self.first is None:
             self.first = batch_id
 
     def may_exist(self, batch_id: int) -> bool:
-        return self.first is None or batch_id <= self.first
+        return not self.fresh and (self.first is None or batch_id <= self.first)
 
     def written(self, name: str, batch_id: int) -> bool:
         """Whether table ``name`` already has rows of this run's batch ``batch_id``."""
@@ -121,5 +123,5 @@ class RunAppends:
         """Like :meth:`append` for rows built on the driver (dicts by column name)."""
         if not rows:
             return 0
-        self.append(name, _frame(self.spark, name, rows), batch_id)
+        self.append(name, contract_frame(self.spark, name, rows), batch_id)
         return len(rows)

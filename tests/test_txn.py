@@ -58,3 +58,7 @@ def test_first_batch_of_a_process_is_written_once_later_ones_blind(spark, spark_
            .groupBy("batch_id").count().orderBy("batch_id").collect())
     assert [(r.batch_id, r["count"]) for r in got] == [(0, 3), (1, 3), (2, 3), (3, 3)]
     assert blind == 1  # the write job alone: no state reconstruction for a txn lookup
+    fresh = RunAppends(spark, cfg, "new-run")
+    fresh.fresh = True  # no process ran "new-run" before (StreamJob.start's marker)
+    fresh.begin(0)
+    assert not fresh.may_exist(0)
