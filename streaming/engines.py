@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +40,16 @@ from .engine_state import DurableState, cache_root, open_store
 OUT, LOAD, TASK, DEAD = "out", "load", "task", "dead"
 # Input row kinds of an engine task: an event of the batch, or a moved group's snapshot.
 EVENT, SNAPSHOT = "e", "s"
+
+# The engine stage as Spark sees it (``mapInArrow``): rows in and out travel as Arrow batches,
+# so neither side pickles a row, and the outputs are JVM rows that the executors write to
+# Delta without another trip through Python. ``pkey`` places a row in partition = engine.
+ENGINE_INPUT = ("kind STRING, grp INT, partition INT, offset BIGINT, event STRING, "
+                "reason STRING, raw STRING, kts DOUBLE, state BINARY, pkey BIGINT")
+ENGINE_OUTPUT = ("tag STRING, engine INT, grp INT, key STRING, ts BIGINT, kind STRING, "
+                 "detail STRING, event_id STRING, n BIGINT, size BIGINT, partition INT, "
+                 "offset BIGINT, kts DOUBLE, raw STRING, reason STRING, task STRING")
+_OUT_BATCH = 8192  # rows per Arrow batch handed back to the JVM
 
 
 class _InputClock:
@@ -254,6 +264,83 @@ def _count_only(engine: int, rows: Iterable[tuple]) -> Iterator[tuple]:
                   "input_wait_s": clock.wait_s, "duration_s": time.perf_counter() - t0})
 
 
-def engine_partitioner(engine: int) -> int:
-    """Identity partitioner: partition e holds engine e's rows (one task per engine)."""
-    return int(engine)
+def arrow_engine(spec: BatchSpec) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """The ``mapInArrow`` function of the engine stage: partition index = engine id; Arrow
+    batches of :data:`ENGINE_INPUT` rows in, :data:`ENGINE_OUTPUT` rows out."""
+
+    def run(batches: Iterator[Any]) -> Iterator[Any]:
+        from pyspark import TaskContext
+
+        engine = TaskContext.get().partitionId()
+        out = _OutputColumns()
+        for tag, rec in run_engine(spec, engine, _input_rows(engine, batches)):
+            out.add(tag, rec)
+            if len(out) >= _OUT_BATCH:
+                yield out.batch()
+        yield out.batch()
+
+    return run
+
+
+def _input_rows(engine: int, batches: Iterator[Any]) -> Iterator[tuple]:
+    """Arrow batches of the engine's input as the tuples :func:`run_engine` reads."""
+    for b in batches:
+        d = b.to_pydict()
+        kind, grp, state = d["kind"], d["grp"], d["state"]
+        part, off, ev, why, raw, kts = (d["partition"], d["offset"], d["event"], d["reason"],
+                                        d["raw"], d["kts"])
+        for i in range(b.num_rows):
+            if kind[i] == SNAPSHOT:
+                yield engine, (SNAPSHOT, grp[i], state[i])
+            else:
+                yield engine, (EVENT, grp[i], part[i], off[i], ev[i], why[i], raw[i], kts[i])
+
+
+class _OutputColumns:
+    """Tagged records gathered column by column into Arrow batches of ENGINE_OUTPUT."""
+
+    _NAMES = ("tag", "engine", "grp", "key", "ts", "kind", "detail", "event_id", "n", "size",
+              "partition", "offset", "kts", "raw", "reason", "task")
+
+    def __init__(self) -> None:
+        self._cols: dict[str, list] = {k: [] for k in self._NAMES}
+
+    def __len__(self) -> int:
+        return len(self._cols["tag"])
+
+    def add(self, tag: str, rec: Any) -> None:
+        row: dict[str, Any] = {"tag": tag}
+        if tag == OUT:
+            (row["engine"], row["grp"], row["key"], row["ts"], row["kind"], row["detail"],
+             row["event_id"]) = rec
+        elif tag == LOAD:
+            row["grp"], row["engine"], row["n"], row["size"] = rec
+        elif tag == DEAD:
+            row["partition"], row["offset"], row["kts"], row["raw"], row["reason"] = rec
+        else:
+            row["task"] = json.dumps(rec)
+        for k, col in self._cols.items():
+            col.append(row.get(k))
+
+    def batch(self) -> Any:
+        import pyarrow as pa
+
+        batch = pa.RecordBatch.from_arrays(
+            [pa.array(self._cols[k], type=t) for k, t in _arrow_types()], schema=_arrow_schema())
+        self._cols = {k: [] for k in self._NAMES}
+        return batch
+
+
+def _arrow_types() -> list[tuple[str, Any]]:
+    import pyarrow as pa
+
+    s, i32, i64, f64 = pa.string(), pa.int32(), pa.int64(), pa.float64()
+    return [("tag", s), ("engine", i32), ("grp", i32), ("key", s), ("ts", i64), ("kind", s),
+            ("detail", s), ("event_id", s), ("n", i64), ("size", i64), ("partition", i32),
+            ("offset", i64), ("kts", f64), ("raw", s), ("reason", s), ("task", s)]
+
+
+def _arrow_schema() -> Any:
+    import pyarrow as pa
+
+    return pa.schema(_arrow_types())

@@ -44,14 +44,14 @@ from keyshift.schemas import SCHEMA_VERSION, event_schema, table
 from .controller import Controller, ControlLog
 from .engines import (
     DEAD,
+    ENGINE_OUTPUT,
     EVENT,
     LOAD,
     OUT,
     SNAPSHOT,
     TASK,
     BatchSpec,
-    engine_partitioner,
-    run_engine,
+    arrow_engine,
     work_seconds,
 )
 from .migration import Migration, record_completed, record_started, release
@@ -59,7 +59,6 @@ from .storage import delete_if_exists, read_if_exists, write_atomically
 from .txn import RunAppends, concurrently
 
 if TYPE_CHECKING:
-    from pyspark import RDD
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
@@ -150,6 +149,8 @@ class StreamJob:
         self.totals = Totals()
         self.on_batch = on_batch
         self._caches: dict[int, str] = {}  # engine → cache id its last task reported
+        self._salts: dict[int, list[int]] = {}  # slots → a key per engine (see _placement)
+        self._routes: dict[tuple[int, int], DataFrame] = {}  # (plan version, slots) → frame
         # the last batch's metrics row, committed with the next batch's outputs (or at stop)
         self.pending_uri = f"{cfg.warehouse_uri}/_runs/{self.run_id}/pending-metrics.json"
         self._pending: dict[str, Any] | None = None
@@ -243,16 +244,64 @@ class StreamJob:
             F.to_json(F.struct(*names)).alias("event"),
         )
 
-    def _route(self, df: DataFrame, assign: np.ndarray) -> RDD:
-        """``(engine, (EVENT, group, partition, offset, event, reason, raw, kafka_ts))``:
-        valid events to their engine, rejected records to engine 0 (one Spark job)."""
+    def _placement(self, slots: int) -> list[int]:
+        """For each engine e, a key whose Spark hash lands in shuffle partition e.
+
+        ``repartition(slots, pkey)`` sends a row to partition pmod(murmur3(pkey), slots), the
+        same hash as SQL's ``hash()``; with pkey = salts[engine], partition e holds exactly
+        engine e's rows, so the engine stage has one task per engine and the task's
+        partition index is its engine id, with Spark's Arrow path and no Python shuffle.
+        """
+        if slots not in self._salts:
+            from pyspark.sql import functions as F
+
+            rows = (self.spark.range(0, 64 * slots)
+                    .select("id", F.expr(f"pmod(hash(id), {slots})").alias("p"))
+                    .groupBy("p").agg(F.min("id").alias("id")).collect())
+            found = {int(r["p"]): int(r["id"]) for r in rows}
+            if len(found) < slots:
+                raise RuntimeError(f"no placement key for some of {slots} engine slots")
+            self._salts[slots] = [found[e] for e in range(slots)]
+        return self._salts[slots]
+
+    def _routes_frame(self, plan, slots: int) -> DataFrame:
+        """(grp, pkey) of the plan: the broadcast side of the routing join, one per version."""
+        key = (plan.version, slots)
+        if key not in self._routes:
+            salts = self._placement(slots)
+            rows = [(g, salts[int(e)]) for g, e in enumerate(plan.assignment.tolist())]
+            self._routes = {key: self.spark.createDataFrame(rows, "grp INT, pkey BIGINT")}
+        return self._routes[key]
+
+    def _engine_input(self, df: DataFrame, plan, slots: int) -> DataFrame:
+        """The batch as the engine stage reads it (:data:`ENGINE_INPUT`): valid events keyed
+        for their engine through the plan (a broadcast join in the JVM), rejected records
+        for engine 0, which writes them to ``dead_letter`` (one Spark job for all)."""
         from pyspark.sql import functions as F
 
-        return (
-            self._parse(df)
-            .select("group", "partition", "offset", "event", "reason", "raw",
-                    F.col("timestamp").cast("double").alias("kts")).rdd
-            .map(lambda r: (int(assign[r[0]]) if r[4] is None else 0, (EVENT, *r)))
+        routes = F.broadcast(self._routes_frame(plan, slots))
+        parsed = self._parse(df)
+        return parsed.join(routes, parsed["group"] == routes["grp"], "left").select(
+            F.lit(EVENT).alias("kind"), F.col("group").cast("int").alias("grp"),
+            F.col("partition").cast("int"), F.col("offset").cast("bigint"), "event", "reason",
+            "raw", F.col("timestamp").cast("double").alias("kts"),
+            F.lit(None).cast("binary").alias("state"),
+            F.when(F.col("reason").isNull(), F.col("pkey"))
+            .otherwise(F.lit(self._placement(slots)[0])).alias("pkey"),
+        )
+
+    def _snapshot_input(self, snapshots: DataFrame, slots: int) -> DataFrame:
+        """A migration's snapshots (group, to_engine, state) as engine-stage rows."""
+        from pyspark.sql import functions as F
+
+        salts = self.spark.createDataFrame(list(enumerate(self._placement(slots))),
+                                           "to_engine INT, pkey BIGINT")
+        return snapshots.join(F.broadcast(salts), "to_engine").select(
+            F.lit(SNAPSHOT).alias("kind"), F.col("group").cast("int").alias("grp"),
+            F.lit(None).cast("int").alias("partition"),
+            F.lit(None).cast("bigint").alias("offset"), F.lit(None).cast("string").alias("event"),
+            F.lit(None).cast("string").alias("reason"), F.lit(None).cast("string").alias("raw"),
+            F.lit(None).cast("double").alias("kts"), "state", "pkey",
         )
 
     def _process_batch(self, df: DataFrame, batch_id: int) -> None:
@@ -278,7 +327,7 @@ class StreamJob:
         sc = self.spark.sparkContext
         sc.setLocalProperty("spark.job.description", f"keyshift {self.run_id} batch {batch_id}")
 
-        routed = self._route(df, plan.assignment)
+        routed = self._engine_input(df, plan, slots)
         moved, pause_s = 0, 0.0
         if len(migration):
             t_mig = time.perf_counter()
@@ -288,19 +337,23 @@ class StreamJob:
             (self.run_dir / "migrating.json").write_text(json.dumps(
                 {"batch_id": batch_id, "groups": len(migration),
                  "migration_id": migration.migration_id}))
-            routed = routed.union(snapshots.map(lambda s: (s[1], (SNAPSHOT, s[0], s[2]))))
+            routed = routed.unionByName(self._snapshot_input(snapshots, slots))
             pause_s = time.perf_counter() - t_mig
 
         t_engines = time.perf_counter()
         prep_s = t_engines - t0  # recovery, plan, migration's release, building the plan
-        result = (routed.partitionBy(slots, engine_partitioner)
-                  .mapPartitionsWithIndex(lambda e, rows: run_engine(spec, e, rows))
+        result = (routed.repartition(slots, "pkey")
+                  .mapInArrow(arrow_engine(spec), ENGINE_OUTPUT)
                   .persist(StorageLevel.MEMORY_AND_DISK))
         try:
-            small = result.filter(lambda r: r[0] == LOAD or r[0] == TASK).collect()
+            from pyspark.sql import functions as F
+
+            small = (result.where(F.col("tag").isin(LOAD, TASK))
+                     .select("tag", "grp", "engine", "n", "size", "task").collect())
             engines_s = time.perf_counter() - t_engines
-            tasks = [r[1] for r in small if r[0] == TASK]
-            load_rows = [r[1] for r in small if r[0] == LOAD]
+            tasks = [json.loads(r["task"]) for r in small if r["tag"] == TASK]
+            load_rows = [(r["grp"], r["engine"], r["n"], r["size"]) for r in small
+                         if r["tag"] == LOAD]
             self._caches = {t["engine"]: t["cache_id"] for t in tasks}
 
             loads = np.zeros(self.groups)
@@ -397,36 +450,34 @@ class StreamJob:
             self.on_batch(BatchReport(batch_id, valid, dead, outs, bal.rstd, plan.parallelism,
                                       plan.version, len(migration), moved, duration))
 
-    def _output_writes(self, result: RDD, batch_id: int, start: datetime, plan_version: int,
-                       outs: int, dead: int, loads: bool) -> list[Callable[[], None]]:
+    def _output_writes(self, result: DataFrame, batch_id: int, start: datetime,
+                       plan_version: int, outs: int, dead: int,
+                       loads: bool) -> list[Callable[[], None]]:
         """The batch's appends to ``events_out``, ``key_loads`` and ``dead_letter`` as calls,
-        each a Spark job whose executors turn the engine result's rows into Delta files."""
-        rid, app, topic, v = self.run_id, self.app, self.topic, SCHEMA_VERSION
+        each a Spark job in which the executors write the cached engine result's rows."""
+        from pyspark.sql import functions as F
 
-        def events(r: tuple) -> tuple:
-            e, g, k, ts, kind, detail, eid = r
-            return (v, rid, batch_id, app, e, g, k, ts, kind, detail, eid)
-
-        def key_loads(r: tuple) -> tuple:
-            g, e, n, size = r
-            return (v, rid, batch_id, start, g, e, n, size, plan_version)
-
-        def dead_letter(r: tuple) -> tuple:
-            part, off, kts, raw, reason = r
-            when = datetime.fromtimestamp(kts, UTC) if kts else None
-            return (v, rid, batch_id, topic, part, off, when, (raw or "")[:4096], reason)
-
-        wanted = [("events_out", OUT, events, outs > 0), ("key_loads", LOAD, key_loads, loads),
-                  ("dead_letter", DEAD, dead_letter, dead > 0)]
-        calls = []
-        for name, tag, to_row, any_rows in wanted:
-            if not any_rows:
-                continue
-            rows = result.filter(lambda r, tag=tag: r[0] == tag).map(
-                lambda r, f=to_row: f(r[1]))
-            calls.append(lambda name=name, rows=rows: self.appends.append(
-                name, self.spark.createDataFrame(rows, table(name).ddl()), batch_id))
-        return calls
+        lit = F.lit
+        head = [lit(SCHEMA_VERSION).alias("schema_version"), lit(self.run_id).alias("run_id"),
+                lit(batch_id).cast("bigint").alias("batch_id")]
+        frames = {
+            "events_out": (outs > 0, OUT, [
+                *head, lit(self.app).alias("app"), "engine", F.col("grp").alias("group"),
+                "key", "ts", "kind", "detail", "event_id"]),
+            "key_loads": (loads, LOAD, [
+                *head, lit(start).alias("window_start"), F.col("grp").alias("group"),
+                "engine", F.col("n").alias("load"), F.col("size").alias("state_bytes"),
+                lit(plan_version).cast("bigint").alias("plan_version")]),
+            "dead_letter": (dead > 0, DEAD, [
+                *head, lit(self.topic).alias("topic"), "partition", "offset",
+                F.timestamp_seconds("kts").alias("kafka_ts"), F.substring("raw", 1, 4096)
+                .alias("raw"), "reason"]),
+        }
+        return [
+            (lambda name=name, tag=tag, cols=cols: self.appends.append(
+                name, result.where(F.col("tag") == tag).select(*cols), batch_id))
+            for name, (any_rows, tag, cols) in frames.items() if any_rows
+        ]
 
     def _write_timing(self, record: dict[str, Any]) -> None:
         """Per-batch task records (the 1:1 proof, timings) as JSON lines in the run folder."""

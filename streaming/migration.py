@@ -37,8 +37,7 @@ from keyshift.schemas import SCHEMA_VERSION, table
 from .txn import append
 
 if TYPE_CHECKING:
-    from pyspark import RDD
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from .engines import BatchSpec
     from .txn import RunAppends
@@ -90,7 +89,7 @@ def _by_engine(engines: np.ndarray, groups: np.ndarray) -> dict[int, list[int]]:
 
 
 def release(spark: SparkSession, cfg: Config, appends: RunAppends, m: Migration,
-            spec: BatchSpec, slots: int) -> tuple[RDD, int]:
+            spec: BatchSpec, slots: int) -> tuple[DataFrame, int]:
     """Step 1: the moving groups' snapshots into ``state_snapshots`` by the executors, then
     read back as ``(group, to_engine, state)`` for the engine stage; returns them and the
     bytes moved (ψ)."""
@@ -116,7 +115,7 @@ def release(spark: SparkSession, cfg: Config, appends: RunAppends, m: Migration,
         .select("group", "to_engine", "state", "bytes")
     )
     moved = back.agg(F.coalesce(F.sum("bytes"), F.lit(0))).first()[0]
-    return back.rdd.map(lambda r: (int(r[0]), int(r[1]), bytes(r[2] or b""))), int(moved)
+    return back.select("group", "to_engine", "state"), int(moved)
 
 
 def record_started(spark: SparkSession, cfg: Config, run_id: str, m: Migration, moved: int,

@@ -186,3 +186,37 @@ def test_engine_task_separates_the_wait_for_input_from_its_work(tmp_path, monkey
     (empty,) = [rec for kind, rec in run_engine(_spec(tmp_path, 1), 0, late_rows(0, 0.1))
                 if kind == TASK]
     assert empty["events"] == 0 and empty["input_wait_s"] >= 0.1  # no row: all of it waited
+
+
+def test_arrow_engine_reads_and_writes_the_stage_schemas(tmp_path, monkeypatch) -> None:
+    """The mapInArrow function: Arrow batches of ENGINE_INPUT in (events and a snapshot), the
+    same records as the tuple path out, as Arrow batches of exactly ENGINE_OUTPUT."""
+    import pyarrow as pa
+
+    import streaming.engines as engines
+    from streaming.engines import ENGINE_OUTPUT, _arrow_schema, _input_rows, _OutputColumns
+
+    monkeypatch.setattr(engines, "cache_root", lambda _key: tmp_path / "cache")
+    rows = [r for _, r in _event_rows(12)]
+    cols = {k: [] for k in ("kind", "grp", "partition", "offset", "event", "reason", "raw",
+                            "kts", "state", "pkey")}
+    for kind, g, part, off, ev, why, raw, kts in rows:
+        for k, v in zip(cols, (kind, g, part, off, ev, why, raw, kts, None, 7), strict=True):
+            cols[k].append(v)
+    for k, v in zip(cols, (SNAPSHOT, 60, None, None, None, None, None, None, b"", 7),
+                    strict=True):
+        cols[k].append(v)
+    batch = pa.RecordBatch.from_pydict(cols)
+    back = list(_input_rows(3, iter([batch])))
+    assert back[:-1] == [(3, r) for r in rows] and back[-1] == (3, (SNAPSHOT, 60, b""))
+
+    out = _OutputColumns()
+    spec = _spec(tmp_path, 0, moves_in={3: [60]})
+    for tag, rec in run_engine(spec, 3, iter(back)):
+        out.add(tag, rec)
+    result = out.batch()
+    assert result.schema == _arrow_schema()
+    assert result.schema.names == [c.split()[0] for c in ENGINE_OUTPUT.split(", ")]
+    tags = result.column("tag").to_pylist()
+    assert tags.count(TASK) == 1 and tags.count(LOAD) >= 1
+    assert json.loads(result.column("task").to_pylist()[tags.index(TASK)])["restored"] == 1
