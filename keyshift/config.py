@@ -127,7 +127,7 @@ class ControllerConfig(_Section):
     # a shipped application (fsd, traffic, clicks, wordcount), an entry point of group
     # keyshift.operators, or module:Class; resolved (and refused with a reason) at start
     app: str = Field("fsd", min_length=1, pattern=r"^[A-Za-z0-9_.:-]+$")
-    policy: Literal["kg", "dlb-h", "dlb-l", "elb", "lptf", "clb", "uhlb"] = "dlb-h"
+    policy: Literal["kg", "dlb-h", "dlb-l", "dlb-s", "elb", "lptf", "clb", "uhlb"] = "dlb-h"
     window_s: float = Field(10.0, gt=0, le=86400)
     theta: float = Field(15.0, gt=0, le=1000)
     band_low: float = Field(0.0, ge=0)

@@ -39,7 +39,7 @@ from keyshift.policies import make_policy
 from .control_store import ControlLog
 from .scaling import JobForecaster
 
-ONLINE = ("dlb-h", "dlb-l", "elb")
+ONLINE = ("dlb-h", "dlb-l", "dlb-s", "elb")
 FROM_PLANS = ("lptf", "clb", "uhlb")
 
 

@@ -181,6 +181,13 @@ class StreamJob:
         marker = f"{self.cfg.warehouse_uri}/_runs/{self.run_id}/started"
         self.appends.fresh = read_if_exists(marker) is None
         write_atomically(marker, datetime.now(UTC).isoformat().encode())
+        if self.appends.fresh:
+            # a new run starts at batch 0: set the controller up now (initial plan in Delta,
+            # placement keys), as run set-up rather than inside the first batch; a resumed
+            # run recovers in its first batch, whose id only Spark's checkpoint knows
+            self.controller.recover(0)
+            self._placement(self.controller.plan_for(0).engines)
+            self._recovered = True
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "job.json").write_text(json.dumps(
             {"run_id": self.run_id, "app": self.app, "policy": self.opt.policy,
@@ -309,10 +316,16 @@ class StreamJob:
 
         t0 = time.perf_counter()
         start_wall = datetime.now(UTC)
+        recover_s = 0.0
+        if self.appends.first is None and batch_id != 0 and self.appends.fresh:
+            # "fresh" but Spark resumes at a later batch (a checkpoint older than the start
+            # marker): recover for real, and look before appending
+            self.appends.fresh = self._recovered = False
         if not self._recovered:
             self.controller.recover(batch_id)
             self._pending = _load_pending(self.pending_uri)
             self._recovered = True
+            recover_s = time.perf_counter() - t0
         self.appends.begin(batch_id)
         plan = self.controller.plan_for(batch_id)
         prev = self.controller.plan_for(batch_id - 1) if batch_id > 0 else plan
@@ -441,7 +454,8 @@ class StreamJob:
             t.last_batch = batch_id
             t.durations.append(duration)
         self._write_timing({
-            "batch_id": batch_id, "slots": slots, "prep_s": prep_s, "engines_s": engines_s,
+            "batch_id": batch_id, "slots": slots, "recover_s": recover_s, "prep_s": prep_s,
+            "engines_s": engines_s,
             "metrics_s": metrics_s,
             "controller_s": controller_s, "migration_s": pause_s, "writes_s": writes_s,
             "duration_s": duration, "moved_groups": len(migration), "moved_bytes": moved,

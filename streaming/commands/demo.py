@@ -19,7 +19,7 @@ from typing import Any
 from keyshift.cli import UsageError
 from keyshift.config import load_config
 
-POLICIES = ("dlb-h", "dlb-l", "elb", "kg", "lptf", "clb")
+POLICIES = ("dlb-h", "dlb-l", "dlb-s", "elb", "kg", "lptf", "clb")
 APPS = ("fsd", "traffic", "clicks", "wordcount")
 
 

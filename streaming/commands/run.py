@@ -24,7 +24,7 @@ from typing import Any
 from keyshift.cli import UsageError
 from keyshift.config import load_config
 
-POLICIES = ("dlb-h", "dlb-l", "elb", "kg", "lptf", "clb", "uhlb")
+POLICIES = ("dlb-h", "dlb-l", "dlb-s", "elb", "kg", "lptf", "clb", "uhlb")
 _RUN_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
