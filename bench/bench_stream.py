@@ -542,7 +542,7 @@ def ratio_lines(med: dict[tuple[int, str], dict[str, Any]], sizes: Sequence[int]
                 label: str = "") -> list[str]:
     """RATIO lines (keyshift/native, keyshift/pandas-state, DLB-H/KG) and the targets."""
     lines = []
-    tag = f" [{label}]" if label else ""
+    tag = f" ({label})" if label else ""
 
     def r(size: int, a: str, b: str, key: str) -> float | None:
         if (size, a) not in med or (size, b) not in med or not med[(size, b)][key]:
