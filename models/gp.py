@@ -47,8 +47,12 @@ latency is all fixed cost — does not read as slow engines.
 from __future__ import annotations
 
 import io
+import json
+import os
 import time
+import zipfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -60,9 +64,12 @@ from models.seasonal import SlotProfile
 KERNELS = ("ard", "ard+daily", "ard+weekly", "ard+daily+weekly")
 METHODS = ("exact", "sgpr", "auto")
 MEANS = ("constant", "profile", "auto")
-STORED_FORMAT = 2
-"""Version of :meth:`GPForecaster.to_bytes`. 2: profile mean, sparse posterior, latency
-window-size feature. Older blobs are refused with "retrain it" (their features differ)."""
+STORED_FORMAT = 3
+"""Version of the stored form (:meth:`GPForecaster.to_parts`). 3: JSON description, .npz
+arrays and a tensors-only state dict, nothing pickled. 2: profile mean, sparse posterior,
+latency window-size feature, one pickled blob. Older forms are refused, unread, with
+"retrain it"."""
+STORED_PARTS = ("model.json", "arrays.npz", "weights.pt")
 _PERIOD_S = {"daily": 86_400.0, "weekly": 7 * 86_400.0}
 # Above this size GPyTorch would switch from Cholesky to conjugate gradients; our fits are
 # small enough that the exact factorisation is both faster and deterministic.
@@ -638,72 +645,193 @@ class GPForecaster:
         return out
 
     # -- persistence (used by the MLflow wrapper) ---------------------------------------
-    def to_bytes(self) -> bytes:
-        """Everything needed to predict again: params, chosen kernel and method, profile,
-        scaling, conditioning rows (a GP conditions on them) and the fitted state dict."""
+    # A stored GP is three parts, none of which can run code when read (issue 16 item 3):
+    # the JSON description, the arrays (.npz read with allow_pickle=False) and the fitted
+    # state dict (read by torch with weights_only=True, which refuses any object but tensors
+    # and plain containers). Anyone who can write a registry version can at worst make a
+    # forecast wrong, never execute anything in the streaming job or an Airflow worker.
+    def to_parts(self) -> dict[str, bytes]:
+        """The stored form as ``{file name: bytes}`` (:data:`STORED_PARTS`): the description
+        (params, chosen kernel, method and mean, scaling, profile, format version), the
+        arrays (scaling, profile, the conditioning rows an exact GP needs to predict, the
+        sparse GP's inducing set) and the fitted state dict."""
         self._require_fitted()
         torch = _torch()
         s = self._scaling
-        blob = {
+        profile = self._profile
+        description = {
             "format": STORED_FORMAT,
             "class": type(self).__name__,
+            "feature_names": list(self.feature_names),
             "params": self.get_params(),
             "kernel_": self.kernel_,
             "method_": self.method_,
             "mean_": self.mean_,
-            "mll_": self.mll_,
-            "train_seconds_": self.train_seconds_,
-            "fit_rows": self._fit_rows,
-            "scaling": (s.x_mean, s.x_std, s.y_mean, s.y_std),
-            "profile": None if self._profile is None else self._profile.as_tuple(),
-            "X": self._X,
-            "y": self._y,  # in model space (log, deseasoned)
-            "inducing_z": getattr(self, "_inducing_z", None),  # standardised, sparse only
-            "log_target": self.log_target,
-            "state_dict": self._model.state_dict(),
+            "mll_": float(self.mll_),
+            "train_seconds_": float(self.train_seconds_),
+            "fit_rows": int(self._fit_rows),
+            "y_mean": float(s.y_mean),
+            "y_std": float(s.y_std),
+            "profile": None if profile is None else {"period_s": float(profile.period_s),
+                                                     "slot_s": float(profile.slot_s)},
+            "log_target": bool(self.log_target),
         }
+        arrays = {"x_mean": s.x_mean, "x_std": s.x_std, "X": self._X,
+                  "y": self._y}  # y in model space (log, deseasoned)
+        if profile is not None:
+            arrays.update(profile_mean=profile.mean, profile_spread=profile.spread)
+        inducing = getattr(self, "_inducing_z", None)  # standardised, sparse only
+        if inducing is not None:
+            arrays["inducing_z"] = inducing
+        npz = io.BytesIO()
+        np.savez(npz, **{k: np.asarray(v, dtype=np.float64) for k, v in arrays.items()})
+        weights = io.BytesIO()
+        torch.save({k: v.detach().clone() for k, v in self._model.state_dict().items()}, weights)
+        return {"model.json": json.dumps(description, indent=1).encode(),
+                "arrays.npz": npz.getvalue(), "weights.pt": weights.getvalue()}
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the stored form into the directory ``path`` (created); return it."""
+        out = Path(path)
+        out.mkdir(parents=True, exist_ok=True)
+        for name, data in self.to_parts().items():
+            (out / name).write_bytes(data)
+        return out
+
+    @staticmethod
+    def load(path: str | os.PathLike) -> GPForecaster:
+        """Read a directory written by :meth:`save`. A single file there (the pickled blob of
+        format 2 and older) is refused with "retrain it", without being read."""
+        path = Path(path)
+        if not path.is_dir():
+            raise ModelInputError("model", f"no stored forecaster directory at {path} (format 2 "
+                                           f"and older kept one pickled file, which is never "
+                                           f"read); this version reads format {STORED_FORMAT}: "
+                                           "retrain it")
+        parts = {}
+        for name in STORED_PARTS:
+            if not (path / name).is_file():
+                raise _old_or_missing(name)
+            parts[name] = (path / name).read_bytes()
+        return GPForecaster.from_parts(parts)
+
+    def to_bytes(self) -> bytes:
+        """The stored form in one zip archive (the three parts of :meth:`to_parts`)."""
         buf = io.BytesIO()
-        torch.save(blob, buf)
+        with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as archive:
+            for name, data in self.to_parts().items():
+                archive.writestr(name, data)
         return buf.getvalue()
 
     @staticmethod
     def from_bytes(data: bytes) -> GPForecaster:
+        """Read :meth:`to_bytes`' archive. An old pickled blob (also a zip, written by
+        ``torch.save``) has no description in it and is refused without being unpickled."""
+        try:
+            with zipfile.ZipFile(io.BytesIO(data)) as archive:
+                names = set(archive.namelist())
+                missing = [n for n in STORED_PARTS if n not in names]
+                if missing:
+                    raise _old_or_missing(missing[0])
+                parts = {n: archive.read(n) for n in STORED_PARTS}
+        except zipfile.BadZipFile as exc:
+            raise ModelInputError("model", f"not a stored forecaster ({exc})") from None
+        return GPForecaster.from_parts(parts)
+
+    @staticmethod
+    def from_parts(parts: dict[str, bytes]) -> GPForecaster:
+        """Rebuild a forecaster from :meth:`to_parts`' files, reading nothing that can run
+        code; a wrong or missing field is a ModelInputError naming it."""
         torch = _torch()
-        blob = torch.load(io.BytesIO(data), weights_only=False)
-        cls = {"InputRateGP": InputRateGP, "LatencyGP": LatencyGP}.get(blob.get("class"))
+        try:
+            desc = json.loads(parts["model.json"])
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ModelInputError("model.json", f"not JSON: {exc}") from None
+        if not isinstance(desc, dict):
+            raise ModelInputError("model.json", "must be a JSON object")
+        cls = {"InputRateGP": InputRateGP, "LatencyGP": LatencyGP}.get(desc.get("class"))
         if cls is None:
-            raise ModelInputError("model", f"unknown forecaster class {blob.get('class')!r}")
-        if bool(blob.get("log_target", False)) != cls.log_target:
-            raise ModelInputError("model", f"stored {cls.__name__} was trained with log_target="
-                                           f"{blob.get('log_target', False)}; this version "
-                                           f"expects {cls.log_target}: retrain it")
-        if blob.get("format") != STORED_FORMAT:
+            raise ModelInputError("model", f"unknown forecaster class {desc.get('class')!r}")
+        if desc.get("format") != STORED_FORMAT:
             raise ModelInputError("model", f"stored {cls.__name__} has format "
-                                           f"{blob.get('format', 1)}; this version reads format "
-                                           f"{STORED_FORMAT} (features and mean changed): "
-                                           "retrain it")
-        gp = cls(**blob["params"])
-        x_mean, x_std, y_mean, y_std = blob["scaling"]
-        gp._scaling = _Scaling(np.asarray(x_mean), np.asarray(x_std), float(y_mean), float(y_std))
-        profile = blob["profile"]
-        gp._profile = None if profile is None else SlotProfile(
-            float(profile[0]), float(profile[1]), np.asarray(profile[2]), np.asarray(profile[3]))
-        X, z = np.asarray(blob["X"]), np.asarray(blob["y"])
-        x_t = torch.as_tensor(gp._scaling.x(X), dtype=torch.float64)
-        y_t = torch.as_tensor(gp._scaling.y(z), dtype=torch.float64)
-        model, likelihood = _build_model(blob["kernel_"], x_t, y_t, gp._scaling)
-        model.double()
-        model.load_state_dict(blob["state_dict"])
+                                           f"{desc.get('format')!r}; this version reads format "
+                                           f"{STORED_FORMAT}: retrain it")
+        if bool(desc.get("log_target", False)) != cls.log_target:
+            raise ModelInputError("model", f"stored {cls.__name__} was trained with log_target="
+                                           f"{desc.get('log_target', False)}; this version "
+                                           f"expects {cls.log_target}: retrain it")
+        if desc.get("feature_names") != list(cls.feature_names):
+            raise ModelInputError("model.json.feature_names",
+                                  f"{desc.get('feature_names')!r}, expected "
+                                  f"{list(cls.feature_names)}: retrain it")
+        try:
+            with np.load(io.BytesIO(parts["arrays.npz"]), allow_pickle=False) as npz:
+                arrays = {k: np.asarray(npz[k], dtype=np.float64) for k in npz.files}
+        except ValueError as exc:  # allow_pickle=False refuses object arrays here
+            raise ModelInputError("arrays.npz", f"unreadable: {_first_line(exc)}") from None
+        except Exception as exc:
+            raise ModelInputError("arrays.npz", f"unreadable: {_first_line(exc)}") from None
+        try:
+            state = torch.load(io.BytesIO(parts["weights.pt"]), weights_only=True,
+                               map_location="cpu")
+        except Exception as exc:  # weights_only refuses any global that is not a tensor
+            raise ModelInputError("weights.pt", f"refused: {_first_line(exc)}") from None
+        if not isinstance(state, dict) or not all(
+                isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
+            raise ModelInputError("weights.pt", "must be a state dict of named tensors")
+        try:
+            params = dict(desc["params"])
+            gp = cls(**params)
+            gp._validate_params()
+            profile = desc["profile"]
+            gp._scaling = _Scaling(arrays["x_mean"], arrays["x_std"], float(desc["y_mean"]),
+                                   float(desc["y_std"]))
+            gp._profile = None if profile is None else SlotProfile(
+                float(profile["period_s"]), float(profile["slot_s"]), arrays["profile_mean"],
+                arrays["profile_spread"])
+            X, z = arrays["X"], arrays["y"]
+            if X.ndim != 2 or X.shape[1] != len(cls.feature_names) or z.shape != (X.shape[0],):
+                raise ModelInputError("arrays.npz.X", f"shapes {X.shape} and {z.shape} do not "
+                                                      "match the features")
+            kernel = desc["kernel_"]
+            if kernel not in KERNELS:
+                raise ModelInputError("model.json.kernel_", f"{kernel!r} not one of {KERNELS}")
+            if desc["method_"] not in ("exact", "sgpr"):
+                raise ModelInputError("model.json.method_", f"{desc['method_']!r}")
+            x_t = torch.as_tensor(gp._scaling.x(X), dtype=torch.float64)
+            y_t = torch.as_tensor(gp._scaling.y(z), dtype=torch.float64)
+            model, likelihood = _build_model(kernel, x_t, y_t, gp._scaling)
+            model.double()
+            model.load_state_dict(state)
+            gp.kernel_, gp.method_, gp.mean_ = kernel, desc["method_"], desc["mean_"]
+            gp.mll_, gp.train_seconds_ = float(desc["mll_"]), float(desc["train_seconds_"])
+            gp._fit_rows = int(desc["fit_rows"])
+        except ModelInputError:
+            raise
+        except KeyError as exc:
+            raise ModelInputError("model", f"stored form lacks {exc.args[0]!r}") from None
+        except (TypeError, ValueError, RuntimeError) as exc:
+            raise ModelInputError("model", f"stored form is inconsistent: "
+                                           f"{_first_line(exc)}") from None
         model.eval()
         likelihood.eval()
         gp._model, gp._likelihood = model, model.likelihood
-        gp.kernel_, gp.method_, gp.mean_ = blob["kernel_"], blob["method_"], blob["mean_"]
-        gp.mll_, gp.train_seconds_ = blob["mll_"], blob["train_seconds_"]
         gp.kernel_scores_ = {gp.kernel_: gp.mll_}
         gp._posterior = None
-        gp._X, gp._y, gp._fit_rows = X, z, int(blob["fit_rows"])
-        gp._inducing_z = blob["inducing_z"]
+        gp._X, gp._y = X, z
+        gp._inducing_z = arrays.get("inducing_z")
         return gp
+
+
+def _old_or_missing(name: str) -> ModelInputError:
+    return ModelInputError("model", f"no {name} in the stored form: a model of format 2 or "
+                                    f"older (a pickled blob, never read) or a damaged one; "
+                                    f"this version reads format {STORED_FORMAT}: retrain it")
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0][:300] if lines else type(exc).__name__
 
 
 class InputRateGP(GPForecaster):

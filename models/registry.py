@@ -1,10 +1,13 @@
 """MLflow side of the forecasters: the pyfunc wrapper, logging, the registry and the champion.
 
-A GP is logged as an ``mlflow.pyfunc`` model whose artifact is the forecaster's own byte
-blob (parameters, scaling, training rows and state dict: an exact GP needs its training rows
-to predict). The pyfunc takes a DataFrame of the feature columns of ``models.features`` and
-returns ``mean`` and ``std`` columns, so any MLflow client can serve it; keyshift itself
-unwraps the forecaster to keep ``predict`` / ``add_observations``.
+A GP is logged as an ``mlflow.pyfunc`` model whose artifact ``gp`` is the forecaster's stored
+form (:meth:`models.gp.GPForecaster.save`: a JSON description, .npz arrays and a tensors-only
+state dict; an exact GP needs its training rows to predict). Nothing in a version is pickled
+and nothing is unpickled from one (issue 16 item 3): the pyfunc is logged as code
+(:mod:`models.pyfunc_gp`), and keyshift reads a version by downloading its files and reading
+the ``gp`` artifact with ``GPForecaster.load``, never through ``mlflow.pyfunc.load_model``.
+The pyfunc takes a DataFrame of the feature columns of ``models.features`` and returns
+``mean`` and ``std`` columns, so any MLflow client can serve it.
 
 Every failure to reach the store, find a model or alias, or read a model becomes one
 :class:`RegistryError` with a message fit for a log line: the caller (controller, planner)
@@ -28,11 +31,12 @@ from mlflow.exceptions import MlflowException
 from mlflow.models import infer_signature
 
 from keyshift.config import Config
-from models.gp import GPForecaster
+from models.gp import GPForecaster, ModelInputError
 
 EXPERIMENT = "keyshift-forecasters"
 Which = Literal["input_rate", "latency"]
 WHICH: tuple[str, ...] = ("input_rate", "latency")
+PYFUNC_CODE = Path(__file__).with_name("pyfunc_gp.py")
 
 
 class RegistryError(RuntimeError):
@@ -40,10 +44,10 @@ class RegistryError(RuntimeError):
 
 
 class GPPyfuncModel(mlflow.pyfunc.PythonModel):
-    """pyfunc face of a :class:`models.gp.GPForecaster` (artifact ``gp``: its byte blob)."""
+    """pyfunc face of a :class:`models.gp.GPForecaster` (artifact ``gp``: its stored form)."""
 
     def load_context(self, context) -> None:
-        self.gp = GPForecaster.from_bytes(Path(context.artifacts["gp"]).read_bytes())
+        self.gp = GPForecaster.load(context.artifacts["gp"])
 
     def predict(self, context, model_input, params=None):
         names = list(self.gp.feature_names)
@@ -146,12 +150,11 @@ def log_forecaster(gp: GPForecaster, artifact_name: str, registered_name: str,
     mean, std = gp.predict(example.to_numpy())
     signature = infer_signature(example, pd.DataFrame({"mean": mean, "std": std}))
     with tempfile.TemporaryDirectory() as tmp:
-        blob = Path(tmp) / "gp.pt"
-        blob.write_bytes(gp.to_bytes())
+        stored = gp.save(Path(tmp) / "gp")
         info = mlflow.pyfunc.log_model(
             name=artifact_name,
-            python_model=GPPyfuncModel(),
-            artifacts={"gp": str(blob)},
+            python_model=str(PYFUNC_CODE),
+            artifacts={"gp": str(stored)},
             signature=signature,
             input_example=example,
             registered_model_name=registered_name,
@@ -171,11 +174,17 @@ def alias_version(client: MlflowClient, name: str, alias: str) -> str | None:
 
 
 def _load(uri: str, name: str, version: str) -> Forecaster:
-    try:
-        pyfunc = mlflow.pyfunc.load_model(uri)
-        gp = pyfunc.unwrap_python_model().gp
-    except Exception as exc:
-        raise RegistryError(f"cannot load {uri}: {_first_line(exc)}") from exc
+    """Download the version's files and read its ``gp`` artifact: no pickle of the version
+    is ever loaded (not the pyfunc's, not the model's), so a crafted one is refused, unrun."""
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            local = Path(mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=tmp))
+        except Exception as exc:
+            raise RegistryError(f"cannot load {uri}: {_first_line(exc)}") from exc
+        try:
+            gp = GPForecaster.load(local / "artifacts" / "gp")
+        except ModelInputError as exc:
+            raise RegistryError(f"cannot load {uri}: {exc}") from exc
     return Forecaster(gp, name, version)
 
 

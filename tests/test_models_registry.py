@@ -43,7 +43,7 @@ def test_train_register_champion_and_load(cfg, tmp_path):
         m = first["models"][which]
         assert m["version"] == "1" and m["champion_moved"] and m["previous_champion"] is None
         assert set(m["metrics"]) == {"cc", "mae", "rmse", "train_s"}
-    assert any((tmp_path / "artifacts").rglob("gp.pt"))
+    assert any((tmp_path / "artifacts").rglob("gp/weights.pt"))
 
     # a model of the real pattern beats a champion fitted on scrambled targets
     second = train_and_register(_metrics(), cfg, kernel="ard", iters=8)
@@ -110,7 +110,7 @@ def test_unreachable_store_is_a_registry_error(tmp_path, uri):
 
 def test_unreadable_champion_is_a_registry_error(cfg, tmp_path):
     train_and_register(_metrics(), cfg, kernel="ard", iters=3)
-    for blob in (tmp_path / "artifacts").rglob("gp.pt"):
+    for blob in (tmp_path / "artifacts").rglob("gp/weights.pt"):
         blob.write_bytes(b"not a model")
     with pytest.raises(RegistryError, match="cannot load"):
         load_champion(cfg, "input_rate")
