@@ -239,7 +239,10 @@ def _count_only(engine: int, rows: Iterable[tuple]) -> Iterator[tuple]:
     """Ingestion only (``keyshift stream``): the same routing, validation, loads and task
     record as an engine, without an operator or state, so both modes share one pipeline, one
     metrics row and one meaning of Lat (work seconds per tuple)."""
+    from pyspark import TaskContext
+
     t0 = time.perf_counter()
+    ctx = TaskContext.get()
     counts: dict[int, int] = {}
     dead, events = 0, 0
     kafka_first, kafka_last = float("inf"), float("-inf")
@@ -256,8 +259,11 @@ def _count_only(engine: int, rows: Iterable[tuple]) -> Iterator[tuple]:
             kafka_first, kafka_last = min(kafka_first, kts), max(kafka_last, kts)
     for g, n in counts.items():
         yield (LOAD, (g, engine, n, 0))
-    yield (TASK, {"engine": engine, "partition": engine, "pid": os.getpid(),
-                  "workdir": os.getcwd(), "cache_id": "", "rebuilt": False, "events": events,
+    yield (TASK, {"engine": engine, "partition": ctx.partitionId() if ctx else -1,
+                  "stage": ctx.stageId() if ctx else -1,
+                  "attempt": ctx.attemptNumber() if ctx else -1, "pid": os.getpid(),
+                  "host": os.uname().nodename, "workdir": os.getcwd(), "cache_id": "",
+                  "rebuilt": False, "events": events,
                   "outputs": 0, "dead": dead, "released": 0, "restored": 0,
                   "compacted": False, "kafka_ts_first": kafka_first if events else None,
                   "kafka_ts_last": kafka_last if events else None,

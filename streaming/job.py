@@ -31,7 +31,6 @@ import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -39,7 +38,7 @@ import numpy as np
 from keyshift.config import Config
 from keyshift.groups import spark_group_expr_sql
 from keyshift.metrics import Balance, live_loads
-from keyshift.schemas import SCHEMA_VERSION, event_schema, table
+from keyshift.schemas import SCHEMA_VERSION, event_schema
 
 from .controller import Controller, ControlLog
 from .engines import (
@@ -251,6 +250,15 @@ class StreamJob:
             F.to_json(F.struct(*names)).alias("event"),
         )
 
+    def _check_resumed_engines(self) -> None:
+        """A resumed run keeps the plans it made; an --engines that says otherwise is refused
+        in one line rather than silently ignored."""
+        first = self.controller.plan_for(0)
+        if first.engines != self.opt.engines:
+            raise ValueError(
+                f"engines: run {self.run_id} started with {first.engines} engines and resumes "
+                f"with its own plans; drop --engines {self.opt.engines} or use a new --run-id")
+
     def _placement(self, slots: int) -> list[int]:
         """For each engine e, a key whose Spark hash lands in shuffle partition e.
 
@@ -327,6 +335,8 @@ class StreamJob:
             self._recovered = True
             recover_s = time.perf_counter() - t0
         self.appends.begin(batch_id)
+        if self.opt.engines and batch_id == self.appends.first and not self.appends.fresh:
+            self._check_resumed_engines()
         plan = self.controller.plan_for(batch_id)
         prev = self.controller.plan_for(batch_id - 1) if batch_id > 0 else plan
         migration = Migration.between(self.run_id, batch_id, prev, plan)

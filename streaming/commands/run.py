@@ -112,7 +112,7 @@ def _check_operator(app: str, params: dict) -> None:
                          else f"--app: {exc}") from None
 
 
-def _check_topic(cfg, topic: str) -> None:
+def check_topic(cfg, topic: str) -> None:
     """A broker that is down or a topic that is missing: one clear line, before Spark."""
     from streaming.broker import BrokerError, metadata
 
@@ -152,39 +152,29 @@ def start_job(cfg, opts, verbosity: int = 0, say=None):
     return job
 
 
-def run(args: argparse.Namespace) -> int:
-    cfg = load_config(args.config)  # ConfigError: the CLI's one-line message
-    if args.planner:
-        cfg = cfg.model_copy(update={"planner": cfg.planner.model_copy(update={"enabled": True})})
-    opts = options_from(args, cfg)
-    _check_topic(cfg, opts.topic)
-    say = (lambda *a: print(*a, file=sys.stderr, flush=True))
-    job = start_job(cfg, opts, args.verbose, say)
+def wait_and_stop(job, duration: float | None, say) -> tuple[str | None, list[int]]:
+    """Run until the query ends (availableNow), the duration passes, or Ctrl-C / SIGTERM,
+    then stop between batches (:meth:`StreamJob.stop`); a second Ctrl-C leaves at once.
+    Returns the query's failure (None: none) and the signals received."""
     query = job.query
     stop = threading.Event()
     why: list[int] = []
 
     def on_signal(signum, _frame) -> None:
-        if stop.is_set():  # a second Ctrl-C: leave now
+        if stop.is_set():
             raise KeyboardInterrupt
         why.append(signum)
         stop.set()
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    mode = "available now" if opts.available_now else (
-        f"for {args.duration:g} s" if args.duration else "until Ctrl-C")
-    say(f"running {job.run_id}: {opts.app} on {opts.topic} with {opts.policy}"
-        f"{', engine scaler on' if cfg.planner.enabled else ''}, {mode}")
-    deadline = time.monotonic() + args.duration if args.duration else None
+    deadline = time.monotonic() + duration if duration else None
     failed = None
     try:
         while not stop.wait(0.5):
             if query.exception() is not None:
                 failed = str(query.exception())
                 break
-            if not query.isActive:
-                break  # availableNow: done
-            if deadline is not None and time.monotonic() >= deadline:
+            if not query.isActive or (deadline is not None and time.monotonic() >= deadline):
                 break
         if stop.is_set():
             say("stopping after the current batch ...")
@@ -192,6 +182,22 @@ def run(args: argparse.Namespace) -> int:
     finally:
         for s, h in old.items():
             signal.signal(s, h)
+    return failed, why
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = load_config(args.config)  # ConfigError: the CLI's one-line message
+    if args.planner:
+        cfg = cfg.model_copy(update={"planner": cfg.planner.model_copy(update={"enabled": True})})
+    opts = options_from(args, cfg)
+    check_topic(cfg, opts.topic)
+    say = (lambda *a: print(*a, file=sys.stderr, flush=True))
+    job = start_job(cfg, opts, args.verbose, say)
+    mode = "available now" if opts.available_now else (
+        f"for {args.duration:g} s" if args.duration else "until Ctrl-C")
+    say(f"running {job.run_id}: {opts.app} on {opts.topic} with {opts.policy}"
+        f"{', engine scaler on' if cfg.planner.enabled else ''}, {mode}")
+    failed, why = wait_and_stop(job, args.duration, say)
     summary = job.summary()
     summary["interrupted"] = bool(why)
     if args.json:

@@ -20,8 +20,6 @@ import argparse
 import re
 import signal
 import sys
-import threading
-import time
 from typing import Any
 
 from keyshift.cli import UsageError
@@ -113,9 +111,9 @@ def run(args: argparse.Namespace) -> int:
     cfg, opts = ingest_options(args, load_config(args.config))  # ConfigError: one line
     from streaming.jars import JarResolutionError
 
-    from .run import _check_topic, start_job
+    from .run import check_topic, start_job, wait_and_stop
 
-    _check_topic(cfg, opts.topic)  # broker down or topic missing: UsageError, before Spark
+    check_topic(cfg, opts.topic)  # broker down or topic missing: UsageError, before Spark
     say = (lambda *a: print(*a, file=sys.stderr, flush=True))
     try:
         job = start_job(cfg, opts, args.verbose, say)
@@ -125,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
     say(f"stream {job.run_id}: {opts.app} from {opts.topic}@{cfg.kafka.bootstrap}, ingestion "
         f"only, plan {opts.policy} on {job.engines} engine(s), trigger {job.trigger_s:g} s, "
         f"checkpoint {job.checkpoint}")
-    failed, why = _wait(job, args.duration, say)
+    failed, why = wait_and_stop(job, args.duration, say)
     s = job.summary()
     say(f"{job.run_id}: {s['batches']} batches, {s['events_in']} events, {s['dead_letter']} "
         f"dead letters; {s['events_per_s']:.0f} events/s busy, batch p50 "
@@ -140,39 +138,6 @@ def run(args: argparse.Namespace) -> int:
 
     _summary(read_table(job.spark, cfg, "metrics"), job.run_id, Console())
     return 130 if why and why[0] == signal.SIGINT else 0
-
-
-def _wait(job, duration: float | None, say) -> tuple[str | None, list[int]]:
-    """Run until the duration, Ctrl-C or SIGTERM, then stop between batches
-    (:meth:`StreamJob.stop`: a batch cut mid-way is redone on restart, wasted work).
-    Returns the query's failure (or None) and the signals received."""
-    query = job.query
-    stop = threading.Event()
-    why: list[int] = []
-
-    def on_signal(signum, _frame) -> None:
-        if stop.is_set():  # a second Ctrl-C: leave now
-            raise KeyboardInterrupt
-        why.append(signum)
-        stop.set()
-
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    deadline = time.monotonic() + duration if duration else None
-    failed = None
-    try:
-        while not stop.wait(0.5):
-            if query.exception() is not None:
-                failed = str(query.exception())
-                break
-            if not query.isActive or (deadline is not None and time.monotonic() >= deadline):
-                break
-        if stop.is_set():
-            say("stopping after the current batch ...")
-        job.stop()
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-    return failed, why
 
 
 def _summary(metrics, run_id: str, console) -> None:
