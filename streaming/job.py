@@ -153,6 +153,7 @@ class StreamJob:
         # the last batch's metrics row, committed with the next batch's outputs (or at stop)
         self.pending_uri = f"{cfg.warehouse_uri}/_runs/{self.run_id}/pending-metrics.json"
         self._pending: dict[str, Any] | None = None
+        self._idle: threading.Timer | None = None  # commits the pending row when input stops
         self._recovered = False
         self._lock = threading.Lock()
         self._batch_lock = threading.Lock()
@@ -221,12 +222,37 @@ class StreamJob:
 
     def flush(self) -> None:
         """Commit the last batch's metrics row now (it normally rides with the next batch)."""
+        if self._idle is not None:
+            self._idle.cancel()
         with self._batch_lock:
-            pending, self._pending = self._pending, None
-            if pending is None:
-                return
-            self.appends.append_rows("metrics", [pending], pending["batch_id"])
-            delete_if_exists(self.pending_uri)
+            self._flush_pending()
+
+    def _flush_pending(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        self.appends.append_rows("metrics", [pending], pending["batch_id"])
+        delete_if_exists(self.pending_uri)
+
+    def _flush_when_idle(self) -> None:
+        """If no batch follows within a trigger interval (the input has paused; Spark runs
+        no empty batches), commit the pending metrics row alone, so that the table never
+        lags a quiet stream. A batch that has started meanwhile takes the row itself."""
+        if self._idle is not None:
+            self._idle.cancel()
+
+        def flush_if_idle() -> None:
+            if self._batch_lock.acquire(blocking=False):
+                try:
+                    self._flush_pending()
+                except Exception as exc:  # the next batch or stop() retries; say why
+                    print(f"keyshift: metrics row not committed yet ({exc})", flush=True)
+                finally:
+                    self._batch_lock.release()
+
+        self._idle = threading.Timer(self.trigger_s + 0.5, flush_if_idle)
+        self._idle.daemon = True
+        self._idle.start()
 
     def process_batch(self, df: DataFrame, batch_id: int) -> None:
         """One micro-batch, unless the job is stopping (then the batch stays for a restart)."""
@@ -447,6 +473,7 @@ class StreamJob:
         metrics["batch_duration_s"] = time.perf_counter() - t0
         self._pending = metrics
         write_atomically(self.pending_uri, _dump_pending(metrics))
+        self._flush_when_idle()
         metrics_s = time.perf_counter() - t_metrics
         duration = time.perf_counter() - t0
         with self._lock:
