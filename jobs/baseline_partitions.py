@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -34,13 +34,11 @@ from jobs.history import (
     imbalance_on_history,
     range_from_args,
     read_key_loads,
-    table_exists,
-    write_frame_rows,
 )
 from keyshift.config import Config, load_config
 from keyshift.plan import Plan
 from keyshift.policies import Window, make_policy
-from keyshift.schemas import SCHEMA_VERSION, TABLES
+from streaming.delta import append_rows, plan_of, plan_row, read_table, table_exists
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -101,26 +99,23 @@ def compute_baselines(
 
 
 def _stored_plans(spark: SparkSession, cfg: Config) -> list[dict[str, Any]]:
-    if not table_exists(spark, cfg.table_path("plans")):
+    """The ``baseline`` scope's rows (none before the first plan is written)."""
+    if not table_exists(spark, cfg, "plans"):
         return []
     from pyspark.sql import functions as F
 
-    rows = (
-        spark.read.format("delta").load(cfg.table_path("plans"))
-        .where(F.col("scope") == SCOPE)
-        .select("version", "policy", "engines", "assignment", "source_from", "source_to")
-        .collect()
-    )
+    rows = read_table(spark, cfg, "plans").where(F.col("scope") == SCOPE).collect()
     return [r.asDict() for r in rows]
 
 
 def _same(row: dict[str, Any], candidate: BaselinePlan, history: LoadHistory) -> bool:
+    stored = plan_of(row)
     return (
         row["policy"] == candidate.policy
-        and row["engines"] == candidate.plan.engines
+        and stored.engines == candidate.plan.engines
         and _utc(row["source_from"]) == history.source_from
         and _utc(row["source_to"]) == history.source_to
-        and np.array_equal(np.asarray(row["assignment"]), candidate.plan.assignment)
+        and np.array_equal(stored.assignment, candidate.plan.assignment)
     )
 
 
@@ -176,7 +171,7 @@ def run(
         existing = next((r for r in stored if _same(r, bp, history)), None)
         if existing is None:
             version += 1
-            rows.append(_row(bp, version, history, cfg, now))
+            rows.append(_row(bp, version, history, now))
         results.append({
             "policy": bp.policy,
             "version": int(existing["version"] if existing else version),
@@ -191,7 +186,7 @@ def run(
     if not plans:
         return {**summary, "status": "skipped", "reason": "; ".join(skipped.values())}
     if rows:
-        write_frame_rows(spark, cfg, "plans", rows)
+        append_rows(spark, cfg, "plans", rows)
     return {
         **summary,
         "status": "written" if rows else "unchanged",
@@ -206,29 +201,15 @@ def run(
     }
 
 
-def _row(bp: BaselinePlan, version: int, history: LoadHistory, cfg: Config,
-         now: datetime) -> tuple:
-    values = {
-        "schema_version": SCHEMA_VERSION,
-        "version": version,
-        "scope": SCOPE,
-        "created_at": now,
-        "policy": bp.policy,
-        "groups": bp.plan.groups,
-        "engines": bp.plan.engines,
-        "live": bp.plan.live.tolist(),
-        "assignment": bp.plan.assignment.astype(int).tolist(),
-        "source_from": history.source_from,
-        "source_to": history.source_to,
-        "expected_rstd": bp.expected["rstd"],
-        "expected_var": bp.expected["var"],
-        "reason": (
-            f"offline {bp.policy} on {history.windows} buckets of {history.bucket_s}s; "
-            f"mean per-window RSTD {bp.expected['rstd']:.1f}% "
-            f"(max {bp.expected['rstd_max']:.1f}%); {bp.moved_groups} groups move from KG"
-        ),
-    }
-    return tuple(values[c] for c in TABLES["plans"].names)
+def _row(bp: BaselinePlan, version: int, history: LoadHistory, now: datetime) -> dict[str, Any]:
+    """The ``plans`` row of a baseline plan: the history it saw and what it would have done."""
+    reason = (f"offline {bp.policy} on {history.windows} buckets of {history.bucket_s}s; "
+              f"mean per-window RSTD {bp.expected['rstd']:.1f}% "
+              f"(max {bp.expected['rstd_max']:.1f}%); {bp.moved_groups} groups move from KG")
+    return plan_row(replace(bp.plan, version=version), SCOPE, bp.policy, reason,
+                    created_at=now, source_from=history.source_from,
+                    source_to=history.source_to, expected_rstd=bp.expected["rstd"],
+                    expected_var=bp.expected["var"])
 
 
 def print_summary(result: dict[str, Any]) -> None:

@@ -114,28 +114,15 @@ def range_from_args(args: argparse.Namespace, default_days: int) -> DayRange:
 # --- reading -----------------------------------------------------------------------------
 
 
-def table_exists(spark: SparkSession, path: str) -> bool:
-    from delta.tables import DeltaTable
+def read_history(spark: SparkSession, cfg: Config, name: str) -> DataFrame:
+    """The Delta table ``name`` (the gateway's checked read); a missing table or one without
+    the contract's columns is the batch layer's :class:`HistoryError`, which fails the task."""
+    from streaming.delta import TableMissingError, TableSchemaError, read_table
 
-    return bool(DeltaTable.isDeltaTable(spark, path))
-
-
-def read_table(spark: SparkSession, cfg: Config, name: str) -> DataFrame:
-    """The Delta table ``name`` under the warehouse root, checked against the schema module."""
-    path = cfg.table_path(name)
-    if not table_exists(spark, path):
-        raise HistoryError(
-            f"{name}: no Delta table at {path} (warehouse.root={cfg.warehouse_path}); "
-            f"has the streaming job written any windows there?"
-        )
-    df = spark.read.format("delta").load(path)
-    missing = [c for c in TABLES[name].names if c not in df.columns]
-    if missing:
-        raise HistoryError(
-            f"{name}: table at {path} lacks columns {', '.join(missing)} "
-            f"(schema version {SCHEMA_VERSION} expects {', '.join(TABLES[name].names)})"
-        )
-    return df
+    try:
+        return read_table(spark, cfg, name)
+    except (TableMissingError, TableSchemaError) as exc:
+        raise HistoryError(str(exc)) from None
 
 
 def in_range(df: DataFrame, column: str, days: DayRange) -> DataFrame:
@@ -146,7 +133,7 @@ def in_range(df: DataFrame, column: str, days: DayRange) -> DataFrame:
 
 def read_metrics(spark: SparkSession, cfg: Config, days: DayRange) -> pd.DataFrame:
     """The ``metrics`` windows of the range, oldest first, as pandas (the GPs' input)."""
-    df = in_range(read_table(spark, cfg, "metrics"), "window_start", days)
+    df = in_range(read_history(spark, cfg, "metrics"), "window_start", days)
     return df.select(*TABLES["metrics"].names).orderBy("window_start").toPandas()
 
 
@@ -189,7 +176,7 @@ def read_key_loads(
 
     if bucket_s < 1:
         raise ValueError(f"bucket_s: must be >= 1, got {bucket_s}")
-    df = in_range(read_table(spark, cfg, "key_loads"), "window_start", days)
+    df = in_range(read_history(spark, cfg, "key_loads"), "window_start", days)
     agg = (
         df.withColumn(
             "bucket",
@@ -361,42 +348,16 @@ def synthetic_frames(
     return metrics[TABLES["metrics"].names], key_loads[TABLES["key_loads"].names]
 
 
-def write_frame_rows(spark: SparkSession, cfg: Config, name: str, rows: list[tuple]) -> int:
-    """Append rows (tuples in the schema's column order) to table ``name``."""
-    df = spark.createDataFrame(rows, schema=TABLES[name].ddl())
-    df.write.format("delta").mode("append").save(cfg.table_path(name))
-    return len(rows)
-
-
-def write_frame(spark: SparkSession, cfg: Config, name: str, frame: pd.DataFrame) -> int:
-    """Replace this frame's run in table ``name`` (idempotent per ``run_id``), return rows."""
-    path = cfg.table_path(name)
-    frame = frame[TABLES[name].names]
-    df = spark.createDataFrame(frame, schema=TABLES[name].ddl())  # Arrow: no per-row Python
-    runs = sorted(frame["run_id"].unique().tolist())
-    if table_exists(spark, path):
-        (
-            df.write.format("delta").mode("overwrite")
-            .option("replaceWhere", "run_id IN (" + ", ".join(_sql_str(r) for r in runs) + ")")
-            .save(path)
-        )
-    else:
-        df.write.format("delta").mode("append").save(path)
-    return len(frame)
-
-
-def _sql_str(text: str) -> str:
-    return "'" + str(text).replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 def write_synthetic_history(
     spark: SparkSession, cfg: Config, last_day: date, spec: SyntheticHistory = SyntheticHistory()
 ) -> dict[str, Any]:
     """Write a synthetic ``metrics`` + ``key_loads`` history; re-running replaces it."""
+    from streaming.delta import replace_runs
+
     metrics, key_loads = synthetic_frames(cfg, last_day, spec)
     return {
         "days": str(DayRange.ending(last_day, spec.days)),
-        "metrics_rows": write_frame(spark, cfg, "metrics", metrics),
-        "key_loads_rows": write_frame(spark, cfg, "key_loads", key_loads),
+        "metrics_rows": replace_runs(spark, cfg, "metrics", metrics),
+        "key_loads_rows": replace_runs(spark, cfg, "key_loads", key_loads),
         "warehouse": str(cfg.warehouse_path),
     }

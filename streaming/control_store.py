@@ -23,7 +23,7 @@ from keyshift.config import Config
 from keyshift.control import ControlRecord, ScalerState, WindowSample
 from keyshift.plan import Plan
 
-from .txn import RunAppends, append
+from .delta import RunAppends, append_rows, ensure_tables, plan_of, plan_row, read_run, read_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -43,14 +43,9 @@ class ControlLog:
         self.appends = appends
         self._state_ready = False
 
-    def _read(self, name: str):
-        return self.spark.read.format("delta").load(self.cfg.table_path(name))
-
     def _ensure_state(self) -> None:
         """``control_state`` is the loop's own table: made on first use, whoever runs it."""
         if not self._state_ready:
-            from .session import ensure_tables
-
             ensure_tables(self.spark, self.cfg, [STATE_TABLE])
             self._state_ready = True
 
@@ -58,44 +53,36 @@ class ControlLog:
     def plans(self, groups: int) -> list[Plan]:
         from pyspark.sql import functions as F
 
-        rows = self._read("plans").where(F.col("scope") == self.run_id).collect()
-        return [_plan(r) for r in rows if r.groups == groups]
+        rows = read_table(self.spark, self.cfg, "plans").where(
+            F.col("scope") == self.run_id).collect()
+        return [plan_of(r) for r in rows if r.groups == groups]
 
     def baseline_plan(self, policy: str, groups: int) -> Plan | None:
         from pyspark.sql import functions as F
 
         rows = (
-            self._read("plans")
+            read_table(self.spark, self.cfg, "plans")
             .where((F.col("scope") == "baseline") & (F.col("policy") == policy)
                    & (F.col("groups") == groups))
             .orderBy(F.col("version").desc(), F.col("created_at").desc()).limit(1).collect()
         )
-        return _plan(rows[0]) if rows else None
+        return plan_of(rows[0]) if rows else None
 
     def write_plan(self, plan: Plan, policy: str, reason: str, batch_id: int) -> None:
-        row = {
-            "version": plan.version, "scope": self.run_id, "created_at": datetime.now(UTC),
-            "policy": policy, "groups": plan.groups, "engines": plan.engines,
-            "live": plan.live.tolist(), "assignment": plan.assignment.tolist(),
-            "reason": reason,
-        }
+        row = [plan_row(plan, self.run_id, policy, reason)]
         if self.appends is not None and self.appends.fresh and batch_id < 0:
             # the initial plan of a run nobody started before: nothing to be idempotent with
-            from .sinks import append as append_frame
-            from .txn import contract_frame
-
-            append_frame(contract_frame(self.spark, "plans", [row]), self.cfg, "plans")
+            append_rows(self.spark, self.cfg, "plans", row)
             return
-        append(self.spark, self.cfg, "plans", [row], f"{self.run_id}/plans", batch_id + 1)
+        append_rows(self.spark, self.cfg, "plans", row, f"{self.run_id}/plans", batch_id + 1)
 
     # -- window loads -------------------------------------------------------------------------
     def window_loads(self, start: int, end: int, groups: int) -> tuple[np.ndarray, np.ndarray]:
         from pyspark.sql import functions as F
 
         rows = (
-            self._read("key_loads")
-            .where((F.col("run_id") == self.run_id) & (F.col("batch_id") >= start)
-                   & (F.col("batch_id") < end))
+            read_run(self.spark, self.cfg, "key_loads", self.run_id)
+            .where((F.col("batch_id") >= start) & (F.col("batch_id") < end))
             .groupBy("group").agg(F.sum("load").alias("load"), F.max("state_bytes").alias("s"))
             .collect()
         )
@@ -108,10 +95,8 @@ class ControlLog:
 
     # -- typed control state ------------------------------------------------------------------
     def records(self) -> list[ControlRecord]:
-        from pyspark.sql import functions as F
-
         self._ensure_state()
-        rows = self._read(STATE_TABLE).where(F.col("run_id") == self.run_id).collect()
+        rows = read_run(self.spark, self.cfg, STATE_TABLE, self.run_id).collect()
         return [record_of(r.asDict()) for r in rows]
 
     def write_record(self, record: ControlRecord) -> None:
@@ -120,8 +105,8 @@ class ControlLog:
         if self.appends is not None:
             self.appends.append_rows(STATE_TABLE, row, record.batch_id)
         else:
-            append(self.spark, self.cfg, STATE_TABLE, row, f"{self.run_id}/{STATE_TABLE}",
-                   record.batch_id)
+            append_rows(self.spark, self.cfg, STATE_TABLE, row, f"{self.run_id}/{STATE_TABLE}",
+                        record.batch_id)
 
     # -- the audit log ------------------------------------------------------------------------
     def write_decisions(self, rows: list[dict], batch_id: int) -> None:
@@ -129,7 +114,8 @@ class ControlLog:
         if self.appends is not None:
             self.appends.append_rows("decisions", rows, batch_id)
         else:
-            append(self.spark, self.cfg, "decisions", rows, f"{self.run_id}/decisions", batch_id)
+            append_rows(self.spark, self.cfg, "decisions", rows, f"{self.run_id}/decisions",
+                        batch_id)
 
 
 def row_of(run_id: str, r: ControlRecord) -> dict[str, Any]:
@@ -163,7 +149,3 @@ def record_of(d: dict[str, Any]) -> ControlRecord:
     return ControlRecord(int(d["batch_id"]), int(d["window"]),
                          None if version is None else int(version), sample, scaler)
 
-
-def _plan(r: Any) -> Plan:
-    return Plan(np.asarray(r.assignment, dtype=np.int64), int(r.engines), int(r.version),
-                np.asarray(r.live, dtype=bool))

@@ -34,13 +34,13 @@ from keyshift.config import Config
 from keyshift.plan import Plan
 from keyshift.schemas import SCHEMA_VERSION, table
 
-from .txn import append
+from .delta import append_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from .delta import RunAppends
     from .engines import BatchSpec
-    from .txn import RunAppends
 
 
 @dataclass(frozen=True)
@@ -121,16 +121,18 @@ def release(spark: SparkSession, cfg: Config, appends: RunAppends, m: Migration,
 def record_started(spark: SparkSession, cfg: Config, run_id: str, m: Migration, moved: int,
                    started_at: datetime) -> None:
     """The ``started`` row: the snapshots are durable in ``state_snapshots``."""
-    append(spark, cfg, "migrations", [_row(run_id, m, moved, "started", started_at, None)],
-           f"{run_id}/migrations/started", m.batch_id)
+    append_rows(spark, cfg, "migrations", [_row(run_id, m, moved, "started", started_at, None)],
+                f"{run_id}/migrations/started", m.batch_id)
 
 
 def record_completed(
     spark: SparkSession, cfg: Config, run_id: str, m: Migration, moved: int,
     started_at: datetime, ended_at: datetime,
 ) -> None:
-    append(spark, cfg, "migrations", [_row(run_id, m, moved, "completed", started_at, ended_at)],
-           f"{run_id}/migrations/completed", m.batch_id)
+    """The ``completed`` row: the new engines hold the groups' state."""
+    append_rows(spark, cfg, "migrations",
+                [_row(run_id, m, moved, "completed", started_at, ended_at)],
+                f"{run_id}/migrations/completed", m.batch_id)
 
 
 def _row(run_id: str, m: Migration, moved: int, status: str, start: datetime,

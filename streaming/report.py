@@ -17,6 +17,8 @@ import numpy as np
 
 from keyshift.apps import TopK
 
+from .delta import read_run
+
 if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import SparkSession
@@ -25,8 +27,7 @@ if TYPE_CHECKING:
 
 
 def _frame(spark: SparkSession, cfg: Config, name: str, run_id: str) -> pd.DataFrame:
-    return (spark.read.format("delta").load(cfg.table_path(name))
-            .where(f"run_id = '{run_id}'").toPandas())
+    return read_run(spark, cfg, name, run_id).toPandas()
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The one Spark session factory of keyshift, and the Delta table helpers built on it.
+"""The one Spark session factory of keyshift (the Delta table helpers: :mod:`streaming.delta`).
 
 Every Spark user in the project (streaming job, engines, batch jobs, tests) calls
 :func:`get_spark` so that they all get the same connector and Delta jars, the same state
@@ -11,25 +11,20 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from keyshift.config import Config, load_config
-from keyshift.schemas import TABLES, table
 
+# the table helpers live in the Delta gateway; re-exported for the job and the CLI
+from .delta import ensure_tables, read_table  # noqa: F401
 from .jars import spark_jars
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 ROCKSDB_PROVIDER = (
     "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 )
-
-
-class TableMissingError(LookupError):
-    """A Delta table a reader needs has not been written yet."""
 
 
 def get_spark(cfg: Config | None = None, app_name: str | None = None,
@@ -181,47 +176,3 @@ def wait_for_executors(spark: SparkSession, count: int, timeout_s: float,
                 f"spark.master {master}: {why}; does the cluster have a free worker{asked}? "
                 "(see the master's web UI)")
         time.sleep(0.5)
-
-
-def table_exists(spark: SparkSession, cfg: Config, name: str) -> bool:
-    from delta.tables import DeltaTable
-
-    return DeltaTable.isDeltaTable(spark, cfg.table_path(name))
-
-
-def ensure_tables(spark: SparkSession, cfg: Config, names: Iterable[str] | None = None) -> None:
-    """Create the named Delta tables (all of keyshift.schemas.TABLES by default) when absent.
-
-    Creating them empty up front lets readers and ``MERGE``/stream-static joins work before
-    the first writer has run, with the schema taken from the one contract module.
-    """
-    from delta.tables import DeltaTable
-
-    for name in names if names is not None else TABLES:
-        schema = table(name)
-        if _exists_locally(cfg.table_path(name)):
-            continue  # exists: skip the Delta round trip (seconds on a busy machine)
-        builder = DeltaTable.createIfNotExists(spark).location(cfg.table_path(name))
-        builder = builder.addColumns(spark.createDataFrame([], schema.ddl()).schema)
-        if schema.partition_by:
-            builder = builder.partitionedBy(*schema.partition_by)
-        builder.execute()
-
-
-def _exists_locally(location: str) -> bool:
-    """A table on this machine's disk that already has a log (a remote one: ask Delta)."""
-    if "://" in location and not location.startswith("file:"):
-        return False
-    path = location[5:] if location.startswith("file:") else location
-    return (Path(path) / "_delta_log").is_dir()
-
-
-def read_table(spark: SparkSession, cfg: Config, name: str) -> DataFrame:
-    """A batch read of a keyshift Delta table; a missing table is a clear error, not a stack."""
-    table(name)  # unknown names fail with the list of known ones
-    if not table_exists(spark, cfg, name):
-        raise TableMissingError(
-            f"Delta table {name!r} does not exist at {cfg.table_path(name)} "
-            "(has the streaming job run, or call ensure_tables)"
-        )
-    return spark.read.format("delta").load(cfg.table_path(name))

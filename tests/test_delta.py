@@ -1,0 +1,94 @@
+"""The Delta gateway: the plan ↔ ``plans`` row codec (no Spark) and the clear error for a
+table that is not there (Spark, no Kafka)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import numpy as np
+import pytest
+
+from keyshift.plan import Plan
+from keyshift.schemas import TABLES
+from streaming.delta import plan_of, plan_row
+
+
+def test_plan_row_round_trips_a_plan_with_a_dead_slot() -> None:
+    plan = Plan(np.array([0, 2, 2, 0, 2]), 3, 7, np.array([True, False, True]))
+    row = plan_row(plan, "run-1", "elb", "moved 2 groups", expected_rstd=np.float64(4.5))
+    assert list(row) == list(TABLES["plans"].names)  # every column of the contract, in its order
+    assert row["scope"] == "run-1" and row["policy"] == "elb" and row["reason"] == "moved 2 groups"
+    assert row["groups"] == 5 and row["engines"] == 3 and row["version"] == 7
+    assert row["created_at"].tzinfo is UTC
+    # plain Python values: what Spark's createDataFrame takes for ARRAY<INT>/ARRAY<BOOLEAN>
+    assert all(type(x) is int for x in row["assignment"])
+    assert all(type(x) is bool for x in row["live"])
+    assert type(row["expected_rstd"]) is float and row["expected_var"] is None
+    back = plan_of(row)
+    assert back.version == 7 and back.engines == 3
+    assert back.assignment.tolist() == [0, 2, 2, 0, 2]
+    assert back.live.tolist() == [True, False, True]
+
+
+def test_plan_row_keeps_a_batch_plans_history_range() -> None:
+    start, end = datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 11, 8, tzinfo=UTC)
+    row = plan_row(Plan.hashed(8, 2, 3), "baseline", "lptf", created_at=start,
+                   source_from=start, source_to=end, expected_var=2.0)
+    assert (row["created_at"], row["source_from"], row["source_to"]) == (start, start, end)
+    assert row["expected_var"] == 2.0 and row["reason"] is None
+    assert plan_of(row).assignment.tolist() == Plan.hashed(8, 2).assignment.tolist()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [({"assignment": [0, 1, 0]}, r"plans.assignment: 3 entries for groups=4"),
+     ({"live": [False, False]}, "at least one live engine"),
+     ({"assignment": [0, 1, 2, 0]}, "outside 0..1")],
+)
+def test_plan_of_rejects_a_bad_row_naming_the_field(change: dict, message: str) -> None:
+    row = {**plan_row(Plan.hashed(4, 2), "r", "kg"), **change}
+    with pytest.raises(ValueError, match=message):
+        plan_of(row)
+
+
+def test_plan_of_names_a_missing_column() -> None:
+    row = plan_row(Plan.hashed(4, 2), "r", "kg")
+    del row["live"]
+    with pytest.raises(ValueError, match="plans row: missing column 'live'"):
+        plan_of(row)
+
+
+@pytest.mark.integration
+def test_missing_table_is_a_clear_error_and_plans_round_trip(spark, spark_config,
+                                                             tmp_path) -> None:
+    from jobs.history import HistoryError, read_history
+    from streaming.delta import (
+        TableMissingError,
+        append_rows,
+        ensure_tables,
+        read_run,
+        read_table,
+        table_exists,
+    )
+
+    cfg = spark_config.model_copy(update={"warehouse": spark_config.warehouse.model_copy(
+        update={"root": str(tmp_path / "wh")})})
+    with pytest.raises(TableMissingError, match=r"^plans: no Delta table at .*wh.*plans"):
+        read_table(spark, cfg, "plans")
+    with pytest.raises(HistoryError, match="key_loads: no Delta table at"):
+        read_history(spark, cfg, "key_loads")
+    with pytest.raises(KeyError, match="plans"):  # an unknown name lists the known ones
+        read_table(spark, cfg, "plan")
+    assert not table_exists(spark, cfg, "plans")
+    ensure_tables(spark, cfg, ["plans"])
+    assert table_exists(spark, cfg, "plans") and read_table(spark, cfg, "plans").count() == 0
+    plan = Plan(np.array([1, 1, 0]), 2, 4, np.array([True, True]))
+    rows = [plan_row(plan, "run-x", "dlb-h", "why")]
+    assert append_rows(spark, cfg, "plans", rows, "run-x/plans", 3) == 1
+    assert append_rows(spark, cfg, "plans", rows, "run-x/plans", 3) == 1  # skipped by Delta
+    (back,) = read_table(spark, cfg, "plans").collect()  # a Spark Row, read by name
+    got = plan_of(back)
+    assert got.assignment.tolist() == [1, 1, 0] and got.live.tolist() == [True, True]
+    assert got.version == 4 and back.schema_version == 1 and back.scope == "run-x"
+    with pytest.raises(TableMissingError, match="metrics"):
+        read_run(spark, cfg, "metrics", "run-x")
