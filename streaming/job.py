@@ -525,8 +525,10 @@ class StreamJob:
                 .alias("raw"), "reason"]),
         }
         return [
+            # one file per table per batch: the rows are few, and a task per engine would
+            # write one small file each
             (lambda name=name, tag=tag, cols=cols: self.appends.append(
-                name, result.where(F.col("tag") == tag).select(*cols), batch_id))
+                name, result.where(F.col("tag") == tag).select(*cols).coalesce(1), batch_id))
             for name, (any_rows, tag, cols) in frames.items() if any_rows
         ]
 

@@ -77,6 +77,10 @@ def get_spark(cfg: Config | None = None, app_name: str | None = None,
         # The .crc checksum after every commit recomputes table state: a Spark job per tiny
         # per-window append, which halved the ingestion job's write time when turned off.
         .config("spark.databricks.delta.writeChecksumFile.enabled", "false")
+        # Tables the job appends to every micro-batch would write a log checkpoint (7 Spark
+        # jobs here) every 10th commit; every 100th keeps that off most batches, and readers
+        # (recovery, reports) replay at most 100 small JSON commits.
+        .config("spark.databricks.delta.properties.defaults.checkpointInterval", "100")
         # Small local batches: Arrow keeps the pandas operators of the engines cheap.
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
     )
