@@ -19,6 +19,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    SecretStr,
     ValidationError,
     field_validator,
     model_validator,
@@ -46,6 +47,16 @@ class KafkaConfig(_Section):
     topic: str = Field("keyshift-events", min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
     partitions: int = Field(4, ge=1, le=1024)
     startup_timeout_s: float = Field(60, gt=0, le=600)
+    # Security (docs/platform.md "Kafka security"): the client side of the Spark source, the
+    # producer and the admin client (streaming.broker.client_options / spark_options). The
+    # password is a SecretStr: printed as ********** by `keyshift config` and in any repr.
+    security_protocol: Literal["PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL", "SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "PLAIN"
+    sasl_username: str = ""
+    sasl_password: SecretStr = SecretStr("")  # also KEYSHIFT_KAFKA__SASL_PASSWORD
+    ssl_cafile: str = ""  # PEM CA bundle the broker's certificate is checked against
+    ssl_certfile: str = ""  # PEM client certificate (mutual TLS), with ssl_keyfile
+    ssl_keyfile: str = ""  # PEM (PKCS#8) private key of ssl_certfile
 
     @property
     def bootstrap(self) -> str:
@@ -55,6 +66,19 @@ class KafkaConfig(_Section):
     def _ports_differ(self) -> KafkaConfig:
         if self.port == self.controller_port:
             raise ValueError("port and controller_port must differ")
+        return self
+
+    @model_validator(mode="after")
+    def _security_complete(self) -> KafkaConfig:
+        if self.security_protocol.startswith("SASL_"):
+            for key in ("sasl_username", "sasl_password"):
+                value = getattr(self, key)
+                if not (value.get_secret_value() if isinstance(value, SecretStr) else value):
+                    raise ValueError(f"kafka.{key} must be set when kafka.security_protocol "
+                                     f"is {self.security_protocol}")
+        if bool(self.ssl_certfile) != bool(self.ssl_keyfile):
+            raise ValueError("kafka.ssl_certfile and kafka.ssl_keyfile go together "
+                             "(a client certificate needs its key)")
         return self
 
 

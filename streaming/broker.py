@@ -6,6 +6,12 @@ Why not a container or a downloaded tarball: the machine reaches Maven Central o
 its data, ``server.properties``, pid file and log under one folder. Every failure mode the
 user can hit (no Java, no Maven, port taken, broker dies on start) ends in a
 :class:`BrokerError` with one readable sentence, and every wait has a deadline.
+
+Security (issue 16 item 4): :func:`client_options` and :func:`spark_options` turn the
+``[kafka]`` security keys into kafka-python and Spark Kafka source settings, so the admin
+client, the producer and the Spark source speak SASL (PLAIN, SCRAM) and TLS alike. The local
+broker can offer a SASL_PLAINTEXT listener with PLAIN for one user (the controller listener
+stays PLAINTEXT on localhost). Secrets never appear in a message: errors name keys, not values.
 """
 
 from __future__ import annotations
@@ -19,10 +25,14 @@ import socket
 import subprocess
 import time
 import uuid
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from keyshift.config import Config
+from keyshift.config import Config, KafkaConfig
+from keyshift.errors import ConfigError
 
 from .jars import JarResolutionError, cache_dir, resolve
 
@@ -48,6 +58,106 @@ class BrokerError(RuntimeError):
     """The broker cannot be started, reached or stopped; the message says why."""
 
 
+_LOGIN_MODULES = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+
+
+def client_options(kafka: KafkaConfig) -> dict[str, Any]:
+    """kafka-python keyword arguments (admin client, producer) for ``kafka``'s security keys;
+    empty for PLAINTEXT. A PEM file that does not exist is a BrokerError naming its key."""
+    if kafka.security_protocol == "PLAINTEXT":
+        return {}
+    out: dict[str, Any] = {"security_protocol": kafka.security_protocol}
+    if kafka.security_protocol.startswith("SASL_"):
+        out.update(sasl_mechanism=kafka.sasl_mechanism,
+                   sasl_plain_username=kafka.sasl_username,
+                   sasl_plain_password=kafka.sasl_password.get_secret_value())
+    if kafka.security_protocol.endswith("SSL"):
+        for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+            if getattr(kafka, key):
+                out[key] = str(_pem_file(kafka, key))
+        out["ssl_check_hostname"] = True
+    return out
+
+
+def spark_options(kafka: KafkaConfig) -> dict[str, str]:
+    """Spark Kafka source options (``kafka.``-prefixed consumer settings) for ``kafka``'s
+    security keys; empty for PLAINTEXT.
+
+    SASL: the mechanism and a JAAS line with PLAIN's or SCRAM's login module. TLS: PEM as the
+    Kafka client reads it since 2.7 (KIP-651): the CA bundle as a PEM trust store by
+    location, the client certificate and key as PEM strings (the location form would need
+    both in one file). On a cluster the CA file must exist on every executor at that path.
+    """
+    if kafka.security_protocol == "PLAINTEXT":
+        return {}
+    out = {"kafka.security.protocol": kafka.security_protocol}
+    if kafka.security_protocol.startswith("SASL_"):
+        out["kafka.sasl.mechanism"] = kafka.sasl_mechanism
+        out["kafka.sasl.jaas.config"] = jaas_line(
+            kafka.sasl_mechanism, kafka.sasl_username, kafka.sasl_password.get_secret_value())
+    if kafka.security_protocol.endswith("SSL"):
+        if kafka.ssl_cafile:
+            out["kafka.ssl.truststore.type"] = "PEM"
+            out["kafka.ssl.truststore.location"] = str(_pem_file(kafka, "ssl_cafile"))
+        if kafka.ssl_certfile:
+            out["kafka.ssl.keystore.type"] = "PEM"
+            out["kafka.ssl.keystore.certificate.chain"] = _pem_file(
+                kafka, "ssl_certfile").read_text()
+            out["kafka.ssl.keystore.key"] = _pem_file(kafka, "ssl_keyfile").read_text()
+    return out
+
+
+def jaas_line(mechanism: str, username: str, password: str, **extra: str) -> str:
+    """``sasl.jaas.config`` for PLAIN or SCRAM: the login module and quoted options (a quote
+    or backslash in a value escaped, as Kafka's JAAS parser reads them)."""
+    module = _LOGIN_MODULES.get(mechanism)
+    if module is None:
+        raise BrokerError(f"kafka.sasl_mechanism: {mechanism!r} is not one of "
+                          f"{sorted(_LOGIN_MODULES)}")
+    pairs = {"username": username, "password": password, **extra}
+    body = " ".join(f'{k}="{_jaas_quote(v)}"' for k, v in pairs.items())
+    return f"{module} required {body};"
+
+
+def environment_security() -> dict[str, Any]:
+    """:func:`client_options` of the environment's configuration ($KEYSHIFT_CONFIG and
+    ``KEYSHIFT_KAFKA__*``): what a caller that passes no ``security`` gets, so every client
+    of a secured cluster authenticates even where only a bootstrap string is at hand."""
+    from keyshift.config import load_config
+
+    try:
+        return client_options(load_config().kafka)
+    except ConfigError as exc:
+        raise BrokerError(str(exc).replace("\n", " ")) from None
+
+
+def _jaas_quote(value: str) -> str:
+    if "\n" in value or "\r" in value:
+        raise BrokerError("kafka.sasl_username / kafka.sasl_password: a line break is not "
+                          "allowed in a SASL credential")
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _pem_file(kafka: KafkaConfig, key: str) -> Path:
+    path = Path(getattr(kafka, key)).expanduser()
+    if not path.is_file():
+        raise BrokerError(f"kafka.{key}: no PEM file at {path}")
+    return path.resolve()
+
+
+def auth_hint(exc: BaseException) -> str:
+    """A short reason for a failed connection; names authentication when that is the cause."""
+    text = repr(exc)
+    if re.search(r"(?i)sasl|authenticat", text):
+        return ("authentication failed (check kafka.security_protocol, kafka.sasl_mechanism, "
+                f"kafka.sasl_username and the password): {type(exc).__name__}")
+    return text
+
+
 @dataclass(frozen=True)
 class Broker:
     """Where one broker lives: its ports and its folder (data, config, pid, log)."""
@@ -59,16 +169,36 @@ class Broker:
     version: str
     cache: Path
     startup_timeout_s: float = 60.0
+    # (user, password): the client listener is SASL_PLAINTEXT with PLAIN for this one user
+    sasl_plain: tuple[str, str] | None = None
 
     @classmethod
     def from_config(cls, cfg: Config, folder: Path | None = None) -> Broker:
+        """The local broker of ``cfg``; with ``kafka.security_protocol = SASL_PLAINTEXT`` and
+        ``sasl_mechanism = PLAIN`` its listener asks for the configured user."""
         k = cfg.kafka
+        sasl = None
+        if k.security_protocol == "SASL_PLAINTEXT" and k.sasl_mechanism == "PLAIN":
+            sasl = (k.sasl_username, k.sasl_password.get_secret_value())
         return cls(
             host=k.host, port=k.port, controller_port=k.controller_port,
             folder=Path(folder) if folder else cfg.home_path / "kafka",
             version=k.version, cache=cfg.cache_path / "jars",
-            startup_timeout_s=k.startup_timeout_s,
+            startup_timeout_s=k.startup_timeout_s, sasl_plain=sasl,
         )
+
+    def __repr__(self) -> str:  # the dataclass repr would print the password
+        sasl = "" if self.sasl_plain is None else f", sasl_plain=({self.sasl_plain[0]!r}, ***)"
+        return f"Broker({self.bootstrap!r}, folder={str(self.folder)!r}{sasl})"
+
+    @property
+    def security(self) -> dict[str, Any]:
+        """kafka-python settings to talk to this broker's client listener."""
+        if self.sasl_plain is None:
+            return {}
+        return {"security_protocol": "SASL_PLAINTEXT", "sasl_mechanism": "PLAIN",
+                "sasl_plain_username": self.sasl_plain[0],
+                "sasl_plain_password": self.sasl_plain[1]}
 
     @property
     def bootstrap(self) -> str:
@@ -103,6 +233,8 @@ class Broker:
                 f"broker process {pid} is alive but does not answer on {self.bootstrap}; "
                 f"see {self.log_file} or run 'keyshift kafka stop'"
             )
+        if self.sasl_plain is not None:
+            check_sasl_plain_user(*self.sasl_plain)
         java = _java()
         for name, port in (("port", self.port), ("controller_port", self.controller_port)):
             if _port_in_use(self.host, port):
@@ -168,7 +300,7 @@ class Broker:
     def healthy(self, timeout_s: float = 5.0) -> bool:
         """A real metadata round trip, not just an open port."""
         try:
-            metadata(self.bootstrap, timeout_s)
+            metadata(self.bootstrap, timeout_s, security=self.security)
         except BrokerError:
             return False
         return True
@@ -176,7 +308,7 @@ class Broker:
     def status(self, timeout_s: float = 5.0) -> dict:
         pid = self.pid()
         try:
-            meta = metadata(self.bootstrap, timeout_s)
+            meta = metadata(self.bootstrap, timeout_s, security=self.security)
         except BrokerError as exc:
             return {"healthy": False, "bootstrap": self.bootstrap, "pid": pid, "error": str(exc)}
         return {"healthy": True, "bootstrap": self.bootstrap, "pid": pid, **meta}
@@ -191,17 +323,39 @@ class Broker:
             raise BrokerError(f"cannot get the Kafka broker jars: {exc}") from None
         return os.pathsep.join(str(j) for j in jars)
 
+    def _listener_properties(self) -> dict[str, str]:
+        """The client listener: PLAINTEXT, or SASL_PLAINTEXT with PLAIN and one user (the
+        JAAS line of ``listener.name.sasl_plaintext.plain``, the same user for the broker's
+        own inter-broker connections). The controller listener stays PLAINTEXT: it listens
+        on this host only and no client talks to it."""
+        if self.sasl_plain is None:
+            name = "PLAINTEXT"
+            extra = {}
+        else:
+            name = "SASL_PLAINTEXT"
+            user, password = self.sasl_plain
+            extra = {
+                "sasl.enabled.mechanisms": "PLAIN",
+                "sasl.mechanism.inter.broker.protocol": "PLAIN",
+                "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas_line(
+                    "PLAIN", user, password, **{f"user_{user}": password}),
+            }
+        return {
+            "listeners": f"{name}://{self.host}:{self.port},"
+                         f"CONTROLLER://{self.host}:{self.controller_port}",
+            "advertised.listeners": f"{name}://{self.host}:{self.port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": name,
+            "listener.security.protocol.map": f"CONTROLLER:PLAINTEXT,{name}:{name}",
+            **extra,
+        }
+
     def _write_config(self) -> None:
         props = {
             "process.roles": "broker,controller",
             "node.id": "1",
             "controller.quorum.voters": f"1@{self.host}:{self.controller_port}",
-            "listeners": f"PLAINTEXT://{self.host}:{self.port},"
-                         f"CONTROLLER://{self.host}:{self.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port}",
-            "controller.listener.names": "CONTROLLER",
-            "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            **self._listener_properties(),
             "log.dirs": str(self.data_dir),
             "num.partitions": "1",
             "offsets.topic.replication.factor": "1",
@@ -215,7 +369,11 @@ class Broker:
             "log.retention.hours": "24",
             "message.max.bytes": str(1 << 20),
         }
-        self.properties_file.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        # the file may hold a password: readable by its owner only, written so from the start
+        fd = os.open(self.properties_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write("".join(f"{k}={_properties_value(v)}\n" for k, v in props.items()))
         (self.folder / "log4j2.properties").write_text(
             "status = warn\n"
             "appender.file.type = File\n"
@@ -270,25 +428,30 @@ class Broker:
         return "\n".join(texts[-lines:]) or "(no log output)"
 
 
-def metadata(bootstrap: str, timeout_s: float = 5.0) -> dict:
-    """Brokers and topics from a metadata request; BrokerError when nobody answers in time."""
+def metadata(bootstrap: str, timeout_s: float = 5.0,
+             security: Mapping[str, Any] | None = None) -> dict:
+    """Brokers and topics from a metadata request; BrokerError when nobody answers in time
+    or the broker refuses the credentials. ``security``: :func:`client_options` (default:
+    those of the environment's configuration, :func:`environment_security`)."""
     from kafka import KafkaAdminClient
     from kafka.errors import KafkaError
 
+    security = environment_security() if security is None else dict(security)
     timeout_ms = int(timeout_s * 1000)
     try:
         admin = KafkaAdminClient(
             bootstrap_servers=bootstrap, client_id="keyshift-health",
             bootstrap_timeout_ms=timeout_ms, request_timeout_ms=timeout_ms,
-            reconnect_backoff_max_ms=500,
+            reconnect_backoff_max_ms=500, **security,
         )
     except (KafkaError, OSError) as exc:
-        raise BrokerError(f"no Kafka broker answers at {bootstrap}: {exc!r}") from None
+        raise BrokerError(f"no Kafka broker answers at {bootstrap}: {auth_hint(exc)}") from None
     try:
         cluster = admin.describe_cluster()
         topics = sorted(t for t in admin.list_topics() if not t.startswith("__"))
     except (KafkaError, OSError) as exc:
-        raise BrokerError(f"Kafka broker at {bootstrap} did not answer metadata: {exc!r}") from None
+        raise BrokerError(f"Kafka broker at {bootstrap} did not answer metadata: "
+                          f"{auth_hint(exc)}") from None
     finally:
         admin.close()
     return {
@@ -299,23 +462,28 @@ def metadata(bootstrap: str, timeout_s: float = 5.0) -> dict:
 
 
 def create_topic(
-    bootstrap: str, name: str, partitions: int, timeout_s: float = 30.0
+    bootstrap: str, name: str, partitions: int, timeout_s: float = 30.0,
+    security: Mapping[str, Any] | None = None,
 ) -> str:
-    """Create a topic (replication 1); an existing topic with the same partitions is fine."""
+    """Create a topic (replication 1); an existing topic with the same partitions is fine.
+    ``security`` as for :func:`metadata`."""
     from kafka import KafkaAdminClient
     from kafka.errors import KafkaError, TopicAlreadyExistsError
 
     if partitions < 1:
         raise BrokerError(f"partitions must be >= 1, got {partitions}")
+    security = environment_security() if security is None else dict(security)
     timeout_ms = int(timeout_s * 1000)
     try:
         admin = KafkaAdminClient(
             bootstrap_servers=bootstrap, client_id="keyshift-admin",
             bootstrap_timeout_ms=min(timeout_ms, 10000), request_timeout_ms=timeout_ms,
+            **security,
         )
     except (KafkaError, OSError) as exc:
         raise BrokerError(
-            f"no Kafka broker answers at {bootstrap} (run 'keyshift kafka start'): {exc!r}"
+            f"no Kafka broker answers at {bootstrap} (run 'keyshift kafka start'): "
+            f"{auth_hint(exc)}"
         ) from None
     try:
         try:
@@ -341,6 +509,23 @@ def topic_partitions(admin, name: str) -> int:
     """Partition count of one topic as the broker reports it."""
     desc = admin.describe_topics([name])
     return len(desc[0]["partitions"]) if desc else 0
+
+
+_SASL_USER = re.compile(r"^[A-Za-z0-9._@-]{1,128}$")
+
+
+def check_sasl_plain_user(user: str, password: str) -> None:
+    """The local broker's PLAIN user: a plain name (it becomes part of a JAAS option name)
+    and a non-empty password without line breaks."""
+    if not _SASL_USER.match(user):
+        raise BrokerError("SASL user: letters, digits and . _ @ - only (1-128 characters)")
+    if not password or "\n" in password or "\r" in password:
+        raise BrokerError("SASL password: must be non-empty, without line breaks")
+
+
+def _properties_value(value: str) -> str:
+    """A Java .properties value: a backslash is an escape there, so it is doubled."""
+    return value.replace("\\", "\\\\")
 
 
 def free_port(host: str = "127.0.0.1") -> int:

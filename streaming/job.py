@@ -162,6 +162,8 @@ class StreamJob:
 
     # -- query ------------------------------------------------------------------------
     def source(self) -> DataFrame:
+        from streaming.broker import spark_options
+
         return (
             self.spark.readStream.format("kafka")
             .option("kafka.bootstrap.servers", self.cfg.kafka.bootstrap)
@@ -170,6 +172,7 @@ class StreamJob:
             .option("failOnDataLoss", "false")
             .option("maxOffsetsPerTrigger",
                     self.opt.max_offsets_per_trigger or self.cfg.spark.max_offsets_per_trigger)
+            .options(**spark_options(self.cfg.kafka))  # SASL / TLS (docs/platform.md)
             .load()
         )
 

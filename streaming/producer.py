@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,11 +71,21 @@ class TokenBucket:
             self._sleep(max((need - self._tokens) / self.rate, 1e-4))
 
 
-def connect(bootstrap: str, timeout_s: float = 10.0, **config: Any):
-    """A KafkaProducer, or a ProducerError within ``timeout_s`` when no broker answers."""
+def connect(bootstrap: str, timeout_s: float = 10.0,
+            security: Mapping[str, Any] | None = None, **config: Any):
+    """A KafkaProducer, or a ProducerError within ``timeout_s`` when no broker answers or the
+    broker refuses the credentials. ``security``: kafka-python security settings
+    (:func:`streaming.broker.client_options`; default: those of the environment's
+    configuration, so a secured cluster works wherever only a bootstrap string is at hand)."""
     from kafka import KafkaProducer
     from kafka.errors import KafkaError
 
+    from streaming.broker import BrokerError, auth_hint, environment_security
+
+    try:
+        security = environment_security() if security is None else dict(security)
+    except BrokerError as exc:
+        raise ProducerError(str(exc)) from None
     try:
         return KafkaProducer(
             bootstrap_servers=bootstrap,
@@ -83,12 +93,12 @@ def connect(bootstrap: str, timeout_s: float = 10.0, **config: Any):
             max_block_ms=int(timeout_s * 1000),
             linger_ms=5, batch_size=256 * 1024, acks=1,
             max_request_size=2 * 1024 * 1024,
-            **config,
+            **{**security, **config},
         )
     except (KafkaError, OSError) as exc:
         raise ProducerError(
             f"no Kafka broker answers at {bootstrap} within {timeout_s:g}s "
-            f"(run 'keyshift kafka start'): {exc!r}"
+            f"(run 'keyshift kafka start'): {auth_hint(exc)}"
         ) from None
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -16,7 +17,12 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--config", help="TOML file (default: $KEYSHIFT_CONFIG or built-in)")
     actions = p.add_subparsers(dest="action", metavar="ACTION")
     actions.required = True
-    actions.add_parser("start", help="start the broker (fetches its jars on first use)")
+    start = actions.add_parser("start", help="start the broker (fetches its jars on first use)")
+    start.add_argument(
+        "--sasl-plain", metavar="USER:PASSWORD",
+        help="client listener SASL_PLAINTEXT with PLAIN for this user (default: from config, "
+             "kafka.security_protocol = SASL_PLAINTEXT with sasl_mechanism = PLAIN); clients "
+             "then need kafka.sasl_username / KEYSHIFT_KAFKA__SASL_PASSWORD")
     actions.add_parser("stop", help="stop the broker (SIGTERM, then SIGKILL)")
     actions.add_parser(
         "fetch-jars", help="resolve the broker's and Spark's Kafka/Delta jars into the cache "
@@ -34,13 +40,20 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from streaming.broker import Broker, BrokerError, create_topic
+    from streaming.broker import Broker, BrokerError, client_options, create_topic
 
     cfg = load_config(args.config)  # ConfigError: the CLI's one-line message
     broker = Broker.from_config(cfg)
     try:
         if args.action == "start":
-            print(f"kafka: {broker.start()}")
+            if getattr(args, "sasl_plain", None):
+                user, sep, password = args.sasl_plain.partition(":")
+                if not sep:
+                    raise UsageError("--sasl-plain: expected USER:PASSWORD")
+                broker = dataclasses.replace(broker, sasl_plain=(user, password))
+            print(f"kafka: {broker.start()}"
+                  + (f" (SASL_PLAINTEXT, PLAIN user {broker.sasl_plain[0]})"
+                     if broker.sasl_plain else ""))
             return 0
         if args.action == "fetch-jars":
             from streaming.jars import JarResolutionError, spark_jars
@@ -73,7 +86,9 @@ def run(args: argparse.Namespace) -> int:
         partitions = cfg.kafka.partitions if args.partitions is None else args.partitions
         if partitions < 1:
             raise UsageError(f"--partitions: must be >= 1, got {partitions}")
-        print(f"kafka: {create_topic(broker.bootstrap, name, partitions)}")
+        done = create_topic(broker.bootstrap, name, partitions,
+                            security=client_options(cfg.kafka))
+        print(f"kafka: {done}")
         return 0
     except BrokerError as exc:
         print(f"keyshift kafka {args.action}: {exc}", file=sys.stderr)
