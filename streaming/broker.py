@@ -149,13 +149,28 @@ def _pem_file(kafka: KafkaConfig, key: str) -> Path:
     return path.resolve()
 
 
-def auth_hint(exc: BaseException) -> str:
-    """A short reason for a failed connection; names authentication when that is the cause."""
+def auth_hint(exc: BaseException, bootstrap: str, security: Mapping[str, Any]) -> str:
+    """Why a client got no answer, in one clause. A broker that refuses a SASL login just
+    closes the connection (kafka-python then reports only "Unable to bootstrap"), so when
+    the port accepts TCP connections the cause is the handshake: wrong credentials, or
+    security settings that do not match the listener. Names keys, never values."""
     text = repr(exc)
-    if re.search(r"(?i)sasl|authenticat", text):
-        return ("authentication failed (check kafka.security_protocol, kafka.sasl_mechanism, "
-                f"kafka.sasl_username and the password): {type(exc).__name__}")
+    keys = "kafka.security_protocol, kafka.sasl_mechanism, kafka.sasl_username and the password"
+    secured = security.get("security_protocol", "PLAINTEXT") != "PLAINTEXT"
+    # the TCP probe only for a secured client: a PLAINTEXT health check runs in loops (and
+    # against ports that must not get extra connections, see Broker.start's port check)
+    if re.search(r"(?i)sasl|authenticat", text) or (secured and _accepts_tcp(bootstrap)):
+        return (f"the broker accepts connections but refuses this client's handshake: "
+                f"authentication failed or the security settings do not match (check {keys})")
     return text
+
+
+def _accepts_tcp(bootstrap: str) -> bool:
+    host, _, port = bootstrap.split(",")[0].strip().rpartition(":")
+    try:
+        return port.isdigit() and _port_in_use(host or "127.0.0.1", int(port))
+    except OSError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -223,6 +238,8 @@ class Broker:
     # --- life cycle -----------------------------------------------------------------
     def start(self) -> str:
         """Start the broker unless it is already healthy; returns what happened."""
+        if self.sasl_plain is not None:
+            check_sasl_plain_user(*self.sasl_plain)
         if self.healthy(timeout_s=3):
             return f"already running at {self.bootstrap} (pid {self.pid() or 'unknown'})"
         pid = self.pid()
@@ -233,8 +250,6 @@ class Broker:
                 f"broker process {pid} is alive but does not answer on {self.bootstrap}; "
                 f"see {self.log_file} or run 'keyshift kafka stop'"
             )
-        if self.sasl_plain is not None:
-            check_sasl_plain_user(*self.sasl_plain)
         java = _java()
         for name, port in (("port", self.port), ("controller_port", self.controller_port)):
             if _port_in_use(self.host, port):
@@ -445,13 +460,14 @@ def metadata(bootstrap: str, timeout_s: float = 5.0,
             reconnect_backoff_max_ms=500, **security,
         )
     except (KafkaError, OSError) as exc:
-        raise BrokerError(f"no Kafka broker answers at {bootstrap}: {auth_hint(exc)}") from None
+        raise BrokerError(f"no Kafka broker answers at {bootstrap}: "
+                          f"{auth_hint(exc, bootstrap, security)}") from None
     try:
         cluster = admin.describe_cluster()
         topics = sorted(t for t in admin.list_topics() if not t.startswith("__"))
     except (KafkaError, OSError) as exc:
         raise BrokerError(f"Kafka broker at {bootstrap} did not answer metadata: "
-                          f"{auth_hint(exc)}") from None
+                          f"{auth_hint(exc, bootstrap, security)}") from None
     finally:
         admin.close()
     return {
@@ -483,7 +499,7 @@ def create_topic(
     except (KafkaError, OSError) as exc:
         raise BrokerError(
             f"no Kafka broker answers at {bootstrap} (run 'keyshift kafka start'): "
-            f"{auth_hint(exc)}"
+            f"{auth_hint(exc, bootstrap, security)}"
         ) from None
     try:
         try:

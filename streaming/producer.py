@@ -98,7 +98,7 @@ def connect(bootstrap: str, timeout_s: float = 10.0,
     except (KafkaError, OSError) as exc:
         raise ProducerError(
             f"no Kafka broker answers at {bootstrap} within {timeout_s:g}s "
-            f"(run 'keyshift kafka start'): {auth_hint(exc)}"
+            f"(run 'keyshift kafka start'): {auth_hint(exc, bootstrap, security)}"
         ) from None
 
 
