@@ -14,9 +14,10 @@ Zipf 1.0 keys in 4 partitions. Four systems read it from the earliest offset wit
 
 Every run is its own process with a fresh JVM (the peers through ``bench_stream.py peer``),
 as every ``keyshift run`` is, so no run inherits another's warm caches. Events/s = events /
-sum of batch durations (the peers' ``durationMs.triggerExecution`` per batch that read input,
-keyshift's per-batch ``duration_s`` from its run folder's ``batches.jsonl``, whose sum is its
-``busy_s``); batch p50 / p95; medians over repeats; the same once more without each run's
+sum of batch durations (Spark's ``durationMs.triggerExecution`` per batch that read input, for
+the peers and for keyshift alike: the job writes it to its run folder's ``progress.jsonl``;
+keyshift's own ``duration_s`` from ``batches.jsonl`` only where that file is missing);
+batch p50 / p95; medians over repeats; the same once more without each run's
 first (cold) batch. A run whose batch size would need more than ``--max-batches`` batches for
 the whole topic counts its first ``--max-batches`` batches only (the peers' query is stopped,
 keyshift gets SIGTERM, its clean stop between batches), so the small batch size does not take
@@ -448,6 +449,22 @@ def read_batches(run_dir: Path) -> tuple[list[int], list[float]]:
     return rows, durations
 
 
+def spark_durations(run_dir: Path) -> list[float]:
+    """Spark's ``triggerExecution`` of each keyshift batch that read input (the job writes
+    ``progress.jsonl`` when it stops): the same measure as the peers', offsets and commit
+    included. Empty when the run did not write it."""
+    path = Path(run_dir) / "progress.jsonl"
+    if not path.is_file():
+        return []
+    seen: dict[int, float] = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            p = json.loads(line)
+            if p["input_rows"] > 0:
+                seen[int(p["batch_id"])] = float(p["trigger_s"])
+    return [seen[b] for b in sorted(seen)]
+
+
 def run_keyshift(overrides: dict[str, Any], topic: str, system: str, batch_size: int, *,
                  engines: int, reference: Reference | None = None,
                  max_batches: int | None = None, log: Path | None = None,
@@ -494,6 +511,9 @@ def run_keyshift(overrides: dict[str, Any], topic: str, system: str, batch_size:
         raise RuntimeError(f"{run_id}: batches.jsonl ({len(durations)} batches, {sum(rows)} "
                            f"events) disagrees with the JSON summary ({out['batches']}, "
                            f"{out['events_in']})")
+    spark_s = spark_durations(Path(out.get("run_dir", run_dir)))
+    if len(spark_s) >= len(durations):  # time keyshift the way the peers are timed
+        durations = spark_s[:len(durations)]
     bounded = max_batches is not None and len(durations) >= max_batches and (
         reference is None or sum(rows) < reference.events)
     if bounded:

@@ -222,6 +222,24 @@ class StreamJob:
         if self.query is not None and self.query.isActive:
             self.query.stop()
         self.flush()
+        self._write_progress()
+
+    def _write_progress(self) -> None:
+        """Spark's own account of the batches (``triggerExecution`` covers offsets, the
+        foreachBatch and the commit), beside ours in the run folder: the measure the plain
+        Spark peers of ``bench/bench_stream.py`` are timed by."""
+        if self.query is None:
+            return
+        try:
+            progress = self.query.recentProgress
+        except Exception:  # the query is gone with its session: nothing to add
+            return
+        with open(self.run_dir / "progress.jsonl", "a") as f:
+            for p in progress:
+                f.write(json.dumps({
+                    "batch_id": p["batchId"], "input_rows": p["numInputRows"],
+                    "trigger_s": p["durationMs"].get("triggerExecution", 0) / 1000,
+                    "add_batch_s": p["durationMs"].get("addBatch", 0) / 1000}) + "\n")
 
     def flush(self) -> None:
         """Commit the last batch's metrics row now (it normally rides with the next batch)."""
