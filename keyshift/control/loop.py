@@ -154,7 +154,8 @@ class ControlLoop:
                 sample = recorded.sample or sample
                 scaling = self.scaler.replay(window.index + 1, n, sample, recorded.scaler)
             else:
-                scaling = self.scaler.decide(window.index + 1, n, sample)
+                scaling = self.scaler.decide(window.index + 1, n, sample,
+                                             live_loads(old.assignment, window.loads, old.live))
             scale_text = scaling.reason
             if scaling.engines_after != n:
                 try:

@@ -18,6 +18,7 @@ from typing import Protocol
 
 import numpy as np
 
+from keyshift.elastic.baselines import EngineObservation
 from keyshift.elastic.controller import PathController
 from keyshift.elastic.cost import Forecast
 from keyshift.elastic.decision import Observation, ScalingDecision
@@ -224,14 +225,18 @@ class ScalerStep:
         entered = getattr(self.scaler, "entered", None)
         return entered() if entered is not None else None
 
-    def decide(self, index: int, engines_now: int, sample: WindowSample) -> ScalingDecision:
+    def decide(self, index: int, engines_now: int, sample: WindowSample,
+               engine_loads: np.ndarray | None = None) -> ScalingDecision:
         """N for window ``index`` after the window of ``sample``; the reason names the
-        forecast's source."""
+        forecast's source. ``engine_loads`` (the window's tuples per live engine) reach the
+        scalers that look at single engines, e.g. the 80/40 rule's busiest engine."""
         self.remember(sample)
         observed = None
         if sample.lat_s is not None:
-            observed = Observation(sample.in_tuples, sample.lat_s, engines_now, self.window_s,
-                                   self.sel)
+            observed = EngineObservation(
+                sample.in_tuples, sample.lat_s, engines_now, self.window_s, self.sel,
+                engine_loads=(engine_loads if engine_loads is not None
+                              and len(engine_loads) == engines_now else None))
         now = self.clock()
         used: list[str] = []
         forecast = None
