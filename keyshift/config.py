@@ -194,6 +194,13 @@ class AirflowConfig(_Section):
     port: int = Field(8080, ge=1, le=65535)
 
 
+class MetricsConfig(_Section):
+    """The running job's Prometheus endpoint (streaming.live_metrics): 0 = off."""
+
+    port: int = Field(9464, ge=0, le=65535)
+    host: str = Field("127.0.0.1", min_length=1, pattern=r"^[A-Za-z0-9.:_\[\]-]+$")
+
+
 class Config(_Section):
     """The whole configuration. Paths derived from ``home`` are absolute."""
 
@@ -209,6 +216,7 @@ class Config(_Section):
     controller: ControllerConfig = ControllerConfig()
     planner: PlannerConfig = PlannerConfig()
     airflow: AirflowConfig = AirflowConfig()
+    metrics: MetricsConfig = MetricsConfig()
 
     @property
     def home_path(self) -> Path:
