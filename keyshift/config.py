@@ -120,6 +120,18 @@ class SparkConfig(_Section):
 
 class WarehouseConfig(_Section):
     root: str = ""
+    # VACUUM keeps files removed less than this long ago (jobs.table_maintenance). Delta's
+    # own floor is 168 h: a shorter one can delete files a running reader or a time-travel
+    # query (the table version a model was trained on) still needs, so it is refused here.
+    vacuum_retention_hours: float = Field(168.0, le=24 * 3650)
+
+    @field_validator("vacuum_retention_hours")
+    @classmethod
+    def _retention_floor(cls, hours: float) -> float:
+        if hours < 168:
+            raise ValueError("must be at least 168 (7 days, Delta's safe minimum: shorter "
+                             "deletes files that readers and time travel still need)")
+        return hours
 
 
 class MlflowConfig(_Section):
@@ -192,6 +204,11 @@ class PlannerConfig(_Section):
 
 class AirflowConfig(_Section):
     port: int = Field(8080, ge=1, le=65535)
+    # execution_timeout of each DAG's job task (dags/keyshift_dag_defaults.py): a hung Spark
+    # job fails instead of blocking every later night (max_active_runs=1)
+    retrain_timeout_min: int = Field(180, ge=1, le=24 * 60)
+    baselines_timeout_min: int = Field(60, ge=1, le=24 * 60)
+    maintenance_timeout_min: int = Field(120, ge=1, le=24 * 60)
 
 
 class MetricsConfig(_Section):
