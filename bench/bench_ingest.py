@@ -56,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     from streaming.broker import Broker, create_topic, free_port
     from streaming.job import JobOptions, StreamJob
     from streaming.producer import connect, produce
-    from streaming.session import get_spark, read_table
+    from streaming.delta import read_table
+    from streaming.session import get_spark
 
     os.environ.setdefault("KEYSHIFT_CACHE", str(ROOT / ".keyshift" / "cache"))
     console = Console()

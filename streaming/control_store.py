@@ -70,9 +70,9 @@ class ControlLog:
 
     def write_plan(self, plan: Plan, policy: str, reason: str, batch_id: int) -> None:
         row = [plan_row(plan, self.run_id, policy, reason)]
-        if self.appends is not None and self.appends.fresh and batch_id < 0:
-            # the initial plan of a run nobody started before: nothing to be idempotent with
-            append_rows(self.spark, self.cfg, "plans", row)
+        if self.appends is not None:  # the job: one Spark job per append (RunAppends)
+            self.appends.append_rows("plans", row, max(batch_id, 0),
+                                     match={"scope": self.run_id, "version": plan.version})
             return
         append_rows(self.spark, self.cfg, "plans", row, f"{self.run_id}/plans", batch_id + 1)
 

@@ -235,25 +235,33 @@ class RunAppends:
     def may_exist(self, batch_id: int) -> bool:
         return not self.fresh and (self.first is None or batch_id <= self.first)
 
-    def written(self, name: str, batch_id: int) -> bool:
-        """Whether table ``name`` already has rows of this run's batch ``batch_id``."""
+    def written(self, name: str, batch_id: int, match: Mapping[str, Any] | None = None) -> bool:
+        """Whether table ``name`` already has the rows: this run's batch ``batch_id``, or
+        those with the column values of ``match`` (tables keyed otherwise: plans by scope
+        and version, migrations by id and status)."""
         from pyspark.sql import functions as F
 
+        key = match or {"run_id": self.run_id, "batch_id": batch_id}
+        cond = None
+        for col, value in key.items():
+            c = F.col(col) == value
+            cond = c if cond is None else cond & c
         df = self.spark.read.format("delta").load(self.cfg.table_path(name))
-        return bool(df.where((F.col("run_id") == self.run_id) & (F.col("batch_id") == batch_id))
-                    .limit(1).count())
+        return bool(df.where(cond).limit(1).count())
 
-    def append(self, name: str, frame: DataFrame, batch_id: int) -> None:
+    def append(self, name: str, frame: DataFrame, batch_id: int,
+               match: Mapping[str, Any] | None = None) -> None:
         """``frame`` (a table's rows of this batch) into ``name``, unless already there."""
-        if self.may_exist(batch_id) and self.written(name, batch_id):
+        if self.may_exist(batch_id) and self.written(name, batch_id, match):
             return
         append_frame(frame, self.cfg, name)
 
-    def append_rows(self, name: str, rows: Sequence[Mapping[str, Any]], batch_id: int) -> int:
+    def append_rows(self, name: str, rows: Sequence[Mapping[str, Any]], batch_id: int,
+                    match: Mapping[str, Any] | None = None) -> int:
         """Like :meth:`append` for rows built on the driver (dicts by column name)."""
         if not rows:
             return 0
-        self.append(name, contract_frame(self.spark, name, rows), batch_id)
+        self.append(name, contract_frame(self.spark, name, rows), batch_id, match)
         return len(rows)
 
 

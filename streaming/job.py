@@ -55,7 +55,7 @@ from .engines import (
 )
 from .migration import Migration, record_completed, record_started, release
 from .storage import delete_if_exists, read_if_exists, write_atomically
-from .txn import RunAppends, concurrently
+from .delta import RunAppends, concurrently
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -177,7 +177,7 @@ class StreamJob:
         )
 
     def start(self) -> StreamingQuery:
-        from streaming.session import ensure_tables
+        from streaming.delta import ensure_tables
 
         ensure_tables(self.spark, self.cfg, TABLES_WRITTEN)
         # a run no process started before has written nothing: its first batch need not look
@@ -403,7 +403,7 @@ class StreamJob:
             t_mig = time.perf_counter()
             snapshots, moved = release(self.spark, self.cfg, self.appends, migration, spec,
                                        slots)
-            record_started(self.spark, self.cfg, self.run_id, migration, moved, start_wall)
+            record_started(self.appends, migration, moved, start_wall)
             (self.run_dir / "migrating.json").write_text(json.dumps(
                 {"batch_id": batch_id, "groups": len(migration),
                  "migration_id": migration.migration_id}))
@@ -457,8 +457,8 @@ class StreamJob:
                 writes.append(lambda: self.appends.append_rows(
                     "metrics", [pending], pending["batch_id"]))
             if len(migration):
-                writes.append(lambda: record_completed(self.spark, self.cfg, self.run_id,
-                                                       migration, moved, start_wall, ended))
+                writes.append(lambda: record_completed(self.appends, migration, moved,
+                                                       start_wall, ended))
             concurrently(*writes)
         finally:
             result.unpersist(blocking=False)

@@ -34,7 +34,7 @@ from keyshift.config import Config
 from keyshift.plan import Plan
 from keyshift.schemas import SCHEMA_VERSION, table
 
-from .delta import append_rows
+from .delta import read_run
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -110,29 +110,28 @@ def release(spark: SparkSession, cfg: Config, appends: RunAppends, m: Migration,
     appends.append("state_snapshots", spark.createDataFrame(rows, table("state_snapshots").ddl()),
                    batch)
     back = (
-        spark.read.format("delta").load(cfg.table_path("state_snapshots"))
-        .where((F.col("run_id") == run_id) & (F.col("migration_id") == mid))
+        read_run(spark, cfg, "state_snapshots", run_id).where(F.col("migration_id") == mid)
         .select("group", "to_engine", "state", "bytes")
     )
     moved = back.agg(F.coalesce(F.sum("bytes"), F.lit(0))).first()[0]
     return back.select("group", "to_engine", "state"), int(moved)
 
 
-def record_started(spark: SparkSession, cfg: Config, run_id: str, m: Migration, moved: int,
+def record_started(appends: RunAppends, m: Migration, moved: int,
                    started_at: datetime) -> None:
     """The ``started`` row: the snapshots are durable in ``state_snapshots``."""
-    append_rows(spark, cfg, "migrations", [_row(run_id, m, moved, "started", started_at, None)],
-                f"{run_id}/migrations/started", m.batch_id)
+    appends.append_rows("migrations", [_row(appends.run_id, m, moved, "started", started_at,
+                                            None)],
+                        m.batch_id, match={"migration_id": m.migration_id, "status": "started"})
 
 
-def record_completed(
-    spark: SparkSession, cfg: Config, run_id: str, m: Migration, moved: int,
-    started_at: datetime, ended_at: datetime,
-) -> None:
+def record_completed(appends: RunAppends, m: Migration, moved: int, started_at: datetime,
+                     ended_at: datetime) -> None:
     """The ``completed`` row: the new engines hold the groups' state."""
-    append_rows(spark, cfg, "migrations",
-                [_row(run_id, m, moved, "completed", started_at, ended_at)],
-                f"{run_id}/migrations/completed", m.batch_id)
+    appends.append_rows("migrations", [_row(appends.run_id, m, moved, "completed", started_at,
+                                            ended_at)],
+                        m.batch_id, match={"migration_id": m.migration_id,
+                                           "status": "completed"})
 
 
 def _row(run_id: str, m: Migration, moved: int, status: str, start: datetime,

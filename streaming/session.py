@@ -15,8 +15,6 @@ from typing import TYPE_CHECKING
 
 from keyshift.config import Config, load_config
 
-# the table helpers live in the Delta gateway; re-exported for the job and the CLI
-from .delta import ensure_tables, read_table  # noqa: F401
 from .jars import spark_jars
 
 if TYPE_CHECKING:

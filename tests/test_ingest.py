@@ -117,7 +117,7 @@ def test_ingest_batch_is_idempotent_and_groups_as_python_does(spark, spark_confi
     """A batch replayed after a crash writes nothing twice; its key loads are Python's groups
     through the KG plan (no Kafka: the job's batch function on a static frame)."""
     from streaming.job import TABLES_WRITTEN
-    from streaming.session import ensure_tables
+    from streaming.delta import ensure_tables
 
     cfg = spark_config
     run = f"idem-{uuid.uuid4().hex[:6]}"

@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     from rich.console import Console
 
-    from streaming.session import read_table
+    from streaming.delta import read_table
 
     _summary(read_table(job.spark, cfg, "metrics"), job.run_id, Console())
     return 130 if why and why[0] == signal.SIGINT else 0
