@@ -137,7 +137,10 @@ def progress_line(r) -> str:
 
 def start_job(cfg, opts, verbosity: int = 0, say=None):
     """The speed layer's one way to start: quiet Spark logging, the session, the job with a
-    progress line per batch, the query. ``keyshift run`` and ``keyshift demo`` both use it."""
+    progress line per batch and live metrics (Prometheus on ``[metrics] host:port`` unless the
+    port is 0, :mod:`streaming.live_metrics`), the query. ``keyshift run`` and ``keyshift
+    demo`` both use it."""
+    from streaming.live_metrics import live_metrics_for
     from streaming.logs import configure_spark_logging, set_session_level
 
     say = say or (lambda *a: print(*a, file=sys.stderr, flush=True))
@@ -147,7 +150,21 @@ def start_job(cfg, opts, verbosity: int = 0, say=None):
 
     spark = get_spark(cfg, app_name=f"keyshift-{opts.run_id}")
     set_session_level(spark, verbosity)
-    job = StreamJob(spark, cfg, opts, on_batch=lambda r: say(progress_line(r)))
+    live = live_metrics_for(cfg, opts, say)
+    failed: list[str] = []
+
+    def on_batch(report) -> None:
+        say(progress_line(report))
+        if live is None:
+            return
+        try:
+            live.observe(job, report)
+        except Exception as exc:  # watching the job must never fail it: say so, once
+            if not failed:
+                failed.append(str(exc))
+                say(f"live metrics not updated: {exc}")
+
+    job = StreamJob(spark, cfg, opts, on_batch=on_batch)
     job.start()
     return job
 

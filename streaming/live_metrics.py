@@ -1,0 +1,299 @@
+"""Live metrics of a running job: a Prometheus endpoint that ``keyshift run`` and the demo serve.
+
+Why: the durable record of a run is in Delta (``metrics``, ``decisions``, ``migrations``), which
+a person can read only with Spark and after the fact. A running job should be watchable the way
+every other service is: Prometheus scrapes ``http://HOST:PORT/metrics`` (``[metrics] host`` and
+``port``; port 0 turns it off) and Grafana plots it (``docker/grafana``).
+
+The driver already holds every number needed: the :class:`streaming.job.BatchReport` of each
+micro-batch, the controller's :class:`~keyshift.control.ControlDecision` at a window's end and
+the query's ``lastProgress`` (Kafka offsets). :func:`start_job` in ``streaming/commands/run.py``
+feeds them to :meth:`LiveMetrics.observe` after every batch; nothing here touches the data path.
+
+Every series carries the run id (label ``run_id``), so one Prometheus keeps runs apart and a
+process that runs several jobs (the demo, tests) serves them all from one endpoint. Counters
+count what *this process* saw: a resumed run starts them at 0 again, which Prometheus's
+``rate()`` and ``increase()`` treat as the counter reset it is.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client.exposition import start_http_server
+
+RUN = ("run_id",)
+
+# name (as exposed) → (kind, help). The dashboard (docker/grafana) and its test refer to these.
+METRICS: dict[str, tuple[str, str]] = {
+    "keyshift_events_total": (
+        "counter", "valid events taken in from Kafka (records that parsed and validated)"),
+    "keyshift_dead_letters_total": (
+        "counter", "records sent to the dead_letter table, with their reason"),
+    "keyshift_complex_events_total": (
+        "counter", "complex events the operator produced (rows of events_out)"),
+    "keyshift_batches_total": ("counter", "micro-batches completed"),
+    "keyshift_batch_duration_seconds": (
+        "histogram", "wall time of one micro-batch on the driver, from start to committed"),
+    "keyshift_rstd_percent": (
+        "gauge", "imbalance of the last batch: imbScore = 100 std(L)/mean(L) over live engines"),
+    "keyshift_engines": ("gauge", "engines (parallel operator instances) of the plan in force"),
+    "keyshift_plan_version": ("gauge", "version of the plan (group -> engine) in force"),
+    "keyshift_migrations_total": ("counter", "batches that migrated key groups"),
+    "keyshift_moved_groups_total": ("counter", "key groups moved to another engine"),
+    "keyshift_moved_state_bytes_total": (
+        "counter", "state bytes moved with them (psi, the state movement)"),
+    "keyshift_decisions_total": (
+        "counter", "controller decisions at window ends, by action (none, rebalance, "
+                   "scale_out, scale_in, declined)"),
+    "keyshift_kafka_lag_records": (
+        "gauge", "records in the topic not yet read: latest offset - end offset of the last "
+                 "batch Spark reported, summed over partitions"),
+    "keyshift_window_input_rate": (
+        "gauge", "events per second of the last statistic window (the actual input rate)"),
+    "keyshift_forecast_error": (
+        "gauge", "relative error of the engine scaler's forecast (In, Lat) for the last window; "
+                 "absent without the planner"),
+    "keyshift_last_batch_timestamp_seconds": (
+        "gauge", "Unix time the last micro-batch completed (staleness: time() - this)"),
+    "keyshift_run_info": ("info", "what the run is: app, policy, topic (value 1)"),
+}
+
+
+def exposed_series(name: str) -> tuple[str, ...]:
+    """The sample names a metric of :data:`METRICS` appears under in the exposition (a
+    histogram as ``_bucket``, ``_sum``, ``_count``; an info as ``_info``)."""
+    kind = METRICS[name][0]
+    if kind == "histogram":
+        return (f"{name}_bucket", f"{name}_sum", f"{name}_count")
+    if kind == "info":
+        return (f"{name.removesuffix('_info')}_info",)
+    return (name,)
+
+
+def series_names() -> frozenset[str]:
+    """Every sample name the exporter can expose (what a dashboard query may name)."""
+    return frozenset(s for name in METRICS for s in exposed_series(name))
+
+
+def _help(name: str) -> str:
+    return METRICS[name][1]
+
+
+class Families:
+    """The metric families of one registry (each registered once; runs are label values)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        def counter(name: str, labels: tuple[str, ...] = RUN) -> Counter:
+            # prometheus_client adds the _total suffix itself
+            return Counter(name.removesuffix("_total"), _help(name), labels, registry=registry)
+
+        def gauge(name: str) -> Gauge:
+            return Gauge(name, _help(name), RUN, registry=registry)
+
+        self.registry = registry
+        self.events = counter("keyshift_events_total")
+        self.dead = counter("keyshift_dead_letters_total")
+        self.complex = counter("keyshift_complex_events_total")
+        self.batches = counter("keyshift_batches_total")
+        self.duration = Histogram(
+            "keyshift_batch_duration_seconds", _help("keyshift_batch_duration_seconds"), RUN,
+            registry=registry,
+            buckets=(0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 60, 120, float("inf")))
+        self.rstd = gauge("keyshift_rstd_percent")
+        self.engines = gauge("keyshift_engines")
+        self.plan_version = gauge("keyshift_plan_version")
+        self.migrations = counter("keyshift_migrations_total")
+        self.moved_groups = counter("keyshift_moved_groups_total")
+        self.moved_bytes = counter("keyshift_moved_state_bytes_total")
+        self.decisions = counter("keyshift_decisions_total", (*RUN, "action"))
+        self.lag = gauge("keyshift_kafka_lag_records")
+        self.input_rate = gauge("keyshift_window_input_rate")
+        self.forecast_error = gauge("keyshift_forecast_error")
+        self.last_batch = gauge("keyshift_last_batch_timestamp_seconds")
+        self.info = Info("keyshift_run", _help("keyshift_run_info"), RUN, registry=registry)
+
+
+class LiveMetrics:
+    """One run's series in a registry: :meth:`observe` after every micro-batch."""
+
+    def __init__(self, run_id: str, families: Families | None = None,
+                 window_s: float | None = None) -> None:
+        self.run_id = run_id
+        self.families = families or Families(CollectorRegistry())
+        self.window_s = window_s
+        self._seen_decision: Any = None
+        f, r = self.families, run_id
+        # children created now, so every series exists (at 0) from the first scrape on
+        self._events, self._dead = f.events.labels(r), f.dead.labels(r)
+        self._complex, self._batches = f.complex.labels(r), f.batches.labels(r)
+        self._duration = f.duration.labels(r)
+        self._migrations, self._moved_groups = f.migrations.labels(r), f.moved_groups.labels(r)
+        self._moved_bytes = f.moved_bytes.labels(r)
+        for action in ("none", "rebalance", "scale_out", "scale_in", "declined"):
+            f.decisions.labels(r, action)
+
+    @property
+    def registry(self) -> CollectorRegistry:
+        return self.families.registry
+
+    def describe_run(self, app: str, policy: str, topic: str) -> None:
+        self.families.info.labels(self.run_id).info({"app": app, "policy": policy,
+                                                     "topic": topic})
+
+    def observe_batch(self, report: Any) -> None:
+        """A :class:`streaming.job.BatchReport`: counters, imbalance, engines, plan."""
+        f, r = self.families, self.run_id
+        self._events.inc(report.events)
+        self._dead.inc(report.dead_letter)
+        self._complex.inc(report.complex_events)
+        self._batches.inc()
+        self._duration.observe(report.duration_s)
+        f.rstd.labels(r).set(report.rstd)
+        f.engines.labels(r).set(report.engines)
+        f.plan_version.labels(r).set(report.plan_version)
+        if report.moved_groups:
+            self._migrations.inc()
+            self._moved_groups.inc(report.moved_groups)
+            self._moved_bytes.inc(report.moved_bytes)
+        f.last_batch.labels(r).set_to_current_time()
+
+    def observe_decision(self, decision: Any) -> None:
+        """The controller's last :class:`~keyshift.control.ControlDecision` (None before the
+        first window ends); each decision is counted once however often it is offered."""
+        if decision is None or decision is self._seen_decision:
+            return
+        self._seen_decision = decision
+        f, r = self.families, self.run_id
+        f.decisions.labels(r, decision.action).inc()
+        ev = getattr(decision, "evaluation", None)
+        if ev is None:
+            return
+        if self.window_s:
+            f.input_rate.labels(r).set(ev.tuples / self.window_s)
+        if ev.forecast_error is not None:
+            f.forecast_error.labels(r).set(ev.forecast_error)
+
+    def observe_progress(self, progress: Mapping[str, Any] | None) -> None:
+        """Spark's ``query.lastProgress``: the Kafka lag, when the source reported one."""
+        lag = kafka_lag(progress)
+        if lag is not None:
+            self.families.lag.labels(self.run_id).set(lag)
+
+    def observe(self, job: Any, report: Any) -> None:
+        """Everything after one micro-batch of ``job`` (a :class:`streaming.job.StreamJob`)."""
+        self.observe_batch(report)
+        self.observe_decision(getattr(job.controller, "last_decision", None))
+        query = getattr(job, "query", None)
+        if query is not None:
+            try:
+                progress = query.lastProgress
+            except Exception:  # the query is stopping: the lag is simply not updated
+                progress = None
+            self.observe_progress(progress)
+
+
+def _offsets(value: Any) -> dict[str, dict[str, int]] | None:
+    """A Kafka source's offsets as Spark reports them: ``{"topic": {"0": 42, ...}}``, as JSON
+    text (PySpark's progress objects) or already parsed (the progress JSON)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            return None
+    return value if isinstance(value, dict) else None
+
+
+def kafka_lag(progress: Mapping[str, Any] | None) -> int | None:
+    """Records behind: Σ over topics and partitions of ``latestOffset - endOffset`` of the
+    sources in a ``StreamingQueryProgress`` (None when no source reported both)."""
+    if not progress:
+        return None
+    total, known = 0, False
+    for source in progress.get("sources") or ():
+        end, latest = _offsets(source.get("endOffset")), _offsets(source.get("latestOffset"))
+        if end is None or latest is None:
+            continue
+        for topic, parts in latest.items():
+            done = end.get(topic) or {}
+            if not isinstance(parts, dict):
+                continue
+            for part, offset in parts.items():
+                if isinstance(offset, int) and isinstance(done.get(part), int):
+                    total += max(0, offset - done[part])
+                    known = True
+    return total if known else None
+
+
+@dataclass
+class Endpoint:
+    """One HTTP endpoint of this process and the families it serves."""
+
+    host: str
+    port: int
+    families: Families
+    server: Any
+    thread: threading.Thread
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.server.server_address[1]}/metrics"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=5)
+
+
+_ENDPOINTS: dict[tuple[str, int], Endpoint] = {}
+_ENDPOINTS_LOCK = threading.Lock()
+
+
+def endpoint(host: str, port: int) -> Endpoint:
+    """This process's endpoint on ``host:port``, started on first use and shared by every job
+    the process runs (a second job would find the port taken by the first).
+    ``OSError`` when another process holds the port."""
+    with _ENDPOINTS_LOCK:
+        ep = _ENDPOINTS.get((host, port))
+        if ep is None:
+            families = Families(CollectorRegistry())
+            server, thread = start_http_server(port, addr=host, registry=families.registry)
+            ep = Endpoint(host, port, families, server, thread)
+            _ENDPOINTS[(host, port)] = ep
+        return ep
+
+
+def close_endpoints() -> None:
+    """Stop every endpoint of this process (tests; a CLI process simply exits)."""
+    with _ENDPOINTS_LOCK:
+        for ep in _ENDPOINTS.values():
+            ep.close()
+        _ENDPOINTS.clear()
+
+
+def live_metrics_for(cfg: Any, opts: Any, say: Callable[[str], None]) -> LiveMetrics | None:
+    """The run's live metrics served on ``[metrics] host:port``; None when the port is 0, or
+    (said in one line, the job goes on) when the port is taken: metrics are for watching a
+    job and must not be the reason it does not run."""
+    port = cfg.metrics.port
+    if not port:
+        return None
+    try:
+        ep = endpoint(cfg.metrics.host, port)
+    except OSError as exc:
+        say(f"live metrics off: cannot listen on {cfg.metrics.host}:{port} ({exc.strerror or exc});"
+            " set [metrics] port (KEYSHIFT_METRICS__PORT) to a free port, or 0")
+        return None
+    live = LiveMetrics(opts.run_id, ep.families, window_s=cfg.controller.window_s)
+    live.describe_run(opts.app, opts.policy, opts.topic or cfg.kafka.topic)
+    say(f"live metrics: {ep.url}")
+    return live
+
+
+__all__ = ["METRICS", "Endpoint", "Families", "LiveMetrics", "close_endpoints", "endpoint",
+           "exposed_series", "kafka_lag", "live_metrics_for", "series_names"]
