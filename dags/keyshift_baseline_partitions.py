@@ -1,32 +1,29 @@
 """LPTF and CLB baseline plans from the Delta ``key_loads`` history → Delta ``plans``.
 
-Runs daily an hour after the nightly retrain, or on demand with params
-(``{"engines": 8, "days": 3}``). Scheduling only: the work is ``jobs.baseline_partitions``.
+Runs when the nightly retrain has succeeded (the ``keyshift://models/champions`` asset it emits), or on
+demand with params (``{"engines": 8, "days": 3}``). Scheduling only: the work is
+``jobs.baseline_partitions``.
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime
 
-from airflow.sdk import Param, dag, get_current_context, task
+from airflow.sdk import Asset, Param, dag, get_current_context, task
 
-DEFAULT_ARGS = {
-    "owner": "keyshift",
-    "retries": 2,
-    "retry_delay": timedelta(minutes=2),
-    "retry_exponential_backoff": 2.0,
-    "max_retry_delay": timedelta(minutes=30),
-}
+from jobs.airflow_tasks import MODELS_ASSET_URI, default_args, job_timeout
+
+MODELS = Asset(MODELS_ASSET_URI)
 
 
 @dag(
     dag_id="keyshift_baseline_partitions",
     description="Offline LPTF and CLB plans on the key-load history, with expected RSTD",
-    schedule="0 3 * * *",
-    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+    schedule=[MODELS],
+    start_date=datetime(2026, 1, 1, tzinfo=UTC),
     catchup=False,
     max_active_runs=1,
-    default_args=DEFAULT_ARGS,
+    default_args=default_args(),
     tags=["keyshift", "batch", "plans"],
     params={
         "engines": Param(None, type=["null", "integer"], minimum=1,
@@ -38,7 +35,7 @@ DEFAULT_ARGS = {
     doc_md=__doc__,
 )
 def keyshift_baseline_partitions():
-    @task
+    @task(execution_timeout=job_timeout("baselines_timeout_min"))
     def baseline_partitions() -> dict:
         from jobs.airflow_tasks import baselines, run_date_of
 

@@ -1,33 +1,31 @@
 """Nightly retrain of the input-rate and latency GPs on the Delta ``metrics`` history.
 
-Scheduling only: the work is ``jobs.retrain_models`` (see ``jobs.airflow_tasks``).
+Scheduling only: the work is ``jobs.retrain_models`` (see ``jobs.airflow_tasks``). A
+successful retrain emits the ``keyshift://models/champions`` asset, which schedules
+``keyshift_baseline_partitions``.
 Trigger with config ``{"days": 7, "to": "2026-11-25", "kernel": "ard+daily"}`` to retrain
 on another range or with one kernel instead of the best of all.
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime
 
-from airflow.sdk import Param, dag, get_current_context, task
+from airflow.sdk import Asset, Param, dag, get_current_context, task
 
-DEFAULT_ARGS = {
-    "owner": "keyshift",
-    "retries": 2,
-    "retry_delay": timedelta(minutes=2),
-    "retry_exponential_backoff": 2.0,
-    "max_retry_delay": timedelta(minutes=30),
-}
+from jobs.airflow_tasks import MODELS_ASSET_URI, default_args, job_timeout
+
+MODELS = Asset(MODELS_ASSET_URI)
 
 
 @dag(
     dag_id="keyshift_nightly_retrain",
     description="Refit GP(input rate) and GP(latency) on the metrics history; MLflow champion",
     schedule="0 2 * * *",
-    start_date=datetime(2026, 1, 1, tzinfo=timezone.utc),
+    start_date=datetime(2026, 1, 1, tzinfo=UTC),
     catchup=False,
     max_active_runs=1,
-    default_args=DEFAULT_ARGS,
+    default_args=default_args(),
     tags=["keyshift", "batch", "models"],
     params={
         "days": Param(14, type="integer", minimum=1, description="look-back in whole days"),
@@ -40,7 +38,7 @@ DEFAULT_ARGS = {
     doc_md=__doc__,
 )
 def keyshift_nightly_retrain():
-    @task
+    @task(outlets=[MODELS], execution_timeout=job_timeout("retrain_timeout_min"))
     def retrain_models() -> dict:
         from jobs.airflow_tasks import retrain, run_date_of
 

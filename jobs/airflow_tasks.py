@@ -85,6 +85,21 @@ def baselines(
     )
 
 
+def maintenance(
+    tables: list[str] | None = None, retention_hours: float | None = None
+) -> dict[str, Any]:
+    """OPTIMIZE + VACUUM of keyshift's Delta tables (``jobs.table_maintenance``); returns the
+    job's summary (XCom). A retention under 168 h is a config error naming the key."""
+    from jobs import table_maintenance
+
+    def call() -> dict[str, Any]:
+        over = ({"warehouse": {"vacuum_retention_hours": retention_hours}}
+                if retention_hours is not None else {})
+        return table_maintenance.run(load_config(**over), tables)
+
+    return _run("table_maintenance", call)
+
+
 def report(result: dict[str, Any]) -> str:
     """One human line per run for the task log and the run's XCom (what the night produced)."""
     if result.get("job") == "baseline_partitions":
@@ -110,3 +125,46 @@ def report(result: dict[str, Any]) -> str:
                 + ("; ".join(parts) or str(result.get("models"))))
     log.info("%s", line)
     return line
+
+
+# --- What every keyshift DAG shares (imported by the DAG files when they are parsed, so
+# only the standard library, keyshift.config and Airflow's SDK are used here) ---
+
+#: URI of the asset a successful nightly retrain emits (new versions registered, champion
+#: decided); the baseline partitions DAG is scheduled on it instead of on a clock.
+MODELS_ASSET_URI = "keyshift://models/champions"
+
+#: The report tasks only turn a job's summary into one line: a few minutes are plenty.
+REPORT_TIMEOUT = timedelta(minutes=5)
+
+
+def job_timeout(key: str) -> timedelta:
+    """A job task's ``execution_timeout`` from ``[airflow] <key>`` (minutes): a hung Spark
+    job fails (and is retried) instead of blocking every later run (``max_active_runs=1``).
+    Read when the DAG file is parsed, so a bad value is an import error naming the key."""
+    return timedelta(minutes=getattr(load_config().airflow, key))
+
+
+def log_failure(context: Any) -> None:
+    """``on_failure_callback`` of every task: one line with the DAG, task, run, try and
+    error, the line to grep for (or alert on) in the task log."""
+    ti = context["ti"]
+    error = context.get("exception")
+    text = str(error).strip().splitlines()[0] if error is not None and str(error).strip() else ""
+    what = f"{type(error).__name__}: {text}" if error is not None else "no exception recorded"
+    log.error("keyshift task failed: dag=%s task=%s run=%s try=%s error=%s",
+              ti.dag_id, ti.task_id, ti.run_id, ti.try_number, what)
+
+
+def default_args() -> dict[str, Any]:
+    """Owner, retries with exponential back-off (2 min × 2ⁿ, at most 30 min), the failure
+    line and a report-sized timeout; the job tasks set their own ``execution_timeout``."""
+    return {
+        "owner": "keyshift",
+        "retries": 2,
+        "retry_delay": timedelta(minutes=2),
+        "retry_exponential_backoff": 2.0,
+        "max_retry_delay": timedelta(minutes=30),
+        "execution_timeout": REPORT_TIMEOUT,
+        "on_failure_callback": log_failure,
+    }

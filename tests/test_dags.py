@@ -1,5 +1,5 @@
 """Every DAG file imports cleanly (DagBag) and declares the schedule, tasks, owner, retries,
-tags and params the batch layer promises. Airflow runs in a child process with a private
+tags, params, timeouts, failure callbacks and asset wiring the batch layer promises. Airflow runs in a child process with a private
 AIRFLOW_HOME: its configuration is fixed at import, so it must not leak into the suite."""
 
 from __future__ import annotations
@@ -25,6 +25,13 @@ for dag in bag.dags.values():
         "tasks": sorted(x.task_id for x in dag.tasks),
         "edges": sorted([u.task_id, d] for u in dag.tasks for d in u.downstream_task_ids),
         "schedule": dag.schedule if isinstance(dag.schedule, str) else None,
+        "schedule_assets": sorted(a.uri for a in dag.schedule)
+                           if isinstance(dag.schedule, list) else [],
+        "outlets": {x.task_id: sorted(o.uri for o in x.outlets) for x in dag.tasks},
+        "timeouts": {x.task_id: x.execution_timeout and x.execution_timeout.total_seconds()
+                     for x in dag.tasks},
+        "callbacks": {x.task_id: [f"{c.__module__}.{c.__name__}" for c in x.on_failure_callback]
+                      for x in dag.tasks},
         "catchup": dag.catchup, "owner": dag.owner, "tags": sorted(dag.tags),
         "retries": [x.retries for x in dag.tasks],
         "backoff": [x.retry_exponential_backoff for x in dag.tasks],
@@ -42,6 +49,8 @@ def airflow_env(tmp: Path) -> dict[str, str]:
         "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{tmp / 'airflow' / 'airflow.db'}",
+        # the job tasks' execution_timeout comes from [airflow]: a non-default value shows it
+        "KEYSHIFT_AIRFLOW__RETRAIN_TIMEOUT_MIN": "77",
     })
     return env
 
@@ -49,7 +58,7 @@ def airflow_env(tmp: Path) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def bag(tmp_path_factory: pytest.TempPathFactory) -> dict:
     tmp = tmp_path_factory.mktemp("dagbag")
-    proc = subprocess.run([sys.executable, "-c", _INSPECT, str(DAGS)], env=airflow_env(tmp),
+    proc = subprocess.run([sys.executable, "-c", _INSPECT, str(DAGS)], env=airflow_env(tmp), check=False,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("JSON"))
@@ -74,15 +83,69 @@ def test_nightly_retrain_dag(bag: dict) -> None:
     assert d["params"] == ["days", "kernel", "to"]
 
 
-def test_baseline_partitions_dag_runs_after_the_retrain_and_takes_params(bag: dict) -> None:
+def test_baseline_partitions_dag_runs_on_the_retrains_asset_and_takes_params(bag: dict) -> None:
+    from jobs.airflow_tasks import MODELS_ASSET_URI
+
     d = bag["dags"]["keyshift_baseline_partitions"]
     assert d["tasks"] == ["baseline_partitions", "report"]
     assert d["edges"] == [["baseline_partitions", "report"]]
-    retrain_hour = int(bag["dags"]["keyshift_nightly_retrain"]["schedule"].split()[1])
-    assert int(d["schedule"].split()[1]) > retrain_hour
+    retrain = bag["dags"]["keyshift_nightly_retrain"]
+    # the retrain's job task emits the asset (only on success); the baselines wait for it
+    assert retrain["outlets"] == {"retrain_models": [MODELS_ASSET_URI], "report": []}
+    assert d["schedule"] is None and d["schedule_assets"] == [MODELS_ASSET_URI]
     assert d["catchup"] is False and d["owner"] == "keyshift"
     assert d["retries"] == [2, 2]
     assert d["params"] == ["days", "engines", "to"]
+
+
+def test_table_maintenance_dag(bag: dict) -> None:
+    d = bag["dags"]["keyshift_table_maintenance"]
+    assert d["tasks"] == ["compact_and_vacuum", "report"]
+    assert d["edges"] == [["compact_and_vacuum", "report"]]
+    assert d["schedule"] == "0 4 * * *"  # after the retrain (02:00) and the baselines
+    assert d["catchup"] is False and d["owner"] == "keyshift"
+    assert {"keyshift", "batch"} <= set(d["tags"])
+    assert d["retries"] == [2, 2] and all(b > 1 for b in d["backoff"])
+    assert d["params"] == ["retention_hours", "tables"]
+
+
+def test_every_task_has_a_timeout_and_the_failure_callback(bag: dict) -> None:
+    """A hung Spark job with max_active_runs=1 would block every later night: each task has
+    an execution_timeout (the job tasks' from [airflow], the reports' a few minutes) and
+    logs one failure line."""
+    from keyshift.config import load_config
+
+    cfg = load_config(env={}).airflow
+    job_minutes = {
+        ("keyshift_nightly_retrain", "retrain_models"): 77,  # set in airflow_env
+        ("keyshift_baseline_partitions", "baseline_partitions"): cfg.baselines_timeout_min,
+        ("keyshift_table_maintenance", "compact_and_vacuum"): cfg.maintenance_timeout_min,
+    }
+    seen = 0
+    for dag_id, d in bag["dags"].items():
+        for task_id in d["tasks"]:
+            assert d["callbacks"][task_id] == ["jobs.airflow_tasks.log_failure"], task_id
+            expected = job_minutes.get((dag_id, task_id), 5)
+            assert d["timeouts"][task_id] == expected * 60, (dag_id, task_id)
+            seen += 1
+    assert seen == 6
+
+
+def test_failure_callback_logs_one_line_with_task_run_and_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from types import SimpleNamespace
+
+    from jobs.airflow_tasks import log_failure
+
+    ti = SimpleNamespace(dag_id="keyshift_table_maintenance", task_id="compact_and_vacuum",
+                         run_id="scheduled__2026-11-26T04:00:00+00:00", try_number=3)
+    with caplog.at_level("ERROR", logger="jobs.airflow_tasks"):
+        log_failure({"ti": ti, "exception": RuntimeError("metrics: conflict\nstack...")})
+    (record,) = caplog.records
+    assert record.getMessage() == (
+        "keyshift task failed: dag=keyshift_table_maintenance task=compact_and_vacuum "
+        "run=scheduled__2026-11-26T04:00:00+00:00 try=3 error=RuntimeError: metrics: conflict")
 
 
 def test_dag_files_hold_no_business_logic() -> None:

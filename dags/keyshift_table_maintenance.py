@@ -1,0 +1,60 @@
+"""Nightly compaction (Delta OPTIMIZE) and VACUUM of keyshift's Delta tables.
+
+Every micro-batch of the streaming job appends small files to each table; this DAG rewrites
+them into a few large files and deletes the files removed longer ago than
+``warehouse.vacuum_retention_hours`` (at least 168 h). Trigger with config
+``{"tables": ["metrics", "key_loads"], "retention_hours": 336}`` to maintain some tables or
+keep files longer. Scheduling only: the work is ``jobs.table_maintenance``.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from airflow.sdk import Param, dag, get_current_context, task
+
+from jobs.airflow_tasks import default_args, job_timeout
+from keyshift.schemas import TABLES
+
+
+@dag(
+    dag_id="keyshift_table_maintenance",
+    description="Compact (OPTIMIZE) and vacuum keyshift's Delta tables",
+    schedule="0 4 * * *",  # after the nightly retrain (02:00) and the baselines it triggers
+    start_date=datetime(2026, 1, 1, tzinfo=UTC),
+    catchup=False,
+    max_active_runs=1,
+    default_args=default_args(),
+    tags=["keyshift", "batch", "maintenance"],
+    params={
+        "tables": Param(None, type=["null", "array"],
+                        items={"type": "string", "enum": list(TABLES)},
+                        description="tables to maintain; empty: all of keyshift's tables"),
+        "retention_hours": Param(None, type=["null", "number"], minimum=168,
+                                 description="VACUUM retention; empty: "
+                                             "warehouse.vacuum_retention_hours"),
+    },
+    doc_md=__doc__,
+)
+def keyshift_table_maintenance():
+    @task(execution_timeout=job_timeout("maintenance_timeout_min"))
+    def compact_and_vacuum() -> dict:
+        from jobs.airflow_tasks import maintenance
+
+        p = get_current_context()["params"]
+        return maintenance(p["tables"], p["retention_hours"])
+
+    @task
+    def report(result: dict) -> str:
+        import logging
+
+        from jobs.table_maintenance import summary_line
+
+        line = summary_line(result)
+        logging.getLogger("keyshift.dags").info("%s", line)
+        return line
+
+    report(compact_and_vacuum())
+
+
+keyshift_table_maintenance()
