@@ -172,7 +172,7 @@ def print_summary(result: dict[str, Any]) -> None:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tables", default=None, metavar="T1,T2",
                    help=f"comma-separated tables (default: all of {', '.join(TABLES)})")
-    p.add_argument("--retention-hours", type=float, default=None,
+    p.add_argument("--retention-hours", type=float, default=None, metavar="HOURS",
                    help="VACUUM retention (default: warehouse.vacuum_retention_hours; >= 168)")
     p.add_argument("--config", help="TOML file (default: $KEYSHIFT_CONFIG or built-in)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")

@@ -1,4 +1,5 @@
-"""``keyshift job retrain|baselines|history``: the batch jobs by hand, same code as the DAGs.
+"""``keyshift job retrain|baselines|maintenance|history``: the batch jobs by hand, same code
+as the DAGs.
 
 ``history`` writes a synthetic ``metrics`` + ``key_loads`` history (daily cycle, Zipf keys)
 into the configured warehouse, so the nightly DAGs have something to chew on before a
@@ -14,7 +15,7 @@ from keyshift.config import load_config
 
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    from jobs import baseline_partitions, retrain_models
+    from jobs import baseline_partitions, retrain_models, table_maintenance
 
     p = sub.add_parser("job", help="run a batch job of the nightly layer by hand")
     jobs = p.add_subparsers(dest="job", metavar="JOB", required=True)
@@ -28,6 +29,12 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     b.set_defaults(func=run, job_run=baseline_partitions.run_from_args,
                    job_print=baseline_partitions.print_summary,
                    job_errors=lambda: baseline_partitions.RUNTIME_ERRORS)
+    m = jobs.add_parser("maintenance",
+                        help="compact (OPTIMIZE) and vacuum keyshift's Delta tables")
+    table_maintenance.add_arguments(m)
+    m.set_defaults(func=run, job_run=table_maintenance.run_from_args,
+                   job_print=table_maintenance.print_summary,
+                   job_errors=lambda: table_maintenance.RUNTIME_ERRORS)
     h = jobs.add_parser("history", help="write a synthetic metrics + key_loads history")
     h.add_argument("--to", dest="last", metavar="YYYY-MM-DD",
                    help="last day of the history (default: yesterday, UTC)")
