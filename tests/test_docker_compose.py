@@ -126,3 +126,170 @@ def test_the_stream_service_runs_the_balancer_with_valid_arguments(compose: dict
     env = _keyshift_env(compose["services"]["keyshift-stream"], {"SPARK_MASTER_HOST": "x"})
     opts = options_from(ns, load_config(env=env))
     assert opts.run_id == "prod" and opts.policy == "dlb-h" and opts.app == "wordcount"
+
+
+# -- Kafka: two listeners, data that survives a restart ---------------------------------------
+
+def _listeners(value: str) -> dict[str, tuple[str, int]]:
+    """``NAME://host:port,...`` → {NAME: (host, port)} (an empty host: all interfaces)."""
+    out = {}
+    for item in value.split(","):
+        name, _, addr = item.partition("://")
+        host, _, port = addr.rpartition(":")
+        out[name] = (host, int(port))
+    return out
+
+
+def test_kafka_has_an_internal_and_a_host_listener(compose: dict) -> None:
+    kafka = compose["services"]["kafka"]
+    env = {k: _interpolate(v, {}) for k, v in kafka["environment"].items()}
+    listening = _listeners(env["KAFKA_LISTENERS"])
+    advertised = _listeners(env["KAFKA_ADVERTISED_LISTENERS"])
+    protocols = dict(p.split(":") for p in env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].split(","))
+    assert set(listening) == set(protocols) == {"INTERNAL", "HOST", "CONTROLLER"}
+    assert env["KAFKA_INTER_BROKER_LISTENER_NAME"] == "INTERNAL"
+    assert env["KAFKA_CONTROLLER_LISTENER_NAMES"] == "CONTROLLER"
+    assert set(advertised) == {"INTERNAL", "HOST"}  # the controller is not for clients
+    # containers reach the internal listener at the address their config names
+    stream = load_config(env=_keyshift_env(compose["services"]["keyshift-stream"],
+                                           {"SPARK_MASTER_HOST": "x"}))
+    assert advertised["INTERNAL"] == (stream.kafka.host, stream.kafka.port)
+    assert listening["INTERNAL"][1] == stream.kafka.port
+    # the host listener is published on the same port it advertises, for localhost clients
+    assert advertised["HOST"] == ("localhost", 29092)
+    published = {_interpolate(p, {}) for p in kafka["ports"]}
+    assert f"{advertised['HOST'][1]}:{listening['HOST'][1]}" in published
+
+
+def test_kafka_keeps_its_log_dirs_and_cluster_id(compose: dict) -> None:
+    import base64
+
+    kafka = compose["services"]["kafka"]
+    env = {k: _interpolate(v, {}) for k, v in kafka["environment"].items()}
+    mounts = dict(v.split(":")[:2][::-1] for v in kafka["volumes"])  # target → source
+    assert mounts[env["KAFKA_LOG_DIRS"]] in compose["volumes"]  # a named volume
+    cluster_id = env["CLUSTER_ID"]
+    assert len(base64.urlsafe_b64decode(cluster_id + "==")) == 16  # a KRaft cluster id
+    example = dict(line.split("=", 1) for line in (DOCKER / ".env.example").read_text()
+                   .splitlines() if line and not line.startswith("#"))
+    assert example["KAFKA_CLUSTER_ID"] == cluster_id
+
+
+def test_long_running_services_have_healthchecks(compose: dict) -> None:
+    for name, service in compose["services"].items():
+        if name == "airflow-init":  # runs once and exits
+            continue
+        check = service.get("healthcheck", {}).get("test")
+        assert check and check[0] in ("CMD", "CMD-SHELL"), name
+    worker = _compose("docker-compose.worker.yml")["services"]["spark-worker"]
+    assert worker["healthcheck"]["test"][0] == "CMD"
+    # the job starts once what it needs is healthy, not merely started
+    needs = compose["services"]["keyshift-stream"]["depends_on"]
+    assert {k: v["condition"] for k, v in needs.items()} == {
+        "kafka": "service_healthy", "spark-master": "service_healthy",
+        "mlflow": "service_healthy"}
+
+
+# -- live metrics: the stream serves them, Prometheus scrapes them, Grafana shows them --------
+
+def _stream_metrics(compose: dict):
+    env = _keyshift_env(compose["services"]["keyshift-stream"], {"SPARK_MASTER_HOST": "x"})
+    return load_config(env=env).metrics
+
+
+def test_prometheus_scrapes_the_stream_services_metrics_port(compose: dict) -> None:
+    metrics = _stream_metrics(compose)
+    assert metrics.port != 0 and metrics.host == "0.0.0.0"  # reachable from other containers
+    prom = compose["services"]["prometheus"]
+    mounts = dict(v.split(":")[:2][::-1] for v in prom["volumes"])
+    conf_file = DOCKER / mounts["/etc/prometheus/prometheus.yml"]
+    assert "--config.file=/etc/prometheus/prometheus.yml" in prom["command"]
+    conf = yaml.safe_load(conf_file.read_text())
+    targets = [t for job in conf["scrape_configs"] for sc in job["static_configs"]
+               for t in sc["targets"]]
+    assert targets == [f"keyshift-stream:{metrics.port}"]
+    stream = compose["services"]["keyshift-stream"]
+    assert f"http://localhost:{metrics.port}/metrics" in stream["healthcheck"]["test"]
+    assert f"{metrics.port}:{metrics.port}" in stream["ports"]
+
+
+def _grafana_mounts(compose: dict) -> dict[str, Path]:
+    vols = compose["services"]["grafana"]["volumes"]
+    return {target: DOCKER / source for source, target, *_ in (v.split(":") for v in vols)
+            if source.startswith("./")}
+
+
+def _dashboard(compose: dict) -> dict:
+    import json
+
+    mounts = _grafana_mounts(compose)
+    provider = yaml.safe_load(
+        (mounts["/etc/grafana/provisioning"] / "dashboards" / "keyshift.yml").read_text())
+    folder = provider["providers"][0]["options"]["path"]
+    files = sorted(mounts[folder].glob("*.json"))
+    assert [f.name for f in files] == ["keyshift.json"]
+    return json.loads(files[0].read_text())
+
+
+def _exprs(dashboard: dict) -> list[tuple[str, str]]:
+    """(panel title, PromQL) of every query of the dashboard, the run variable's included."""
+    out = [(p["title"], t["expr"]) for p in dashboard["panels"] for t in p["targets"]]
+    out += [("variable " + v["name"], v["definition"]) for v in dashboard["templating"]["list"]]
+    return out
+
+
+def test_grafana_dashboard_shows_only_metrics_the_exporter_defines(compose: dict) -> None:
+    from streaming.live_metrics import METRICS, series_names
+
+    dashboard = _dashboard(compose)
+    datasource = yaml.safe_load((_grafana_mounts(compose)["/etc/grafana/provisioning"]
+                                 / "datasources" / "prometheus.yml").read_text())
+    uid = datasource["datasources"][0]["uid"]
+    assert datasource["datasources"][0]["url"] == "http://prometheus:9090"
+    known, used = series_names(), set()
+    for title, expr in _exprs(dashboard):
+        names = set(re.findall(r"\bkeyshift_\w+", expr))
+        assert names, f"{title}: the query names no keyshift metric: {expr}"
+        assert names <= known, f"{title}: {sorted(names - known)} not defined by the exporter"
+        used |= names
+    for panel in dashboard["panels"]:
+        assert panel["datasource"]["uid"] == uid, panel["title"]
+    # every metric the exporter defines has a panel
+    unused = [m for m in METRICS if not any(m in u or u.startswith(m) for u in used)]
+    assert not unused, f"metrics without a panel: {unused}"
+
+
+def test_grafana_dashboard_queries_are_valid_promql(compose: dict, tmp_path: Path) -> None:
+    """promtool (Debian's prometheus package) parses every query as a recording rule."""
+    import shutil
+    import subprocess
+
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool not installed (Debian package prometheus)")
+    # (the run variable's label_values() is Grafana's, not PromQL: panels only)
+    rules = [{"record": f"keyshift:check_{i}", "expr": expr.replace("$run_id", ".*")}
+             for i, (title, expr) in enumerate(_exprs(_dashboard(compose)))
+             if not title.startswith("variable ")]
+    path = tmp_path / "rules.yml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    done = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_dashboard_query_naming_an_unknown_metric_would_be_caught() -> None:
+    """The name check above can fail: a misspelt series is not among the exporter's."""
+    from streaming.live_metrics import series_names
+
+    assert "keyshift_event_total" not in series_names()
+    assert "keyshift_events_total" in series_names()
+
+
+def test_dockerfile_installs_cpu_only_torch_at_the_pinned_version() -> None:
+    text = (DOCKER / "Dockerfile").read_text()
+    assert "--index-url https://download.pytorch.org/whl/cpu" in text
+    version = re.search(r"ARG TORCH_VERSION=(\S+)", text).group(1)
+    pins = (DOCKER.parent / "constraints.txt").read_text()
+    assert f"\ntorch=={version}\n" in pins, "TORCH_VERSION differs from constraints.txt"
+    assert re.search(r"psycopg2-binary==\d+\.\d+\.\d+", text), "pin the Postgres driver"
