@@ -323,6 +323,10 @@ def test_a_real_prometheus_scrapes_a_running_job(spark, platform_config, prometh
                                batches) == batches
         engines = _query(base, f'keyshift_engines{{run_id="{run}"}}')
         assert float(engines[0]["value"][1]) >= 1
+        # more than one batch (200 records each): Spark's progress gave the Kafka offsets
+        assert batches >= 3
+        lag = _query(base, f'keyshift_kafka_lag_records{{run_id="{run}"}}')
+        assert lag and 0 <= float(lag[0]["value"][1]) <= len(sent)
         up = _query(base, 'up{job="keyshift"}')
         assert up and up[0]["metric"]["instance"] == f"127.0.0.1:{port}"
         assert up[0]["value"][1] == "1"
