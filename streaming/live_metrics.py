@@ -49,16 +49,16 @@ METRICS: dict[str, tuple[str, str]] = {
     "keyshift_moved_state_bytes_total": (
         "counter", "state bytes moved with them (psi, the state movement)"),
     "keyshift_decisions_total": (
-        "counter", "controller decisions at window ends, by action (none, rebalance, "
-                   "scale_out, scale_in, declined)"),
+        "counter", ("controller decisions at window ends, by action (none, rebalance, "
+                    "scale_out, scale_in, declined)")),
     "keyshift_kafka_lag_records": (
-        "gauge", "records in the topic not yet read: latest offset - end offset of the last "
-                 "batch Spark reported, summed over partitions"),
+        "gauge", ("records in the topic not yet read: latest offset - end offset of the last "
+                  "batch Spark reported, summed over partitions")),
     "keyshift_window_input_rate": (
         "gauge", "events per second of the last statistic window (the actual input rate)"),
     "keyshift_forecast_error": (
-        "gauge", "relative error of the engine scaler's forecast (In, Lat) for the last window; "
-                 "absent without the planner"),
+        "gauge", ("relative error of the engine scaler's forecast (In, Lat) for the last "
+                  "window; absent without the planner")),
     "keyshift_last_batch_timestamp_seconds": (
         "gauge", "Unix time the last micro-batch completed (staleness: time() - this)"),
     "keyshift_run_info": ("info", "what the run is: app, policy, topic (value 1)"),
@@ -193,7 +193,7 @@ class LiveMetrics:
         if query is not None:
             try:
                 progress = query.lastProgress
-            except Exception:  # the query is stopping: the lag is simply not updated
+            except Exception:  # noqa: BLE001 -- a stopping query: the lag is not updated
                 progress = None
             self.observe_progress(progress)
 

@@ -273,8 +273,8 @@ def test_grafana_dashboard_queries_are_valid_promql(compose: dict, tmp_path: Pat
              if not title.startswith("variable ")]
     path = tmp_path / "rules.yml"
     path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
-    done = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run([promtool, "check", "rules", str(path)], check=False,
+                          capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
 
 

@@ -122,12 +122,10 @@ def test_kafka_lag_from_spark_progress_in_both_forms() -> None:
 
 
 def test_observe_reads_the_job_its_controller_and_its_query() -> None:
-    class Query:
-        lastProgress = {"sources": [{"endOffset": {"t": {"0": 1}},
-                                     "latestOffset": {"t": {"0": 4}}}]}
-
+    query = SimpleNamespace(lastProgress={"sources": [{"endOffset": {"t": {"0": 1}},
+                                                       "latestOffset": {"t": {"0": 4}}}]})
     job = SimpleNamespace(controller=SimpleNamespace(last_decision=_decision("declined")),
-                          query=Query())
+                          query=query)
     live = LiveMetrics("r4")
     live.observe(job, Report())
     assert _value(live, "keyshift_events_total") == 100
@@ -206,12 +204,13 @@ def _prometheus_binary() -> str:
     if os.geteuid() != 0 or not shutil.which("apt-get"):
         pytest.skip("prometheus is not installed and this user cannot apt-get install it")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    done = subprocess.run(["apt-get", "install", "-y", "--no-install-recommends", "prometheus"],
-                          env=env, capture_output=True, text=True, timeout=900)
-    if done.returncode != 0:
-        subprocess.run(["apt-get", "update"], env=env, capture_output=True, timeout=900)
-        done = subprocess.run(["apt-get", "install", "-y", "--no-install-recommends",
-                               "prometheus"], env=env, capture_output=True, text=True,
+    install = ["apt-get", "install", "-y", "--no-install-recommends", "prometheus"]
+    done = subprocess.run(install, check=False, env=env, capture_output=True, text=True,
+                          timeout=900)
+    if done.returncode != 0:  # a stale package list: update it once, then try again
+        subprocess.run(["apt-get", "update"], check=False, env=env, capture_output=True,
+                       timeout=900)
+        done = subprocess.run(install, check=False, env=env, capture_output=True, text=True,
                               timeout=900)
     found = shutil.which("prometheus")
     if not found:
@@ -231,6 +230,7 @@ def prometheus(tmp_path: Path):
     ``(start(targets) -> base URL)`` and stops the server it started."""
     binary = _prometheus_binary()
     procs: list[subprocess.Popen] = []
+    logs = []
 
     def start(target: str) -> str:
         port = _free_port()
@@ -239,7 +239,8 @@ def prometheus(tmp_path: Path):
             "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
             "scrape_configs:\n  - job_name: keyshift\n    scrape_interval: 1s\n"
             f"    static_configs:\n      - targets: ['{target}']\n")
-        log = open(tmp_path / "prometheus.log", "w")
+        log = open(tmp_path / "prometheus.log", "w")  # noqa: SIM115 -- the server's lifetime
+        logs.append(log)
         procs.append(subprocess.Popen(
             [binary, f"--config.file={conf}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
              f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT))
@@ -265,6 +266,8 @@ def prometheus(tmp_path: Path):
                 p.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 p.kill()
+        for log in logs:
+            log.close()
 
 
 def _query(base: str, promql: str) -> list[dict]:

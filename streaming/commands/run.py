@@ -159,7 +159,7 @@ def start_job(cfg, opts, verbosity: int = 0, say=None):
             return
         try:
             live.observe(job, report)
-        except Exception as exc:  # watching the job must never fail it: say so, once
+        except Exception as exc:  # noqa: BLE001 -- watching the job never fails it; said once
             if not failed:
                 failed.append(str(exc))
                 say(f"live metrics not updated: {exc}")
