@@ -13,7 +13,7 @@ import argparse
 import json
 from typing import Any
 
-from keyshift.cli import read_json_request
+from keyshift.commands.json_request import key_name, read_request
 from keyshift.elastic.cost import OBJECTIVES, Forecast
 from keyshift.elastic.errors import ElasticInputError
 from keyshift.elastic.planner import GraphPlanner, check_count, check_nonneg
@@ -44,6 +44,16 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return p
 
 
+def _nonneg(name: str, value: object) -> float:
+    """``check_nonneg``, with an integer too large for a float refused by name (a JSON
+    number may have any number of digits; float() raises OverflowError on them)."""
+    try:
+        return check_nonneg(name, value)
+    except OverflowError:
+        raise ElasticInputError(name, "must be a finite number >= 0, got an integer too "
+                                      "large for a float") from None
+
+
 def _get(obj: dict[str, Any], key: str, default: Any = None, required: bool = False) -> Any:
     if key not in obj:
         if required:
@@ -59,7 +69,7 @@ def parse_request(doc: Any) -> tuple[GraphPlanner, Forecast, int, int | None, li
         raise ElasticInputError("input", "must be a JSON object")
     unknown = sorted(set(doc) - _KNOWN)
     if unknown:
-        raise ElasticInputError(unknown[0], "unknown field")
+        raise ElasticInputError(key_name(unknown[0]), "unknown field")
     windows = _get(doc, "windows", required=True)
     if not isinstance(windows, list) or not windows:
         raise ElasticInputError("windows", "must be a non-empty list of window objects")
@@ -74,7 +84,7 @@ def parse_request(doc: Any) -> tuple[GraphPlanner, Forecast, int, int | None, li
         if floors is not None:
             # Optional service level (the burst reserve): the path's capacity must cover
             # it; a window without one gets 0, i.e. no floor.
-            floors[j] = check_nonneg(f"windows[{j}].in_floor", w.get("in_floor", 0.0))
+            floors[j] = _nonneg(f"windows[{j}].in_floor", w.get("in_floor", 0.0))
         for k in _WINDOW_KEYS:
             if k not in w:
                 raise ElasticInputError(f"windows[{j}].{k}", "is required")
@@ -89,9 +99,9 @@ def parse_request(doc: Any) -> tuple[GraphPlanner, Forecast, int, int | None, li
                         f"windows[{j}].{k}", f"has {len(v)} entries, window 0 has {width}"
                     )
                 for x in v:
-                    check_nonneg(f"windows[{j}].{k}", x)
+                    _nonneg(f"windows[{j}].{k}", x)
             else:
-                check_nonneg(f"windows[{j}].{k}", v)
+                _nonneg(f"windows[{j}].{k}", v)
             cols[k].append(v)
     forecast = Forecast(**cols)
     costs = _get(doc, "costs", {})
@@ -99,11 +109,11 @@ def parse_request(doc: Any) -> tuple[GraphPlanner, Forecast, int, int | None, li
         raise ElasticInputError("costs", "must be an object {mc, ec, rc}")
     bad = sorted(set(costs) - {"mc", "ec", "rc"})
     if bad:
-        raise ElasticInputError(f"costs.{bad[0]}", "unknown field")
-    window_s = check_nonneg("window_s", _get(doc, "window_s", required=True))
+        raise ElasticInputError(f"costs.{key_name(bad[0])}", "unknown field")
+    window_s = _nonneg("window_s", _get(doc, "window_s", required=True))
     if window_s <= 0:
         raise ElasticInputError("window_s", "must be > 0 seconds")
-    sel = check_nonneg("sel", _get(doc, "sel", 1.0))
+    sel = _nonneg("sel", _get(doc, "sel", 1.0))
     if sel <= 0:
         raise ElasticInputError("sel", "must be > 0")
     objective = _get(doc, "objective", "mean")
@@ -112,10 +122,10 @@ def parse_request(doc: Any) -> tuple[GraphPlanner, Forecast, int, int | None, li
     planner = GraphPlanner(
         window_s=window_s,
         sel=sel,
-        mc=check_nonneg("costs.mc", costs.get("mc", 1.0)),
-        ec=check_nonneg("costs.ec", costs.get("ec", 1.0)),
-        rc=check_nonneg("costs.rc", costs.get("rc", 10.0)),
-        theta1=check_nonneg("theta1", _get(doc, "theta1", 0.0)),
+        mc=_nonneg("costs.mc", costs.get("mc", 1.0)),
+        ec=_nonneg("costs.ec", costs.get("ec", 1.0)),
+        rc=_nonneg("costs.rc", costs.get("rc", 10.0)),
+        theta1=_nonneg("theta1", _get(doc, "theta1", 0.0)),
         min_engines=check_count("min_engines", _get(doc, "min_engines", 0)),
         max_engines=check_count("max_engines", _get(doc, "max_engines", 0)),
         cooldown_windows=check_count("cooldown_windows", _get(doc, "cooldown_windows", 0)),
@@ -125,7 +135,25 @@ def parse_request(doc: Any) -> tuple[GraphPlanner, Forecast, int, int | None, li
     engines_now = check_count("engines_now", _get(doc, "engines_now", required=True), low=1)
     since = _get(doc, "windows_since_change")
     since = None if since is None else check_count("windows_since_change", since)
+    since = _clamp_cooldown(planner, len(windows), since)
     return planner, forecast, engines_now, since, floors
+
+
+def _clamp_cooldown(planner: GraphPlanner, horizon: int, since: int | None) -> int | None:
+    """A cooldown longer than the horizon, as an equivalent one of ``horizon`` windows.
+
+    The planner's state carries the windows since the last change up to the cooldown, so
+    its memory grows with it: a cooldown of 4e8 windows (fuzzing found it) asked for 28 GiB.
+    Beyond the horizon only two things matter and both are kept: the wait before the first
+    change (cooldown − windows since the last one), and that no second change fits. Returns
+    the windows since the last change under the clamped cooldown."""
+    cooldown = planner.cooldown_windows
+    if cooldown <= horizon:
+        return since
+    held = cooldown if since is None else min(since, cooldown)
+    wait = cooldown - held  # windows before a change is allowed
+    planner.cooldown_windows = horizon
+    return max(horizon - wait, 0)
 
 
 def plan_request(doc: Any) -> dict[str, Any]:
@@ -134,7 +162,7 @@ def plan_request(doc: Any) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    doc = read_json_request(args.input)
+    doc = read_request(args.input)
     out = plan_request(doc)  # its FieldErrors become the CLI's one-line message
     print(json.dumps(out, indent=2 if args.pretty else None))
     return 0

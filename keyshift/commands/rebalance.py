@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from keyshift.cli import UsageError, read_json_request
+from keyshift.cli import UsageError
+from keyshift.commands.json_request import key_name, read_request
 from keyshift.plan import Plan
 from keyshift.policies import PolicyInputError, Window, policy_class, policy_names
 
@@ -50,6 +51,9 @@ def _numbers(value: Any, field: str, ndim: int) -> np.ndarray:
         arr = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError):
         raise UsageError(f"{field}: must be a list of numbers") from None
+    except OverflowError:  # a JSON integer beyond float range
+        raise UsageError(f"{field}: must contain only finite numbers (one is too large "
+                         "for a float)") from None
     if arr.ndim != ndim:
         shape = "a list of numbers" if ndim == 1 else "a list of lists of numbers of equal length"
         raise UsageError(f"{field}: must be {shape}")
@@ -73,7 +77,7 @@ def parse_request(doc: Any) -> tuple[Plan, Window, dict[str, Any]]:
         raise UsageError("input: must be a JSON object")
     unknown = sorted(set(doc) - FIELDS)
     if unknown:
-        raise UsageError(f"{unknown[0]}: unknown field; expected {', '.join(sorted(FIELDS))}")
+        raise UsageError(f"{key_name(unknown[0])}: unknown field; expected {', '.join(sorted(FIELDS))}")
     for required in ("engines", "loads"):
         if required not in doc:
             raise UsageError(f"{required}: missing")
@@ -147,20 +151,25 @@ def build_policy(name: str, params: dict[str, Any]) -> tuple[Any, list[str]]:
     unknown = sorted(k for k in params if k not in accepted and k not in SHARED_PARAMS)
     if unknown:
         takes = ", ".join(sorted(accepted)) or "no parameters"
-        raise UsageError(f"params.{unknown[0]}: policy {name} does not take it (takes {takes})")
-    return cls(**{k: v for k, v in params.items() if k in accepted}), ignored
+        raise UsageError(f"params.{key_name(unknown[0])}: policy {name} does not take it (takes {takes})")
+    try:
+        return cls(**{k: v for k, v in params.items() if k in accepted}), ignored
+    except PolicyInputError as exc:
+        raise UsageError(str(exc)) from None
+    except (TypeError, ValueError, OverflowError) as exc:  # e.g. theta = 1e400 as an integer
+        raise UsageError(f"params: {str(exc).splitlines()[0][:200]}") from None
 
 
 def run(args: argparse.Namespace) -> int:
-    doc = read_json_request(args.input)
+    doc = read_request(args.input)
     plan, window, params = parse_request(doc)
     policy, ignored = build_policy(args.policy, params)
     try:
         decision = policy.decide(plan, window)
     except PolicyInputError as exc:
         raise UsageError(str(exc)) from None
-    except (TypeError, ValueError) as exc:  # a parameter of the wrong type deep inside
-        raise UsageError(f"params: {exc}") from None
+    except (TypeError, ValueError, OverflowError) as exc:  # a parameter of the wrong type
+        raise UsageError(f"params: {str(exc).splitlines()[0][:200]}") from None
     out = decision.to_dict()
     if ignored:
         out["info"]["ignored_params"] = ignored

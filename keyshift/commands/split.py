@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 from typing import Any
 
 import numpy as np
 
-from keyshift.cli import read_json_request
+from keyshift.commands.json_request import key_name, read_request
 from keyshift.split import (
     BlockingRateModel,
     SplitInputError,
@@ -39,17 +40,33 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def _int(value: Any, field: str, low: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or (isinstance(value, float) and not math.isfinite(value)) or int(value) != value):
         raise SplitInputError(field, "must be a whole number")
     if value < low:
         raise SplitInputError(field, f"must be ≥ {low}")
     return int(value)
 
 
+def _int_list(value: Any, field: str) -> np.ndarray:
+    """Per-function bounds: a list of whole numbers (their count is check_problem's)."""
+    if not isinstance(value, list):
+        raise SplitInputError(field, "must be a list, one per function")
+    out = [_int(v, f"{field}[{i}]") for i, v in enumerate(value)]
+    for i, v in enumerate(out):
+        if v >= 2**62:  # a bound no split reaches, and beyond a machine integer
+            raise SplitInputError(f"{field}[{i}]", "is too large (more than any total)")
+    return np.array(out, dtype=np.int64)
+
+
 def _number(value: Any, field: str, low: float, high: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not low < value < high:
         raise SplitInputError(field, f"must be a number in ({low}, {high})")
-    return float(value)
+    try:
+        return float(value)
+    except OverflowError:  # a JSON integer beyond float range
+        raise SplitInputError(field, f"must be a number in ({low}, {high}) that fits a "
+                                     "float") from None
 
 
 def _bounds_from(conns: list[dict], total: int) -> tuple[np.ndarray, np.ndarray]:
@@ -65,7 +82,7 @@ def solve_request(req: Any) -> dict[str, Any]:
     unknown = set(req) - {"total", "connections", "functions", "min", "max", "cluster",
                           "cluster_threshold", "delta", "smoothing"}
     if unknown:
-        raise SplitInputError(sorted(unknown)[0], "unknown field")
+        raise SplitInputError(key_name(sorted(unknown)[0]), "unknown field")
     if ("connections" in req) == ("functions" in req):
         raise SplitInputError("input", "give exactly one of 'connections' (samples) or 'functions'")
     delta = _number(req.get("delta", 1e-6), "delta", 0.0, 1.0)
@@ -84,14 +101,19 @@ def solve_request(req: Any) -> dict[str, Any]:
         for j, c in enumerate(conns):
             extra = set(c) - {"samples", "min", "max"}
             if extra:
-                raise SplitInputError(f"connections[{j}].{sorted(extra)[0]}", "unknown field")
+                raise SplitInputError(f"connections[{j}].{key_name(sorted(extra)[0])}",
+                                      "unknown field")
             pts = c.get("samples", [])
             if not isinstance(pts, list) or not all(
                 isinstance(p, list) and len(p) == 2 and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in p)
                 for p in pts
             ):
                 raise SplitInputError(f"connections[{j}].samples", "must be a list of [weight, blocking_rate] pairs")
-            samples.append(np.array(pts, dtype=np.float64).reshape(-1, 2))
+            try:
+                samples.append(np.array(pts, dtype=np.float64).reshape(-1, 2))
+            except OverflowError:
+                raise SplitInputError(f"connections[{j}].samples",
+                                      "a number is too large for a float") from None
         smoothing = _number(req.get("smoothing", 0.5), "smoothing", 0.0, 1.0 + 1e-12)
         model = BlockingRateModel.from_samples(samples, total, smoothing, delta)
         plain, tilted = model.functions(tilt=False), model.functions(tilt=True)
@@ -105,16 +127,12 @@ def solve_request(req: Any) -> dict[str, Any]:
             raise SplitInputError("functions", "must all have the same length (R + 1 weights)")
         try:
             plain = np.array(funcs, dtype=np.float64)
-        except (TypeError, ValueError):
-            raise SplitInputError("functions", "must hold numbers only") from None
+        except (TypeError, ValueError, OverflowError):
+            raise SplitInputError("functions", "must hold numbers that fit a float") from None
         total = _int(req.get("total", plain.shape[1] - 1), "total", 1)
         n = plain.shape[0]
-        lo = np.array(req.get("min", [0] * n)) if isinstance(req.get("min", []), list) else None
-        hi = np.array(req.get("max", [plain.shape[1] - 1] * n)) if isinstance(req.get("max", []), list) else None
-        if lo is None:
-            raise SplitInputError("min", "must be a list, one per function")
-        if hi is None:
-            raise SplitInputError("max", "must be a list, one per function")
+        lo = _int_list(req.get("min", [0] * n), "min")
+        hi = _int_list(req.get("max", [plain.shape[1] - 1] * n), "max")
         tilted = plain + delta * np.arange(plain.shape[1])
     tilted, total, lo, hi = check_problem(tilted, total, lo, hi)
     n = tilted.shape[0]
@@ -134,7 +152,7 @@ def solve_request(req: Any) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    req = read_json_request(args.input)
+    req = read_request(args.input)
     out = solve_request(req)  # its FieldErrors become the CLI's one-line message
     print(json.dumps(out, indent=2 if args.pretty else None))
     return 0
