@@ -80,7 +80,12 @@ def run(args: argparse.Namespace) -> int:
                     f"topics: {', '.join(st['topics']) or 'none'})"
                 )
             else:
-                print(f"kafka: not healthy: {st['error']}", file=sys.stderr)
+                hint = ""
+                if st["pid"] and cfg.kafka.security_protocol == "PLAINTEXT":
+                    hint = (f" (broker process {st['pid']} is running: if it was started with "
+                            "--sasl-plain, set kafka.security_protocol = SASL_PLAINTEXT, "
+                            "kafka.sasl_username and KEYSHIFT_KAFKA__SASL_PASSWORD)")
+                print(f"kafka: not healthy: {st['error']}{hint}", file=sys.stderr)
             return 0 if st["healthy"] else 1
         name = args.name or cfg.kafka.topic
         partitions = cfg.kafka.partitions if args.partitions is None else args.partitions
