@@ -767,14 +767,14 @@ class GPForecaster:
         try:
             with np.load(io.BytesIO(parts["arrays.npz"]), allow_pickle=False) as npz:
                 arrays = {k: np.asarray(npz[k], dtype=np.float64) for k in npz.files}
-        except ValueError as exc:  # allow_pickle=False refuses object arrays here
-            raise ModelInputError("arrays.npz", f"unreadable: {_first_line(exc)}") from None
-        except Exception as exc:
+        # any failure of a crafted or damaged file means the same: refused (allow_pickle=False
+        # raises ValueError on an object array, others raise zip, EOF or key errors)
+        except Exception as exc:  # noqa: BLE001 - every reader error is a refusal, named
             raise ModelInputError("arrays.npz", f"unreadable: {_first_line(exc)}") from None
         try:
             state = torch.load(io.BytesIO(parts["weights.pt"]), weights_only=True,
                                map_location="cpu")
-        except Exception as exc:  # weights_only refuses any global that is not a tensor
+        except Exception as exc:  # noqa: BLE001 - weights_only refuses any non-tensor global
             raise ModelInputError("weights.pt", f"refused: {_first_line(exc)}") from None
         if not isinstance(state, dict) or not all(
                 isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):

@@ -19,13 +19,13 @@ from __future__ import annotations
 import base64
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import time
 import uuid
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path

@@ -144,7 +144,7 @@ def test_one_field_replaced(data, command, policy, value, how):
 
 @pytest.mark.parametrize("command", sorted(BASE))
 def test_the_bases_are_valid(command):
-    code, out, err = run_command(_argv(command, "dlb-h"), json.dumps(BASE[command]).encode())
+    code, _, err = run_command(_argv(command, "dlb-h"), json.dumps(BASE[command]).encode())
     assert code == 0, err
 
 

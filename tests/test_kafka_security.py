@@ -22,7 +22,13 @@ import pytest
 from keyshift.cli import main
 from keyshift.config import load_config
 from keyshift.errors import ConfigError
-from streaming.broker import Broker, BrokerError, client_options, metadata, spark_options
+from streaming.broker import (
+    Broker,
+    BrokerError,
+    client_options,
+    metadata,
+    spark_options,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
@@ -184,14 +190,14 @@ def test_job_on_a_sasl_plain_broker_and_wrong_credentials_fail_fast(tmp_path):
         argv = [sys.executable, "-m", "keyshift.cli", "run", "--app", "wordcount", "--topic",
                 topic, "--run-id", "secure", "--available-now", "--json"]
         started = time.monotonic()
-        proc = subprocess.run(argv, cwd=ROOT, env=_env(cfg, broker, "wrong"),
+        proc = subprocess.run(argv, check=False, cwd=ROOT, env=_env(cfg, broker, "wrong"),
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode != 0 and time.monotonic() - started < 60
         last = proc.stderr.strip().splitlines()[-1]
         assert "authentication failed" in last and "Traceback" not in proc.stderr, proc.stderr
         assert "wrong" not in proc.stderr
 
-        proc = subprocess.run(argv, cwd=ROOT, env=_env(cfg, broker, "s3cret-pw"),
+        proc = subprocess.run(argv, check=False, cwd=ROOT, env=_env(cfg, broker, "s3cret-pw"),
                               capture_output=True, text=True, timeout=900)
         assert proc.returncode == 0, proc.stderr[-4000:]
         summary = json.loads(proc.stdout.strip().splitlines()[-1])

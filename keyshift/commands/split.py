@@ -82,7 +82,7 @@ def solve_request(req: Any) -> dict[str, Any]:
     unknown = set(req) - {"total", "connections", "functions", "min", "max", "cluster",
                           "cluster_threshold", "delta", "smoothing"}
     if unknown:
-        raise SplitInputError(key_name(sorted(unknown)[0]), "unknown field")
+        raise SplitInputError(key_name(min(unknown)), "unknown field")
     if ("connections" in req) == ("functions" in req):
         raise SplitInputError("input", "give exactly one of 'connections' (samples) or 'functions'")
     delta = _number(req.get("delta", 1e-6), "delta", 0.0, 1.0)
@@ -101,7 +101,7 @@ def solve_request(req: Any) -> dict[str, Any]:
         for j, c in enumerate(conns):
             extra = set(c) - {"samples", "min", "max"}
             if extra:
-                raise SplitInputError(f"connections[{j}].{key_name(sorted(extra)[0])}",
+                raise SplitInputError(f"connections[{j}].{key_name(min(extra))}",
                                       "unknown field")
             pts = c.get("samples", [])
             if not isinstance(pts, list) or not all(
