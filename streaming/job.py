@@ -606,14 +606,3 @@ def _load_pending(uri: str) -> dict[str, Any] | None:
 
 def _quantile(xs: list[float], q: float) -> float:
     return float(np.quantile(xs, q)) if xs else 0.0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m streaming.job``: the same as ``keyshift run`` (tests crash and restart it)."""
-    from streaming.commands.run import main as run_main
-
-    return run_main(argv)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

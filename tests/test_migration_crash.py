@@ -45,7 +45,7 @@ def _start(cfg, run_id: str, topic: str, log: Path, max_offsets: int = 300,
         **(extra_env or {}),
     }
     return subprocess.Popen(
-        [sys.executable, "-m", "streaming.job", "--app", "wordcount", "--policy", "dlb-h",
+        [sys.executable, "-m", "streaming.commands.run", "--app", "wordcount", "--policy", "dlb-h",
          "--run-id", run_id, "--topic", topic, "--engines", "4", "--max-offsets", str(max_offsets),
          "--params", PARAMS],
         cwd=ROOT, env=env, stdout=open(log, "ab"), stderr=subprocess.STDOUT,

@@ -108,8 +108,8 @@ def _check_operator(app: str, params: dict) -> None:
         event_schema(app)
         make_operator(app, **params)
     except (FieldError, KeyError, ValueError) as exc:
-        raise UsageError(f"--app: {exc}".replace("'", "") if isinstance(exc, KeyError)
-                         else f"--app: {exc}") from None
+        why = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+        raise UsageError(f"--app: {why.removeprefix('app: ')}") from None
 
 
 def check_topic(cfg, topic: str) -> None:
@@ -231,8 +231,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m streaming.job ARGS``: ``keyshift run`` without the CLI's plugin loader."""
-    p = argparse.ArgumentParser(prog="python -m streaming.job")
+    """``python -m streaming.commands.run ARGS``: ``keyshift run`` without the CLI's plugin
+    loader (the crash and cluster tests start the job this way)."""
+    p = argparse.ArgumentParser(prog="python -m streaming.commands.run")
     add_arguments(p)
     args = p.parse_args(argv)
     try:
@@ -240,3 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(f"keyshift run: {exc}", file=sys.stderr)
         return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
