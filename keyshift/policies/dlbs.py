@@ -39,7 +39,7 @@ import numpy as np
 
 from keyshift.plan import Plan
 from keyshift.policies.base import Policy, PolicyInputError, Window
-from keyshift.policies.dlb import EXACT_EVERY, _help_tol, check_theta
+from keyshift.policies.dlb import EXACT_EVERY, DynamicLoadBalancing, _help_tol, check_theta
 from keyshift.policies.engine_index import radix_key
 
 
@@ -145,12 +145,4 @@ class DLBState(Policy):
                 dev2 = float(((load - mean) ** 2).sum())
         else:
             reason = "imbScore within theta"
-        done = np.array(steps, dtype=np.int64).reshape(-1, 3)
-        info.update(reason=reason, steps=done)
-        if not len(done):
-            return plan, info, None
-        assignment = plan.assignment.copy()
-        latest = done[::-1]  # a group may move twice: its last move decides
-        groups, first = np.unique(latest[:, 0], return_index=True)
-        assignment[groups] = latest[first, 2]
-        return plan.with_assignment(assignment), info, None
+        return DynamicLoadBalancing._finish(plan, info, steps, reason)
