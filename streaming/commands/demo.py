@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     skew = args.skew or f"zipf:0.2@0,1.5@{args.duration / 3:g}"
     run_id = time.strftime("demo-%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
 
-    from streaming.broker import Broker, BrokerError, create_topic
+    from streaming.broker import Broker, BrokerError, client_options, create_topic
 
     broker = Broker.from_config(cfg)
     started_broker = False
@@ -104,7 +104,8 @@ def run(args: argparse.Namespace) -> int:
             say(f"broker: {broker.start()}")
             started_broker = not was_up
             topic = f"{cfg.kafka.topic}-{run_id}"
-            say(create_topic(cfg.kafka.bootstrap, topic, cfg.kafka.partitions))
+            say(create_topic(cfg.kafka.bootstrap, topic, cfg.kafka.partitions,
+                             security=client_options(cfg.kafka)))
         except BrokerError as exc:
             raise UsageError(f"kafka: {exc}") from None
 
@@ -164,6 +165,7 @@ def run(args: argparse.Namespace) -> int:
 def _produce(cfg, topic: str, app: str, skew: str, rate: float, duration: float,
              stop: threading.Event, out: dict) -> None:
     from keyshift.workloads.events import make_generator
+    from streaming.broker import client_options
     from streaming.producer import connect, produce
 
     gen = make_generator(app, skew=skew, seed=0, producer_id=topic[-4:])
@@ -176,7 +178,8 @@ def _produce(cfg, topic: str, app: str, skew: str, rate: float, duration: float,
 
     seen: dict[str, Any] = {}
     try:
-        stats = produce(connect(cfg.kafka.bootstrap), topic, Stoppable(), rate=rate,
+        stats = produce(connect(cfg.kafka.bootstrap, security=client_options(cfg.kafka)),
+                        topic, Stoppable(), rate=rate,
                         duration_s=duration, progress=lambda st: seen.setdefault("stats", st))
         out["sent"] = stats.sent
     except _Stop:

@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from keyshift.workloads import make_generator, replay_events
-    from streaming.broker import BrokerError, create_topic
+    from streaming.broker import BrokerError, client_options, create_topic
     from streaming.producer import ProducerError, connect, produce, replay
 
     _validate(args)
@@ -102,13 +102,14 @@ def run(args: argparse.Namespace) -> int:
     except WorkloadInputError as exc:
         raise UsageError(f"--{exc}") from None
     try:
-        create_topic(cfg.kafka.bootstrap, topic, cfg.kafka.partitions, timeout_s=10)
+        create_topic(cfg.kafka.bootstrap, topic, cfg.kafka.partitions, timeout_s=10,
+                     security=client_options(cfg.kafka))
     except BrokerError as exc:
         if "already exists" not in str(exc):
             print(f"keyshift produce: {exc}", file=sys.stderr)
             return 1
     try:
-        producer = connect(cfg.kafka.bootstrap)
+        producer = connect(cfg.kafka.bootstrap, security=client_options(cfg.kafka))
     except ProducerError as exc:
         print(f"keyshift produce: {exc}", file=sys.stderr)
         return 1

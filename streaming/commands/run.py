@@ -114,10 +114,10 @@ def _check_operator(app: str, params: dict) -> None:
 
 def check_topic(cfg, topic: str) -> None:
     """A broker that is down or a topic that is missing: one clear line, before Spark."""
-    from streaming.broker import BrokerError, metadata
+    from streaming.broker import BrokerError, client_options, metadata
 
     try:
-        meta = metadata(cfg.kafka.bootstrap, timeout_s=10)
+        meta = metadata(cfg.kafka.bootstrap, timeout_s=10, security=client_options(cfg.kafka))
     except BrokerError as exc:
         raise UsageError(f"kafka: {exc} (kafka.host/kafka.port, or `keyshift kafka start`)") \
             from None
