@@ -60,6 +60,7 @@ def register_champions(cfg) -> dict:
         "input_rate": tuples / WINDOW_S,
         "latency_s": 2e-3 / np.maximum(tuples, 1) + 1.5e-5,
         "engines": 1 + i % 3,
+        "events_in": tuples.round(),  # the window's size: the latency GP's fifth feature
     })
     summary = train_and_register(metrics, cfg, min_rows=20, kernel="ard", iters=30)
     assert summary["models"]["input_rate"]["champion_moved"], summary
