@@ -44,7 +44,8 @@ def run(dag_id, conf, day):
         from airflow.models.taskinstance import TaskInstance as TI
         tis = s.query(TI).filter(TI.dag_id == dag_id, TI.run_id == dr.run_id).all()
         states = {ti.task_id: str(ti.state) for ti in tis}
-    print("RUN " + json.dumps({"dag": dag_id, "state": str(dr.state), "tasks": states}), flush=True)
+    print("RUN " + json.dumps({"dag": dag_id, "run_id": dr.run_id, "state": str(dr.state),
+                              "tasks": states}), flush=True)
 
 cfg = load_config()
 conf = {"to": "2026-11-24", "days": 2}
@@ -62,6 +63,13 @@ plans = [r.asDict() for r in spark.read.format("delta").load(cfg.table_path("pla
          .select("version", "scope", "policy", "engines", "groups", "expected_rstd",
                  "expected_var", "source_from", "source_to", "reason").collect()]
 print("PLANS " + json.dumps(plans, default=str), flush=True)
+from airflow.models.asset import AssetEvent, AssetModel
+from jobs.airflow_tasks import MODELS_ASSET_URI
+with create_session() as s:
+    events = (s.query(AssetEvent.source_dag_id, AssetEvent.source_task_id, AssetEvent.source_run_id)
+              .join(AssetModel, AssetModel.id == AssetEvent.asset_id)
+              .filter(AssetModel.uri == MODELS_ASSET_URI).all())
+print("ASSET_EVENTS " + json.dumps([list(e) for e in events]), flush=True)
 """
 
 
@@ -82,16 +90,18 @@ def e2e(tmp_path_factory: pytest.TempPathFactory) -> dict:
     })
     airflow = str(Path(sys.executable).with_name("airflow"))
     mig = subprocess.run([airflow, "db", "migrate"], env=env, capture_output=True, text=True,
-                         timeout=300)
+                         timeout=300, check=False)
     assert mig.returncode == 0, mig.stderr[-2000:]
     proc = subprocess.run([sys.executable, "-c", _RUNNER, str(DAGS)], env=env, cwd=tmp,
-                          capture_output=True, text=True, timeout=1500)
+                          capture_output=True, text=True, timeout=1500, check=False)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-5000:]
     runs = [json.loads(ln[4:]) for ln in proc.stdout.splitlines() if ln.startswith("RUN ")]
     plans = next(json.loads(ln[6:]) for ln in proc.stdout.splitlines()
                  if ln.startswith("PLANS "))
-    return {"runs": runs, "plans": plans, "log": out, "home": tmp / "ks"}
+    events = next(json.loads(ln[13:]) for ln in proc.stdout.splitlines()
+                  if ln.startswith("ASSET_EVENTS "))
+    return {"runs": runs, "plans": plans, "events": events, "log": out, "home": tmp / "ks"}
 
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -134,6 +144,16 @@ def test_retrain_registers_versions_and_moves_champion_only_when_better(e2e: dic
         else:
             assert champion == "1", name  # first version became champion, kept
             assert "champion_decision" in versions[1].tags
+
+
+def test_only_a_successful_retrain_emits_the_models_asset(e2e: dict) -> None:
+    """The asset schedules the baselines DAG: the failed (no tables) and skipped (empty
+    range) retrains emit nothing, each of the two successful ones one event."""
+    events = e2e["events"]
+    assert len(events) == 2, events
+    assert {(dag, task) for dag, task, _ in events} == {
+        ("keyshift_nightly_retrain", "retrain_models")}
+    assert sorted(run for _, _, run in events) == sorted(r["run_id"] for r in e2e["runs"][2:4])
 
 
 def test_baselines_store_lptf_and_clb_with_rstd_once(e2e: dict) -> None:
