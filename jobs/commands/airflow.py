@@ -29,7 +29,7 @@ from pathlib import Path
 from keyshift.cli import UsageError
 from keyshift.config import Config, ConfigError, load_config
 
-DAG_IDS = ("keyshift_nightly_retrain", "keyshift_baseline_partitions")
+DAG_IDS = ("keyshift_nightly_retrain", "keyshift_baseline_partitions", "keyshift_table_maintenance")
 ADMIN = "admin"
 HEALTH_PATH = "/api/v2/monitor/health"
 
