@@ -187,7 +187,7 @@ def _kafka_events(spark, cfg, topic: str, batch_size: int):
     """The topic as typed wordcount events (plus Kafka partition and offset for ordering)."""
     from pyspark.sql import functions as F
 
-    from keyshift.schemas import event_schema
+    from keyshift.apps import event_schema
 
     raw = (spark.readStream.format("kafka")
            .option("kafka.bootstrap.servers", cfg.kafka.bootstrap)

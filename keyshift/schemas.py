@@ -69,17 +69,8 @@ ENVELOPE: tuple[Column, ...] = (
 
 # The payload beyond the envelope is declared by each operator (``event_columns`` of
 # keyshift.apps.base.Operator, Operator API), so a user's operator brings its own event
-# schema. ``EVENTS`` (the shipped applications' schemas) and :func:`event_schema` are built
-# from those declarations on first use: importing the operators here would be circular.
-
-
-def __getattr__(name: str) -> object:
-    """``EVENTS``: the four shipped applications' event schemas, by application name."""
-    if name == "EVENTS":
-        from keyshift.apps.registry import shipped_event_schemas
-
-        return shipped_event_schemas()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# schema: ``keyshift.apps.event_schema(spec)`` resolves it, ``keyshift.apps.EVENTS`` holds
+# the shipped applications' ones. This module keeps what every event shares.
 
 
 # --- Delta tables -------------------------------------------------------------------
@@ -256,11 +247,3 @@ def table(name: str) -> TableSchema:
         return TABLES[name]
     except KeyError:
         raise KeyError(f"unknown table {name!r}; known: {', '.join(sorted(TABLES))}") from None
-
-
-def event_schema(app: str) -> TableSchema:
-    """The Kafka event schema of an operator spec: a shipped application's name, an entry
-    point of group ``keyshift.operators`` or ``module:Class`` (keyshift.apps.registry)."""
-    from keyshift.apps.registry import resolve_operator
-
-    return resolve_operator(app).schema

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from keyshift.schemas import MAX_EVENT_BYTES, event_schema
+from keyshift.apps import event_schema
+from keyshift.schemas import MAX_EVENT_BYTES
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame

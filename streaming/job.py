@@ -38,7 +38,8 @@ import numpy as np
 from keyshift.config import Config
 from keyshift.groups import spark_group_expr_sql
 from keyshift.metrics import Balance, live_loads
-from keyshift.schemas import SCHEMA_VERSION, event_schema
+from keyshift.apps import event_schema
+from keyshift.schemas import SCHEMA_VERSION
 
 from .controller import Controller, ControlLog
 from .engines import (

@@ -28,7 +28,7 @@ from keyshift.apps import (
 from keyshift.apps import registry
 from keyshift.apps.declaration import is_ddl_type
 from keyshift.groups import group_of
-from keyshift.schemas import EVENTS, event_schema
+from keyshift.apps import EVENTS, event_schema
 
 
 @pytest.fixture(autouse=True)

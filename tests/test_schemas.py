@@ -1,4 +1,5 @@
-from keyshift.schemas import EVENTS, TABLES, event_schema, table
+from keyshift.apps import EVENTS, event_schema
+from keyshift.schemas import TABLES, table
 
 DESIGN_TABLES = {
     "events_out", "metrics", "key_loads", "plans", "state_snapshots", "migrations", "dead_letter",

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from keyshift.apps.traffic import area_of
-from keyshift.schemas import EVENTS, MAX_EVENT_BYTES
+from keyshift.apps import EVENTS
+from keyshift.schemas import MAX_EVENT_BYTES
 from keyshift.workloads import (
     BAD_KINDS, GENERATORS, KeySampler, SkewSchedule, WorkloadInputError, bad_record,
     make_generator, replay_events,

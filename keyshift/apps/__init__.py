@@ -23,16 +23,20 @@ from keyshift.apps.registry import (
     SHIPPED,
     OperatorSpec,
     UnknownOperatorError,
+    event_schema,
     make_operator,
     resolve_operator,
+    shipped_event_schemas,
 )
 from keyshift.apps.traffic import TrafficAnomaly
 from keyshift.apps.wordcount import WindowedWordCount
 
 OPERATORS = SHIPPED  # the shipped applications by name (older name)
+EVENTS = shipped_event_schemas()  # the shipped applications' Kafka event schemas by name
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "EVENTS",
     "OPERATORS",
     "OPERATOR_API_VERSION",
     "SHIPPED",
@@ -48,6 +52,7 @@ __all__ = [
     "UnknownOperatorError",
     "WindowedWordCount",
     "detail_json",
+    "event_schema",
     "make_operator",
     "order_key",
     "resolve_operator",

@@ -147,5 +147,12 @@ def make_operator(spec: str, **params: Any) -> Operator:
 
 
 def shipped_event_schemas() -> dict[str, TableSchema]:
-    """The shipped applications' event schemas by name (``keyshift.schemas.EVENTS``)."""
+    """The shipped applications' event schemas by name (``keyshift.apps.EVENTS``)."""
     return {name: resolve_operator(name).schema for name in SHIPPED}
+
+
+def event_schema(spec: str) -> TableSchema:
+    """The Kafka event schema of an operator spec: a shipped application's name, an entry
+    point of group ``keyshift.operators`` or ``module:Class``; the envelope (id, key, ts)
+    from keyshift.schemas plus the payload the operator declares."""
+    return resolve_operator(spec).schema

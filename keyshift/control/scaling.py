@@ -21,7 +21,7 @@ import numpy as np
 from keyshift.elastic.baselines import EngineObservation
 from keyshift.elastic.controller import PathController
 from keyshift.elastic.cost import Forecast
-from keyshift.elastic.decision import Observation, ScalingDecision
+from keyshift.elastic.decision import ScalingDecision
 from keyshift.elastic.forecast import DAY_S, EngineLatency, SeasonalProfile
 from keyshift.elastic.scaler import ForecastFn, Scaler
 from keyshift.plan import Plan

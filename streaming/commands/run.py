@@ -100,9 +100,8 @@ def options_from(args: argparse.Namespace, cfg) -> Any:
 
 def _check_operator(app: str, params: dict) -> None:
     """Resolve the operator and build it once here, so a typo fails before Spark starts."""
-    from keyshift.apps import make_operator
+    from keyshift.apps import event_schema, make_operator
     from keyshift.errors import FieldError
-    from keyshift.schemas import event_schema
 
     try:
         event_schema(app)

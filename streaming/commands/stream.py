@@ -71,7 +71,7 @@ def ingest_options(args: argparse.Namespace, cfg: Config) -> tuple[Config, Any]:
     engine scaler is off because its latency model is an operator's, and there is none.
     """
     from keyshift.errors import FieldError
-    from keyshift.schemas import event_schema
+    from keyshift.apps import event_schema
     from streaming.job import JobOptions
 
     from .run import POLICIES
