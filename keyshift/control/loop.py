@@ -154,8 +154,11 @@ class ControlLoop:
                 sample = recorded.sample or sample
                 scaling = self.scaler.replay(window.index + 1, n, sample, recorded.scaler)
             else:
-                scaling = self.scaler.decide(window.index + 1, n, sample,
-                                             live_loads(old.assignment, window.loads, old.live))
+                # per-engine loads only where the window counted groups (the replay has
+                # none: its scalers then see the mean, as they say in their reasons)
+                per_engine = (live_loads(old.assignment, window.loads, old.live)
+                              if window.loads.size and window.loads.sum() > 0 else None)
+                scaling = self.scaler.decide(window.index + 1, n, sample, per_engine)
             scale_text = scaling.reason
             if scaling.engines_after != n:
                 try:
