@@ -5,14 +5,13 @@ AIRFLOW_HOME: its configuration is fixed at import, so it must not leak into the
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from airflow_support import DAGS, airflow_env
 
-DAGS = Path(__file__).resolve().parents[1] / "dags"
 
 _INSPECT = r"""
 import json, sys
@@ -42,23 +41,15 @@ print("JSON" + json.dumps(out))
 """
 
 
-def airflow_env(tmp: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update({
-        "AIRFLOW_HOME": str(tmp / "airflow"),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{tmp / 'airflow' / 'airflow.db'}",
-        # the job tasks' execution_timeout comes from [airflow]: a non-default value shows it
-        "KEYSHIFT_AIRFLOW__RETRAIN_TIMEOUT_MIN": "77",
-    })
-    return env
+def _env(tmp: Path) -> dict[str, str]:
+    # the job tasks' execution_timeout comes from [airflow]: a non-default value shows it
+    return airflow_env(tmp, KEYSHIFT_AIRFLOW__RETRAIN_TIMEOUT_MIN="77")
 
 
 @pytest.fixture(scope="module")
 def bag(tmp_path_factory: pytest.TempPathFactory) -> dict:
     tmp = tmp_path_factory.mktemp("dagbag")
-    proc = subprocess.run([sys.executable, "-c", _INSPECT, str(DAGS)], env=airflow_env(tmp), check=False,
+    proc = subprocess.run([sys.executable, "-c", _INSPECT, str(DAGS)], env=_env(tmp), check=False,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("JSON"))
@@ -117,7 +108,7 @@ def test_every_task_has_a_timeout_and_the_failure_callback(bag: dict) -> None:
 
     cfg = load_config(env={}).airflow
     job_minutes = {
-        ("keyshift_nightly_retrain", "retrain_models"): 77,  # set in airflow_env
+        ("keyshift_nightly_retrain", "retrain_models"): 77,  # set in _env
         ("keyshift_baseline_partitions", "baseline_partitions"): cfg.baselines_timeout_min,
         ("keyshift_table_maintenance", "compact_and_vacuum"): cfg.maintenance_timeout_min,
     }

@@ -10,15 +10,14 @@ private to the test) and one Spark JVM for all runs; the test reads MLflow itsel
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from airflow_support import DAGS, airflow_env, migrate
 
 ROOT = Path(__file__).resolve().parents[1]
-DAGS = ROOT / "dags"
 
 _RUNNER = r"""
 import json, sys
@@ -76,22 +75,8 @@ print("ASSET_EVENTS " + json.dumps([list(e) for e in events]), flush=True)
 @pytest.fixture(scope="module")
 def e2e(tmp_path_factory: pytest.TempPathFactory) -> dict:
     tmp = tmp_path_factory.mktemp("e2e")
-    env = dict(os.environ)
-    env.update({
-        "AIRFLOW_HOME": str(tmp / "airflow"),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{tmp / 'airflow' / 'airflow.db'}",
-        "KEYSHIFT_HOME": str(tmp / "ks"),
-        "KEYSHIFT_CACHE": str(ROOT / ".keyshift" / "cache"),
-        "KEYSHIFT_GROUPS__COUNT": "64",
-        "KEYSHIFT_SPARK__SHUFFLE_PARTITIONS": "2",
-        "PYSPARK_PYTHON": sys.executable,
-    })
-    airflow = str(Path(sys.executable).with_name("airflow"))
-    mig = subprocess.run([airflow, "db", "migrate"], env=env, capture_output=True, text=True,
-                         timeout=300, check=False)
-    assert mig.returncode == 0, mig.stderr[-2000:]
+    env = airflow_env(tmp, KEYSHIFT_GROUPS__COUNT="64")
+    migrate(env)
     proc = subprocess.run([sys.executable, "-c", _RUNNER, str(DAGS)], env=env, cwd=tmp,
                           capture_output=True, text=True, timeout=1500, check=False)
     out = proc.stdout + proc.stderr

@@ -12,18 +12,17 @@ the test) and one Spark JVM for all runs, as in test_dags_e2e.py.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from airflow_support import DAGS, airflow_env, migrate
 
 from keyshift.config import load_config
 from keyshift.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
-DAGS = ROOT / "dags"
 APPENDS = 20
 
 _RUNNER = r"""
@@ -86,22 +85,8 @@ files(path)
 @pytest.fixture(scope="module")
 def maintenance(tmp_path_factory: pytest.TempPathFactory) -> dict:
     tmp = tmp_path_factory.mktemp("maint")
-    env = dict(os.environ)
-    env.update({
-        "AIRFLOW_HOME": str(tmp / "airflow"),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{tmp / 'airflow' / 'airflow.db'}",
-        "KEYSHIFT_HOME": str(tmp / "ks"),
-        "KEYSHIFT_CACHE": str(ROOT / ".keyshift" / "cache"),
-        "KEYSHIFT_SPARK__SHUFFLE_PARTITIONS": "2",
-        "PYSPARK_PYTHON": sys.executable,
-    })
-    env.pop("KEYSHIFT_CONFIG", None)
-    airflow = str(Path(sys.executable).with_name("airflow"))
-    mig = subprocess.run([airflow, "db", "migrate"], env=env, capture_output=True, text=True,
-                         timeout=300, check=False)
-    assert mig.returncode == 0, mig.stderr[-2000:]
+    env = airflow_env(tmp)
+    migrate(env)
     proc = subprocess.run([sys.executable, "-c", _RUNNER, str(DAGS)], env=env, cwd=tmp,
                           capture_output=True, text=True, timeout=1200, check=False)
     out = proc.stdout + proc.stderr
