@@ -69,12 +69,22 @@ def _well_formed(s, events: int, batch: int) -> None:
     assert st["batches"] == len(s.rows) == len(s.durations_s)
     # Spark splits maxOffsetsPerTrigger over partitions with rounding: a few more per batch
     assert st["batches"] >= math.ceil(events / (batch + 4))
-    assert st["busy_s"] == pytest.approx(sum(s.durations_s)) and st["busy_s"] > 0
-    assert st["events_per_s"] == pytest.approx(events / st["busy_s"])
-    assert 0 < st["batch_p50_s"] <= st["batch_p95_s"] <= max(s.durations_s)
-    warm = s.stats(warm=True)
-    assert warm["batches"] == st["batches"] - 1 and s.first_batch_s == s.durations_s[0]
+    assert s.stats(warm=True)["batches"] == st["batches"] - 1
     assert s.check == "ok", s.check
+
+
+def test_stats_are_events_over_the_sum_of_batch_durations() -> None:
+    """The bench's arithmetic on fixed durations (measured times are the bench's business,
+    not a test's): events/s over busy time, percentiles, and the same without batch 1."""
+    bs = _bench()
+    s = bs.RunSample(system="native", batch_size=100, rows=[100, 100, 100, 100],
+                     durations_s=[4.0, 1.0, 2.0, 1.0], wall_s=9.0, bounded=False, check="ok")
+    st = s.stats()
+    assert st["busy_s"] == pytest.approx(8.0) and st["events_per_s"] == pytest.approx(50.0)
+    assert st["batch_p50_s"] == pytest.approx(1.5) and st["batch_p95_s"] <= 4.0
+    warm = s.stats(warm=True)
+    assert warm["batches"] == 3 and warm["events_per_s"] == pytest.approx(75.0)
+    assert s.first_batch_s == 4.0
 
 
 @pytest.mark.integration
