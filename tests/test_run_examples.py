@@ -65,8 +65,8 @@ def test_own_operator_runs_end_to_end_and_matches_the_reference(spark, platform_
     summary = json.loads(proc.stdout.strip().splitlines()[-1])
     assert summary["events_in"] == len(events) and summary["dead_letter"] == 2
     assert summary["processed"] == summary["events_in"]
-    assert summary["batches"] >= 6 and summary["busy_s"] > 0
-    assert summary["events_per_s"] == pytest.approx(summary["events_in"] / summary["busy_s"])
+    assert summary["batches"] >= 6  # times are the bench's business: here only their keys
+    assert {"busy_s", "events_per_s", "batch_p50_s", "batch_p95_s"} <= set(summary)
     # one progress line per batch on stderr, and no Spark WARN flood
     lines = [x for x in proc.stderr.splitlines() if x.startswith("batch ")]
     assert len(lines) == summary["batches"]
