@@ -23,7 +23,7 @@ from keyshift.config import Config
 from keyshift.control import ControlRecord, ScalerState, WindowSample
 from keyshift.plan import Plan
 
-from .delta import RunAppends, append_rows, ensure_tables, plan_of, plan_row, read_run, read_table
+from .delta import RunAppends, ensure_tables, plan_of, plan_row, read_run, read_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -39,8 +39,9 @@ class ControlLog:
         self.spark = spark
         self.cfg = cfg
         self.run_id = run_id
-        # the job's per-batch appender (one Spark job per append); alone, Delta's txn ids
-        self.appends = appends
+        # the job's appender (one Spark job per append after its first batch); alone, one that
+        # looks before every append, so each row still lands once
+        self.appends = appends if appends is not None else RunAppends(spark, cfg, run_id)
         self._state_ready = False
 
     def _ensure_state(self) -> None:
@@ -70,11 +71,8 @@ class ControlLog:
 
     def write_plan(self, plan: Plan, policy: str, reason: str, batch_id: int) -> None:
         row = [plan_row(plan, self.run_id, policy, reason)]
-        if self.appends is not None:  # the job: one Spark job per append (RunAppends)
-            self.appends.append_rows("plans", row, max(batch_id, 0),
-                                     match={"scope": self.run_id, "version": plan.version})
-            return
-        append_rows(self.spark, self.cfg, "plans", row, f"{self.run_id}/plans", batch_id + 1)
+        self.appends.append_rows("plans", row, max(batch_id, 0),
+                                 match={"scope": self.run_id, "version": plan.version})
 
     # -- window loads -------------------------------------------------------------------------
     def window_loads(self, start: int, end: int, groups: int) -> tuple[np.ndarray, np.ndarray]:
@@ -102,20 +100,11 @@ class ControlLog:
     def write_record(self, record: ControlRecord) -> None:
         self._ensure_state()
         row = [row_of(self.run_id, record)]
-        if self.appends is not None:
-            self.appends.append_rows(STATE_TABLE, row, record.batch_id)
-        else:
-            append_rows(self.spark, self.cfg, STATE_TABLE, row, f"{self.run_id}/{STATE_TABLE}",
-                        record.batch_id)
+        self.appends.append_rows(STATE_TABLE, row, record.batch_id)
 
-    # -- the audit log ------------------------------------------------------------------------
     def write_decisions(self, rows: list[dict], batch_id: int) -> None:
         """A window's rows (scaler, balancer) in one idempotent append."""
-        if self.appends is not None:
-            self.appends.append_rows("decisions", rows, batch_id)
-        else:
-            append_rows(self.spark, self.cfg, "decisions", rows, f"{self.run_id}/decisions",
-                        batch_id)
+        self.appends.append_rows("decisions", rows, batch_id)
 
 
 def row_of(run_id: str, r: ControlRecord) -> dict[str, Any]:

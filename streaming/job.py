@@ -150,9 +150,11 @@ class StreamJob:
         self.on_batch = on_batch
         self._caches: dict[int, str] = {}  # engine → cache id its last task reported
         self._salts: dict[int, list[int]] = {}  # slots → a key per engine (see _placement)
-        self._routes: dict[tuple[int, int], DataFrame] = {}  # (plan version, slots) → frame
+        # the routing frame of the plan in force: ((plan version, slots), frame)
+        self._route: tuple[tuple[int, int], DataFrame] | None = None
+        self.run_uri = f"{cfg.warehouse_uri}/_runs/{self.run_id}"  # the run's files by Delta
         # the last batch's metrics row, committed with the next batch's outputs (or at stop)
-        self.pending_uri = f"{cfg.warehouse_uri}/_runs/{self.run_id}/pending-metrics.json"
+        self.pending_uri = f"{self.run_uri}/pending-metrics.json"
         self._pending: dict[str, Any] | None = None
         self._idle: threading.Timer | None = None  # commits the pending row when input stops
         self._recovered = False
@@ -182,7 +184,7 @@ class StreamJob:
 
         ensure_tables(self.spark, self.cfg, TABLES_WRITTEN)
         # a run no process started before has written nothing: its first batch need not look
-        marker = f"{self.cfg.warehouse_uri}/_runs/{self.run_id}/started"
+        marker = f"{self.run_uri}/started"
         self.appends.fresh = read_if_exists(marker) is None
         write_atomically(marker, datetime.now(UTC).isoformat().encode())
         if self.appends.fresh:
@@ -330,11 +332,11 @@ class StreamJob:
     def _routes_frame(self, plan, slots: int) -> DataFrame:
         """(grp, pkey) of the plan: the broadcast side of the routing join, one per version."""
         key = (plan.version, slots)
-        if key not in self._routes:
+        if self._route is None or self._route[0] != key:
             salts = self._placement(slots)
             rows = [(g, salts[int(e)]) for g, e in enumerate(plan.assignment.tolist())]
-            self._routes = {key: self.spark.createDataFrame(rows, "grp INT, pkey BIGINT")}
-        return self._routes[key]
+            self._route = (key, self.spark.createDataFrame(rows, "grp INT, pkey BIGINT"))
+        return self._route[1]
 
     def _engine_input(self, df: DataFrame, plan, slots: int) -> DataFrame:
         """The batch as the engine stage reads it (:data:`ENGINE_INPUT`): valid events keyed
