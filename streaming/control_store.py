@@ -8,8 +8,9 @@
   (plan version put in force, the scaler's sample and state). This is what a restart reads;
 * ``decisions``: the audit log, appended once per window and never read here.
 
-Every append carries Delta's transaction id (run id + table, batch id), so a re-executed
-batch writes nothing twice.
+In the job every write here is staged with the run's bookkeeping and committed once per
+``warehouse.commit_interval_s`` (:mod:`streaming.staging`); a restart commits what is staged
+before it reads. Either way a re-executed batch writes nothing twice.
 """
 
 from __future__ import annotations
@@ -71,8 +72,8 @@ class ControlLog:
 
     def write_plan(self, plan: Plan, policy: str, reason: str, batch_id: int) -> None:
         row = [plan_row(plan, self.run_id, policy, reason)]
-        self.appends.append_rows("plans", row, max(batch_id, 0),
-                                 match={"scope": self.run_id, "version": plan.version})
+        self.appends.defer("plans", row, batch_id,
+                           match={"scope": self.run_id, "version": plan.version})
 
     # -- window loads -------------------------------------------------------------------------
     def window_loads(self, start: int, end: int, groups: int) -> tuple[np.ndarray, np.ndarray]:
@@ -100,11 +101,12 @@ class ControlLog:
     def write_record(self, record: ControlRecord) -> None:
         self._ensure_state()
         row = [row_of(self.run_id, record)]
-        self.appends.append_rows(STATE_TABLE, row, record.batch_id)
+        self.appends.defer(STATE_TABLE, row, record.batch_id)
 
     def write_decisions(self, rows: list[dict], batch_id: int) -> None:
-        """A window's rows (scaler, balancer) in one idempotent append."""
-        self.appends.append_rows("decisions", rows, batch_id)
+        """A window's rows (scaler, balancer) in one idempotent append; in the job, staged
+        and committed with the run's other bookkeeping (streaming.staging)."""
+        self.appends.defer("decisions", rows, batch_id)
 
 
 def row_of(run_id: str, r: ControlRecord) -> dict[str, Any]:

@@ -38,6 +38,8 @@ if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import DataFrame, SparkSession
 
+    from .staging import StagedAppends
+
 
 class TableMissingError(LookupError):
     """A Delta table a reader needs has not been written yet."""
@@ -227,6 +229,8 @@ class RunAppends:
         self.run_id = run_id
         self.first: int | None = None  # the first batch this process runs
         self.fresh = False  # no process ran this run before: nothing can be there yet
+        # the job's staged bookkeeping (streaming.staging); None: defer() appends at once
+        self.staging: StagedAppends | None = None
 
     def begin(self, batch_id: int) -> None:
         if self.first is None:
@@ -248,6 +252,15 @@ class RunAppends:
             cond = c if cond is None else cond & c
         df = self.spark.read.format("delta").load(self.cfg.table_path(name))
         return bool(df.where(cond).limit(1).count())
+
+    def defer(self, name: str, rows: Sequence[Mapping[str, Any]], batch_id: int,
+              match: Mapping[str, Any] | None = None) -> int:
+        """Rows of a staged table (``streaming.staging.BOOKKEEPING``): staged and committed
+        with others later when the job stages them (:mod:`streaming.staging`), else
+        appended now, like :meth:`append_rows`."""
+        if self.staging is not None:
+            return self.staging.put(name, rows, batch_id)
+        return self.append_rows(name, rows, batch_id, match)
 
     def append(self, name: str, frame: DataFrame, batch_id: int,
                match: Mapping[str, Any] | None = None) -> None:

@@ -20,7 +20,8 @@ Why this shape (numbers in docs/engines.md):
   every batch version, and the driver never holds state bytes.
 * Everything a task produces goes back into Spark as rows (complex events, dead letters, key
   loads, one task record); the executors write them to Delta, and the driver collects only
-  the key loads and the task records (O(groups + engines) per batch).
+  the key loads and the task records (O(groups + engines) per batch). The task also stages
+  its key loads for the run's next bookkeeping commit (:mod:`streaming.staging`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from keyshift.apps import make_operator, order_key
@@ -46,6 +48,9 @@ EVENT, SNAPSHOT = "e", "s"
 # Delta without another trip through Python. ``pkey`` places a row in partition = engine.
 ENGINE_INPUT = ("kind STRING, grp INT, partition INT, offset BIGINT, event STRING, "
                 "reason STRING, raw STRING, kts DOUBLE, state BINARY, pkey BIGINT")
+# What a migration's release stage hands the engine stage: a moving group's state and where
+# it goes.
+RELEASED = "grp INT, to_engine INT, state BINARY"
 ENGINE_OUTPUT = ("tag STRING, engine INT, grp INT, key STRING, ts BIGINT, kind STRING, "
                  "detail STRING, event_id STRING, n BIGINT, size BIGINT, partition INT, "
                  "offset BIGINT, kts DOUBLE, raw STRING, reason STRING, task STRING")
@@ -96,6 +101,10 @@ class BatchSpec:
     moves_in: dict[int, list[int]] = field(default_factory=dict)  # engine → groups arriving
     caches: dict[int, str] = field(default_factory=dict)  # engine → cache id of batch − 1
     ingest_only: bool = False  # count and validate only: no operator, no state (keyshift stream)
+    staging: str | None = None  # where tasks stage bookkeeping rows (streaming.staging)
+    started: datetime | None = None  # the batch's start (key_loads, state_snapshots)
+    plan_version: int = 0  # the plan routing this batch
+    migration_id: str | None = None  # the plan change this batch realizes, if any
 
     @property
     def durable(self) -> DurableState:
@@ -222,6 +231,7 @@ def run_engine(spec: BatchSpec, engine: int, rows: Iterable[tuple]) -> Iterator[
                 "kafka_ts_last": kafka_last if events else None,
                 "released": len(leaving),
                 "restored": len(arrived),
+                "restored_bytes": sum(len(s or b"") for s in arrived.values()),
                 "compacted": compacted,
                 "open_s": t_open,
                 "load_s": t_load,
@@ -270,6 +280,48 @@ def _count_only(engine: int, rows: Iterable[tuple]) -> Iterator[tuple]:
                   "input_wait_s": clock.wait_s, "duration_s": time.perf_counter() - t0})
 
 
+def arrow_release(spec: BatchSpec, sources: list[int]
+                  ) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """The ``mapInArrow`` function of a migration's release stage over ``range(len(sources))``:
+    row i releases engine ``sources[i]``'s leaving groups as :data:`RELEASED` rows, which
+    go straight into the engine stage of the same Spark job, and stages them as the
+    migration's ``state_snapshots`` record."""
+
+    def run(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+
+        for b in batches:
+            for i in b.column(0).to_pylist():
+                engine = sources[int(i)]
+                rows = list(run_release(spec, engine))
+                stage_snapshots(spec, engine, rows)
+                yield pa.RecordBatch.from_arrays(
+                    [pa.array([r[0] for r in rows], pa.int32()),
+                     pa.array([r[2] for r in rows], pa.int32()),
+                     pa.array([r[3] for r in rows], pa.binary())],
+                    names=["grp", "to_engine", "state"])
+
+    return run
+
+
+def stage_snapshots(spec: BatchSpec, engine: int,
+                    rows: list[tuple[int, int, int, bytes]]) -> None:
+    """A release task's snapshots, staged as ``state_snapshots`` rows: the record of what
+    moved (the hand-over itself travels in Spark's shuffle, and a re-executed batch
+    releases the same state again from the engines' durable changelog)."""
+    if spec.staging is None or not rows:
+        return
+    from .staging import stage_uri, write_staged
+
+    write_staged(stage_uri(spec.staging, "state_snapshots", spec.batch_id, f"e{engine}"),
+                 "state_snapshots",
+                 [{"run_id": spec.run_key, "migration_id": spec.migration_id,
+                   "plan_version": spec.plan_version, "group": g, "from_engine": src,
+                   "to_engine": dst, "state": state, "bytes": len(state),
+                   "batch_id": spec.batch_id, "created_at": spec.started}
+                  for g, src, dst, state in rows])
+
+
 def arrow_engine(spec: BatchSpec) -> Callable[[Iterator[Any]], Iterator[Any]]:
     """The ``mapInArrow`` function of the engine stage: partition index = engine id; Arrow
     batches of :data:`ENGINE_INPUT` rows in, :data:`ENGINE_OUTPUT` rows out."""
@@ -279,13 +331,32 @@ def arrow_engine(spec: BatchSpec) -> Callable[[Iterator[Any]], Iterator[Any]]:
 
         engine = TaskContext.get().partitionId()
         out = _OutputColumns()
+        loads = []
         for tag, rec in run_engine(spec, engine, _input_rows(engine, batches)):
             out.add(tag, rec)
+            if tag == LOAD:
+                loads.append(rec)
             if len(out) >= _OUT_BATCH:
                 yield out.batch()
+        stage_loads(spec, engine, loads)
         yield out.batch()
 
     return run
+
+
+def stage_loads(spec: BatchSpec, engine: int, loads: list[tuple[int, int, int, int]]) -> None:
+    """The task's ``key_loads`` rows, staged for the run's next bookkeeping commit
+    (:mod:`streaming.staging`) by the executor itself: no Spark job, no Delta commit."""
+    if spec.staging is None or not loads:
+        return
+    from .staging import stage_uri, write_staged
+
+    head = {"run_id": spec.run_key, "batch_id": spec.batch_id, "window_start": spec.started,
+            "plan_version": spec.plan_version}
+    rows = [{**head, "group": g, "engine": e, "load": n, "state_bytes": size}
+            for g, e, n, size in loads]
+    write_staged(stage_uri(spec.staging, "key_loads", spec.batch_id, f"e{engine}"),
+                 "key_loads", rows)
 
 
 def _input_rows(engine: int, batches: Iterator[Any]) -> Iterator[tuple]:

@@ -4,14 +4,16 @@ One ``foreachBatch`` function composes the speed layer for micro-batch b:
 
 1. validate the records (bad ones → ``dead_letter`` with the reason, the job goes on);
 2. route: key → group (xxHash64, in the JVM) → engine through the plan in force for b;
-3. when the plan changed since b−1, release the moving groups' state to ``state_snapshots``
-   (executors write it) and route each snapshot to its new engine (:mod:`streaming.migration`);
+3. when the plan changed since b−1, release tasks read the moving groups' state and route
+   each snapshot to its new engine in the same Spark job (:mod:`streaming.migration`);
 4. engines: one task per engine slot (:func:`streaming.engines.run_engine`), state durable
    off the executor (:mod:`streaming.engine_state`);
-5. the executors append ``events_out``, ``key_loads`` and ``dead_letter`` straight from the
-   engine stage's result; the driver collects only per-group loads and one record per task,
-   then writes ``metrics`` and runs the controller (collect, and at a window's end evaluate,
-   decide, realize, record).
+5. the executors append ``events_out`` and ``dead_letter`` straight from the engine stage's
+   result and stage ``key_loads`` (and a migration's ``state_snapshots``); the driver
+   collects only per-group loads and one record per task, stages ``metrics``, and runs the
+   controller (collect, and at a window's end evaluate, decide, realize, record). The staged
+   bookkeeping is committed once per ``warehouse.commit_interval_s``
+   (:mod:`streaming.staging`).
 
 No driver in the data path: the driver handles O(groups + engines) numbers per batch, never
 an event, an output or a byte of state.
@@ -54,9 +56,10 @@ from .engines import (
     arrow_engine,
     work_seconds,
 )
-from .migration import Migration, record_completed, record_started, release
-from .storage import delete_if_exists, read_if_exists, write_atomically
+from .migration import Migration, record, release
+from .storage import read_if_exists, write_atomically
 from .delta import RunAppends, concurrently
+from .staging import StagedAppends
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -105,6 +108,7 @@ class Totals:
     moved_bytes: int = 0
     last_batch: int = -1
     durations: list[float] = field(default_factory=list)
+    stop_commit_s: float = 0.0  # the staged bookkeeping committed at stop, after the batches
 
 
 @dataclass(frozen=True)
@@ -153,10 +157,11 @@ class StreamJob:
         # the routing frame of the plan in force: ((plan version, slots), frame)
         self._route: tuple[tuple[int, int], DataFrame] | None = None
         self.run_uri = f"{cfg.warehouse_uri}/_runs/{self.run_id}"  # the run's files by Delta
-        # the last batch's metrics row, committed with the next batch's outputs (or at stop)
-        self.pending_uri = f"{self.run_uri}/pending-metrics.json"
-        self._pending: dict[str, Any] | None = None
-        self._idle: threading.Timer | None = None  # commits the pending row when input stops
+        # key_loads, metrics and decisions rows wait here for one commit per interval
+        self.staging = StagedAppends(spark, f"{self.run_uri}/staged", self.appends,
+                                     cfg.warehouse.commit_interval_s)
+        self.appends.staging = self.staging
+        self._idle: threading.Timer | None = None  # commits the staged rows when input stops
         self._recovered = False
         self._lock = threading.Lock()
         self._batch_lock = threading.Lock()
@@ -245,32 +250,29 @@ class StreamJob:
                     "add_batch_s": p["durationMs"].get("addBatch", 0) / 1000}) + "\n")
 
     def flush(self) -> None:
-        """Commit the last batch's metrics row now (it normally rides with the next batch)."""
+        """Commit the staged bookkeeping now (it normally waits for its interval)."""
         if self._idle is not None:
             self._idle.cancel()
         with self._batch_lock:
-            self._flush_pending()
-
-    def _flush_pending(self) -> None:
-        pending, self._pending = self._pending, None
-        if pending is None:
-            return
-        self.appends.append_rows("metrics", [pending], pending["batch_id"])
-        delete_if_exists(self.pending_uri)
+            t0 = time.perf_counter()
+            if self.staging.pending:
+                self.staging.commit()
+            with self._lock:
+                self.totals.stop_commit_s += time.perf_counter() - t0
 
     def _flush_when_idle(self) -> None:
         """If no batch follows within a trigger interval (the input has paused; Spark runs
-        no empty batches), commit the pending metrics row alone, so that the table never
-        lags a quiet stream. A batch that has started meanwhile takes the row itself."""
+        no empty batches), commit the staged rows, so that the bookkeeping tables never lag
+        a quiet stream. A batch that has started meanwhile commits them when they are due."""
         if self._idle is not None:
             self._idle.cancel()
 
         def flush_if_idle() -> None:
             if self._batch_lock.acquire(blocking=False):
                 try:
-                    self._flush_pending()
+                    self.staging.commit()
                 except Exception as exc:  # the next batch or stop() retries; say why
-                    print(f"keyshift: metrics row not committed yet ({exc})", flush=True)
+                    print(f"keyshift: bookkeeping rows not committed yet ({exc})", flush=True)
                 finally:
                     self._batch_lock.release()
 
@@ -356,13 +358,13 @@ class StreamJob:
         )
 
     def _snapshot_input(self, snapshots: DataFrame, slots: int) -> DataFrame:
-        """A migration's snapshots (group, to_engine, state) as engine-stage rows."""
+        """A migration's released rows (grp, to_engine, state) as engine-stage rows."""
         from pyspark.sql import functions as F
 
         salts = self.spark.createDataFrame(list(enumerate(self._placement(slots))),
                                            "to_engine INT, pkey BIGINT")
         return snapshots.join(F.broadcast(salts), "to_engine").select(
-            F.lit(SNAPSHOT).alias("kind"), F.col("group").cast("int").alias("grp"),
+            F.lit(SNAPSHOT).alias("kind"), "grp",
             F.lit(None).cast("int").alias("partition"),
             F.lit(None).cast("bigint").alias("offset"), F.lit(None).cast("string").alias("event"),
             F.lit(None).cast("string").alias("reason"), F.lit(None).cast("string").alias("raw"),
@@ -379,12 +381,14 @@ class StreamJob:
             # "fresh" but Spark resumes at a later batch (a checkpoint older than the start
             # marker): recover for real, and look before appending
             self.appends.fresh = self._recovered = False
+        self.appends.begin(batch_id)
         if not self._recovered:
+            # what a predecessor staged for committed batches goes to Delta first: the
+            # controller reads the open window's key loads from there
+            self.staging.recover(batch_id)
             self.controller.recover(batch_id)
-            self._pending = _load_pending(self.pending_uri)
             self._recovered = True
             recover_s = time.perf_counter() - t0
-        self.appends.begin(batch_id)
         if self.opt.engines and batch_id == self.appends.first and not self.appends.fresh:
             self._check_resumed_engines()
         plan = self.controller.plan_for(batch_id)
@@ -396,25 +400,21 @@ class StreamJob:
         spec = BatchSpec(batch_id, self.app, dict(self.opt.app_params), self.run_id,
                          self.state_uri, self.cfg.engines.compact_every,
                          migration.moves_out(), migration.moves_in(), dict(self._caches),
-                         self.opt.ingest_only)
+                         self.opt.ingest_only, self.staging.root, start_wall, plan.version,
+                         migration.migration_id if len(migration) else None)
         sc = self.spark.sparkContext
         sc.setLocalProperty("spark.job.description", f"keyshift {self.run_id} batch {batch_id}")
 
         routed = self._engine_input(df, plan, slots)
-        moved, pause_s = 0, 0.0
         if len(migration):
-            t_mig = time.perf_counter()
-            snapshots, moved = release(self.spark, self.cfg, self.appends, migration, spec,
-                                       slots)
-            record_started(self.appends, migration, moved, start_wall)
             (self.run_dir / "migrating.json").write_text(json.dumps(
                 {"batch_id": batch_id, "groups": len(migration),
                  "migration_id": migration.migration_id}))
+            snapshots = release(self.spark, migration, spec)
             routed = routed.unionByName(self._snapshot_input(snapshots, slots))
-            pause_s = time.perf_counter() - t_mig
 
         t_engines = time.perf_counter()
-        prep_s = t_engines - t0  # recovery, plan, migration's release, building the plan
+        prep_s = t_engines - t0  # recovery, plan, building the engine stage
         result = (routed.repartition(slots, "pkey")
                   .mapInArrow(arrow_engine(spec), ENGINE_OUTPUT)
                   .persist(StorageLevel.MEMORY_AND_DISK))
@@ -428,6 +428,8 @@ class StreamJob:
             load_rows = [(r["grp"], r["engine"], r["n"], r["size"]) for r in small
                          if r["tag"] == LOAD]
             self._caches = {t["engine"]: t["cache_id"] for t in tasks}
+            if load_rows:  # the engine tasks staged them (engines.stage_loads)
+                self.staging.staged(batch_id)
 
             loads = np.zeros(self.groups)
             state = np.zeros(self.groups)
@@ -435,14 +437,15 @@ class StreamJob:
                 loads[g] += n
                 state[g] = max(state[g], size)
             outs = sum(t["outputs"] for t in tasks)
+            moved = sum(t.get("restored_bytes", 0) for t in tasks)
             dead = sum(t["dead"] for t in tasks)
             valid = sum(t["events"] for t in tasks)
             engine_s = work_seconds(tasks)
             self.controller.collect(batch_id, loads, state, engine_s=engine_s,
                                     started=start_wall)
             # outputs (written by the executors from the cached engine result), the
-            # migration's end and the controller's decision go to different tables: one
-            # round of concurrent commits instead of a queue of them
+            # migration's end, the controller's step and, once per interval, the staged
+            # bookkeeping go to different tables: one round of concurrent commits
             t_writes = time.perf_counter()
             ended = datetime.now(UTC)
             controller_s = 0.0
@@ -453,15 +456,12 @@ class StreamJob:
                 self.controller.end_of_batch(batch_id)
                 controller_s = time.perf_counter() - t_ctl
 
-            writes = [*self._output_writes(result, batch_id, start_wall, plan.version,
-                                           outs, dead, bool(load_rows)), control]
-            if self._pending is not None:
-                pending = self._pending
-                writes.append(lambda: self.appends.append_rows(
-                    "metrics", [pending], pending["batch_id"]))
+            writes = [*self._output_writes(result, batch_id, outs, dead), control]
+            committed = self.staging.due(batch_id)
+            if committed:
+                writes += self.staging.commits(before=batch_id)
             if len(migration):
-                writes.append(lambda: record_completed(self.appends, migration, moved,
-                                                       start_wall, ended))
+                record(self.appends, migration, moved, start_wall, ended)
             concurrently(*writes)
         finally:
             result.unpersist(blocking=False)
@@ -489,14 +489,12 @@ class StreamJob:
             "latency_s": engine_s / valid if valid else 0.0, "batch_duration_s": duration,
             "plan_version": plan.version, "policy": self.opt.policy,
         }
-        # the metrics row goes to Delta with the next batch's outputs: one commit fewer on
-        # every batch's critical path, and batch_duration_s then covers all of the batch's
-        # own writes. Until then it waits beside the warehouse, where a restarted driver on
-        # any host finds it (the process's first batch writes it, once; so does stop()).
+        # the metrics row is staged with the run's other bookkeeping (streaming.staging):
+        # batch_duration_s then covers all of the batch's own writes, and a restarted
+        # driver on any host finds the row beside the warehouse
         t_metrics = time.perf_counter()
         metrics["batch_duration_s"] = time.perf_counter() - t0
-        self._pending = metrics
-        write_atomically(self.pending_uri, _dump_pending(metrics))
+        self.appends.defer("metrics", [metrics], batch_id)
         self._flush_when_idle()
         metrics_s = time.perf_counter() - t_metrics
         duration = time.perf_counter() - t0
@@ -518,18 +516,19 @@ class StreamJob:
             "batch_id": batch_id, "slots": slots, "recover_s": recover_s, "prep_s": prep_s,
             "engines_s": engines_s,
             "metrics_s": metrics_s,
-            "controller_s": controller_s, "migration_s": pause_s, "writes_s": writes_s,
+            "controller_s": controller_s, "writes_s": writes_s,
+            "committed_staged": committed,
             "duration_s": duration, "moved_groups": len(migration), "moved_bytes": moved,
             "tasks": tasks})
         if self.on_batch is not None:
             self.on_batch(BatchReport(batch_id, valid, dead, outs, bal.rstd, plan.parallelism,
                                       plan.version, len(migration), moved, duration))
 
-    def _output_writes(self, result: DataFrame, batch_id: int, start: datetime,
-                       plan_version: int, outs: int, dead: int,
-                       loads: bool) -> list[Callable[[], None]]:
-        """The batch's appends to ``events_out``, ``key_loads`` and ``dead_letter`` as calls,
-        each a Spark job in which the executors write the cached engine result's rows."""
+    def _output_writes(self, result: DataFrame, batch_id: int, outs: int,
+                       dead: int) -> list[Callable[[], None]]:
+        """The batch's appends to ``events_out`` and ``dead_letter`` as calls, each a Spark
+        job in which the executors write the cached engine result's rows (its key loads the
+        engine tasks staged themselves)."""
         from pyspark.sql import functions as F
 
         lit = F.lit
@@ -539,10 +538,6 @@ class StreamJob:
             "events_out": (outs > 0, OUT, [
                 *head, lit(self.app).alias("app"), "engine", F.col("grp").alias("group"),
                 "key", "ts", "kind", "detail", "event_id"]),
-            "key_loads": (loads, LOAD, [
-                *head, lit(start).alias("window_start"), F.col("grp").alias("group"),
-                "engine", F.col("n").alias("load"), F.col("size").alias("state_bytes"),
-                lit(plan_version).cast("bigint").alias("plan_version")]),
             "dead_letter": (dead > 0, DEAD, [
                 *head, lit(self.topic).alias("topic"), "partition", "offset",
                 F.timestamp_seconds("kts").alias("kafka_ts"), F.substring("raw", 1, 4096)
@@ -589,22 +584,6 @@ class StreamJob:
             "run_dir": str(self.run_dir), "checkpoint": self.checkpoint,
         })
         return out
-
-
-def _dump_pending(row: dict[str, Any]) -> bytes:
-    return json.dumps({k: v.isoformat() if isinstance(v, datetime) else v
-                       for k, v in row.items()}).encode()
-
-
-def _load_pending(uri: str) -> dict[str, Any] | None:
-    """The metrics row a previous process left uncommitted (None: there is none)."""
-    body = read_if_exists(uri)
-    if body is None:
-        return None
-    row = json.loads(body)
-    for k in ("window_start", "window_end"):
-        row[k] = datetime.fromisoformat(row[k])
-    return row
 
 
 def _quantile(xs: list[float], q: float) -> float:

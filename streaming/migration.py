@@ -1,21 +1,22 @@
-"""Migration of key groups between engines through Delta (dlb §3.3, elastic-cep §III-D).
+"""Migration of key groups between engines (dlb §3.3, elastic-cep §III-D).
 
-A plan change takes effect at a batch boundary. In the first batch of the new plan:
+A plan change takes effect at a batch boundary. In the first batch of the new plan, in one
+Spark job:
 
 1. a release task per old engine reads the state, as of the batch before, of each group
-   that leaves it (:func:`streaming.engines.run_release`); the executors append those
-   snapshots to ``state_snapshots`` (idempotent per batch), and a ``migrations`` row with
-   status ``started`` records groups, engines, bytes and the start;
-2. the engine stage reads this migration's rows back from Delta and routes each snapshot to
-   its new engine, which installs it before it processes the group's events of the batch,
-   while the old engine drops the group in the same batch version;
-3. a ``completed`` row closes the migration.
+   that leaves it (:func:`streaming.engines.run_release`) and stages it as the migration's
+   ``state_snapshots`` rows;
+2. the released rows are routed, with the batch's events, to the groups' new engines, each
+   of which installs the state before it processes the group's events of the batch, while
+   the old engine drops the group in the same batch version;
+3. the ``migrations`` rows (``started``, ``completed``) are staged when the batch has run.
 
 Nothing waits in a buffer (the batch's events of a moving group wait in Spark's shuffle
-until the state is there), the driver never holds the bytes, and Delta is the record a
-crash recovers from: a batch re-executed after a crash reads the same state (as of the
-batch before), Delta skips the appends it already committed, and the read-back returns the
-rows of the first attempt.
+until the state is there), the driver never holds the bytes, and no Delta commit stands
+between the plan change and the engines. What a crash recovers from is the engines'
+durable changelog (:mod:`streaming.engine_state`): a batch re-executed after a crash
+releases the same state again (as of the batch before, which compaction keeps), and the
+staged records of an unfinished batch are dropped and staged again (:mod:`streaming.staging`).
 
 All moves of one plan change form one migration (several groups at once). ELB's changes of
 the engine count are the same thing: new slots receive groups, removed slots hand theirs
@@ -25,16 +26,12 @@ over, and a removed slot's task still runs in that batch to release its groups.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from keyshift.config import Config
 from keyshift.plan import Plan
-from keyshift.schemas import SCHEMA_VERSION, table
-
-from .delta import read_run
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -88,50 +85,24 @@ def _by_engine(engines: np.ndarray, groups: np.ndarray) -> dict[int, list[int]]:
     return out
 
 
-def release(spark: SparkSession, cfg: Config, appends: RunAppends, m: Migration,
-            spec: BatchSpec, slots: int) -> tuple[DataFrame, int]:
-    """Step 1: the moving groups' snapshots into ``state_snapshots`` by the executors, then
-    read back as ``(group, to_engine, state)`` for the engine stage; returns them and the
-    bytes moved (ψ)."""
-    from pyspark.sql import functions as F
+def release(spark: SparkSession, m: Migration, spec: BatchSpec) -> DataFrame:
+    """Step 1 as a frame: one release task per old engine (its leaving groups' state as of
+    the batch before) giving :data:`~streaming.engines.RELEASED` rows ``(grp, to_engine,
+    state)``; the engine stage reads them in the same Spark job."""
+    from .engines import RELEASED, arrow_release
 
-    from .engines import run_release
-
-    run_id = appends.run_id
     sources = sorted(m.moves_out())
-    now = datetime.now(UTC)
-    mid, version, batch = m.migration_id, m.plan_version, m.batch_id
-    rows = (
-        spark.sparkContext.parallelize(sources, max(1, min(len(sources), slots)))
-        .flatMap(lambda e: run_release(spec, e))
-        .map(lambda r: (SCHEMA_VERSION, run_id, mid, version, r[0], r[1], r[2],
-                        bytearray(r[3]), len(r[3]), batch, now))
-    )
-    appends.append("state_snapshots", spark.createDataFrame(rows, table("state_snapshots").ddl()),
-                   batch)
-    back = (
-        read_run(spark, cfg, "state_snapshots", run_id).where(F.col("migration_id") == mid)
-        .select("group", "to_engine", "state", "bytes")
-    )
-    moved = back.agg(F.coalesce(F.sum("bytes"), F.lit(0))).first()[0]
-    return back.select("group", "to_engine", "state"), int(moved)
+    return (spark.range(0, len(sources), 1, max(1, len(sources)))
+            .mapInArrow(arrow_release(spec, sources), RELEASED))
 
 
-def record_started(appends: RunAppends, m: Migration, moved: int,
-                   started_at: datetime) -> None:
-    """The ``started`` row: the snapshots are durable in ``state_snapshots``."""
-    appends.append_rows("migrations", [_row(appends.run_id, m, moved, "started", started_at,
-                                            None)],
-                        m.batch_id, match={"migration_id": m.migration_id, "status": "started"})
-
-
-def record_completed(appends: RunAppends, m: Migration, moved: int, started_at: datetime,
-                     ended_at: datetime) -> None:
-    """The ``completed`` row: the new engines hold the groups' state."""
-    appends.append_rows("migrations", [_row(appends.run_id, m, moved, "completed", started_at,
-                                            ended_at)],
-                        m.batch_id, match={"migration_id": m.migration_id,
-                                           "status": "completed"})
+def record(appends: RunAppends, m: Migration, moved: int, started_at: datetime,
+           ended_at: datetime) -> None:
+    """The migration's ``started`` and ``completed`` rows, staged with the run's bookkeeping
+    once the batch that realized it has run (its engines hold the moved state)."""
+    appends.defer("migrations", [
+        _row(appends.run_id, m, moved, "started", started_at, None),
+        _row(appends.run_id, m, moved, "completed", started_at, ended_at)], m.batch_id)
 
 
 def _row(run_id: str, m: Migration, moved: int, status: str, start: datetime,

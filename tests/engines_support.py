@@ -110,9 +110,9 @@ def outputs(spark, cfg, run_id: str) -> list[tuple]:
     return sorted(tuple(r) for r in rows)
 
 
-def table_rows(spark, cfg, name: str, run_id: str) -> list:
+def table_rows(spark, cfg, name: str, run_id: str, column: str = "run_id") -> list:
     return (spark.read.format("delta").load(cfg.table_path(name))
-            .where(f"run_id = '{run_id}'").collect())
+            .where(f"{column} = '{run_id}'").collect())
 
 
 def wait_until(pred, timeout_s: float, poll_s: float = 0.5) -> bool:

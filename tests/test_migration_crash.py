@@ -70,8 +70,9 @@ def _word_input(cfg, total: int, bad: int, skew: str) -> tuple[str, list]:
 
 
 def _kill_mid_migration(cfg, run_id: str, topic: str, log: Path, **start) -> None:
-    """Run the job until a migration is in flight (``migrating.json``: snapshots durable in
-    Delta, restore not done), then SIGKILL its whole process group."""
+    """Run the job until a migration is in flight (``migrating.json``: the batch realizing a
+    plan change has begun, its release and restore not committed), then SIGKILL its whole
+    process group."""
     run_dir = cfg.home_path / "runs" / run_id
     first = _start(cfg, run_id, topic, log, **start)
     try:
@@ -92,10 +93,14 @@ def test_sigkill_during_migration_then_restart_gives_uninterrupted_output(
     log = tmp_path / "job.log"
 
     _kill_mid_migration(cfg, run_id, topic, log)
+    in_flight = json.loads((cfg.home_path / "runs" / run_id / "migrating.json").read_text())
     mig = table_rows(spark, cfg, "migrations", run_id)
-    assert any(r.status == "started" for r in mig)
+    assert in_flight["migration_id"] not in {r.migration_id for r in mig}
 
     _restart_and_check(spark, cfg, run_id, topic, log, events, total, bad)
+    mig = table_rows(spark, cfg, "migrations", run_id)
+    assert {r.status for r in mig if r.migration_id == in_flight["migration_id"]} == \
+        {"started", "completed"}
 
 
 def _restart_and_check(spark, cfg, run_id: str, topic: str, log: Path, events: list,
@@ -152,16 +157,19 @@ def test_sigkill_during_a_scale_change_then_restart_gives_uninterrupted_output(
 
     _kill_mid_migration(cfg, run_id, topic, log, **start)
     in_flight = json.loads((run_dir / "migrating.json").read_text())
-    scaler = [r for r in table_rows(spark, cfg, "decisions", run_id) if r.component == "scaler"]
-    changed = [r for r in scaler if r.plan_version is not None]
-    assert changed and changed[0].engines_after < changed[0].engines_before == 4, \
-        [r.reason for r in scaler]
-    assert changed[0].batch_id == in_flight["batch_id"] - 1  # realized in the next batch
+    # the plan change and its decision were staged (streaming/staging.py), not committed
+    # yet: the restarted process commits them before it reads them
 
     _restart_and_check(spark, cfg, run_id, topic, log, events, total, bad, **start)
     scaler = [r for r in table_rows(spark, cfg, "decisions", run_id) if r.component == "scaler"]
     ids = [r.batch_id for r in scaler]
     assert len(ids) == len(set(ids)), "a scaler decision was recorded twice"
+    changed = [r for r in scaler if r.plan_version is not None]
+    assert changed and changed[0].engines_after < changed[0].engines_before == 4, \
+        [r.reason for r in scaler]
+    assert changed[0].batch_id == in_flight["batch_id"] - 1  # realized in the next batch
+    plans = {r.version: r for r in table_rows(spark, cfg, "plans", run_id, column="scope")}
+    assert sum(plans[changed[0].plan_version].live) == changed[0].engines_after
     # the realized N survived the crash: the batches after the change ran on it
     metrics = {m.batch_id: m.engines for m in table_rows(spark, cfg, "metrics", run_id)}
     assert metrics[in_flight["batch_id"]] == changed[0].engines_after

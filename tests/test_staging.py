@@ -1,0 +1,166 @@
+"""Staged bookkeeping (streaming/staging.py): the contract as Parquet, when a commit is due,
+and each (table, batch) landing in Delta exactly once across a crash between a commit and
+the deletion of its files."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from streaming.staging import BOOKKEEPING, StagedAppends, arrow_type, stage_uri, write_staged
+
+NOW = datetime(2026, 11, 26, 12, 0, 0, 123456, tzinfo=UTC)
+
+
+def _loads(batch: int, engine: int = 0) -> list[dict]:
+    return [{"run_id": "r", "batch_id": batch, "window_start": NOW, "group": g,
+             "engine": engine, "load": 10 * g + batch, "state_bytes": None, "plan_version": 3}
+            for g in range(3)]
+
+
+def _metrics(batch: int) -> dict:
+    return {"run_id": "r", "batch_id": batch, "window_start": NOW, "window_end": NOW,
+            "events_in": 5, "dead_letter": 0, "processed": 5, "out_events": 1, "missed": 0,
+            "selectivity": 0.2, "engines": 2, "engine_loads": [3, 2], "rstd": 0.1,
+            "var_load": 0.25, "input_rate": 2.5, "latency_s": 0.01, "batch_duration_s": 0.5,
+            "plan_version": 0, "policy": "kg"}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_contract_types_have_arrow_types() -> None:
+    import pyarrow as pa
+
+    assert arrow_type("ARRAY<BIGINT>") == pa.list_(pa.int64())
+    assert arrow_type("timestamp") == pa.timestamp("us", tz="UTC")
+    with pytest.raises(ValueError, match="MAP<STRING,INT>"):
+        arrow_type("MAP<STRING,INT>")
+
+
+def test_a_commit_is_due_after_the_interval_for_earlier_batches(tmp_path) -> None:
+    clock = Clock()
+    st = StagedAppends(None, str(tmp_path / "staged"), None, interval_s=10, clock=clock)
+    assert not st.pending and not st.due(5)
+    st.put("metrics", [_metrics(0)], 0)
+    clock.t += 4
+    st.staged(1)
+    assert st.pending and not st.due(2)
+    clock.t += 6
+    assert st.due(2)  # batch 0 has waited 10 s
+    assert not st.due(0)  # nothing staged before batch 0
+    assert sorted(st.files()["metrics"]) == [0]
+    with pytest.raises(ValueError, match="events_out: not a staged table"):
+        st.put("events_out", [{"run_id": "r"}], 2)
+    assert st.put("decisions", [], 2) == 0
+
+
+@pytest.mark.integration
+def test_staged_rows_read_back_as_the_contract(spark, tmp_path) -> None:
+    from keyshift.schemas import table
+
+    uri = str(tmp_path / "m.parquet")
+    write_staged(uri, "metrics", [_metrics(7)])
+    row = spark.read.schema(table("metrics").ddl()).parquet(uri).collect()[0].asDict()
+    assert row["schema_version"] == 1 and row["engine_loads"] == [3, 2]
+    assert row["window_start"].replace(tzinfo=UTC) == NOW  # the session runs in UTC
+    assert row["batch_id"] == 7 and row["policy"] == "kg"
+
+
+@pytest.mark.integration
+def test_each_batch_lands_once_across_a_crash_between_commit_and_delete(
+        spark, spark_config, tmp_path) -> None:
+    from streaming.delta import RunAppends, ensure_tables
+
+    cfg = spark_config.model_copy(update={"warehouse": spark_config.warehouse.model_copy(
+        update={"root": str(tmp_path / "wh")})})
+    ensure_tables(spark, cfg, list(BOOKKEEPING))
+    root = str(tmp_path / "wh" / "_runs" / "r" / "staged")
+
+    def counts(name: str) -> dict[int, int]:
+        rows = (spark.read.format("delta").load(cfg.table_path(name))
+                .groupBy("batch_id").count().collect())
+        return {r.batch_id: r["count"] for r in rows}
+
+    first = RunAppends(spark, cfg, "r")
+    first.fresh = True
+    st = StagedAppends(spark, root, first, interval_s=0)
+    first.staging = st
+    for b in (0, 1, 2):
+        first.begin(b)
+        write_staged(stage_uri(root, "key_loads", b, "e0"), "key_loads", _loads(b, 0))
+        write_staged(stage_uri(root, "key_loads", b, "e1"), "key_loads", _loads(b, 1))
+        st.staged(b)
+        first.defer("metrics", [_metrics(b)], b)
+    assert st.commit(before=2) == 4  # batches 0 and 1 of both tables; 2 waits
+    assert counts("key_loads") == {0: 6, 1: 6} and counts("metrics") == {0: 1, 1: 1}
+    # batch 3 stages, batch 2 commits ... and the process dies before deleting its files
+    first.begin(3)
+    write_staged(stage_uri(root, "key_loads", 3, "e0"), "key_loads", _loads(3))
+    first.defer("metrics", [_metrics(3)], 3)
+    kept = {u for us in st.files()["metrics"].values() for u in us}
+    st._delete = lambda uris: None  # the crash: nothing is deleted after the commit
+    st.commit(before=3)
+    assert counts("metrics") == {0: 1, 1: 1, 2: 1}
+    assert kept == {u for us in st.files()["metrics"].values() for u in us}
+
+    # Spark had committed batch 2, not 3: the next process starts at batch 3, and first
+    # commits all that is staged (batch 3's control rows must be there for its replay)
+    again = RunAppends(spark, cfg, "r")
+    again.begin(3)
+    st2 = StagedAppends(spark, root, again, interval_s=0)
+    again.staging = st2
+    st2.recover(3)
+    assert counts("key_loads") == {0: 6, 1: 6, 2: 6, 3: 3}  # 2 not twice
+    assert counts("metrics") == {0: 1, 1: 1, 2: 1, 3: 1}
+    assert st2.files() == {}
+    # batch 3 runs again: both engines stage (the dead attempt got as far as engine 0), the
+    # driver stages its metrics row again; only what Delta lacks is appended
+    write_staged(stage_uri(root, "key_loads", 3, "e0"), "key_loads", _loads(3, 0))
+    write_staged(stage_uri(root, "key_loads", 3, "e1"), "key_loads", _loads(3, 1))
+    st2.staged(3)
+    again.defer("metrics", [_metrics(3)], 3)
+    again.begin(4)
+    write_staged(stage_uri(root, "key_loads", 4, "e0"), "key_loads", _loads(4))
+    st2.commit()
+    assert counts("key_loads") == {0: 6, 1: 6, 2: 6, 3: 6, 4: 3}
+    assert counts("metrics") == {0: 1, 1: 1, 2: 1, 3: 1}
+    got = (spark.read.format("delta").load(cfg.table_path("key_loads"))
+           .where("batch_id = 1 AND engine = 1").orderBy("group").collect())
+    assert [(r.group, r.load, r.plan_version) for r in got] == [(0, 1, 3), (1, 11, 3),
+                                                                 (2, 21, 3)]
+
+
+@pytest.mark.integration
+def test_plans_are_staged_under_their_own_key(spark, spark_config, tmp_path) -> None:
+    """A plan row has no run id or batch: its key is (scope, version); the initial plan,
+    written "before batch 0", stages apart from a plan decided in batch 0."""
+    import numpy as np
+
+    from keyshift.plan import Plan
+    from streaming.control_store import ControlLog
+    from streaming.delta import RunAppends, ensure_tables
+
+    cfg = spark_config.model_copy(update={"warehouse": spark_config.warehouse.model_copy(
+        update={"root": str(tmp_path / "wh")})})
+    ensure_tables(spark, cfg, ["plans"])
+    appends = RunAppends(spark, cfg, "r")
+    appends.staging = StagedAppends(spark, str(tmp_path / "staged"), appends, interval_s=0)
+    log = ControlLog(spark, cfg, "r", appends=appends)
+    log.write_plan(Plan.hashed(8, 2, version=0), "kg", "initial plan", -1)
+    log.write_plan(Plan.hashed(8, 4, version=1), "dlb-h", "rebalance", 0)
+    assert log.plans(8) == []  # staged, not committed
+    assert sorted(appends.staging.files()["plans"]) == [-1, 0]
+    appends.begin(0)  # a process that may have written before: rows are matched by key
+    appends.staging.commit()
+    log.write_plan(Plan.hashed(8, 2, version=0), "kg", "initial plan", -1)
+    appends.staging.commit()
+    plans = sorted(log.plans(8), key=lambda p: p.version)
+    assert [p.version for p in plans] == [0, 1]
+    assert np.array_equal(plans[0].assignment, np.arange(8) % 2)
