@@ -193,12 +193,16 @@ class StreamJob:
         self.appends.fresh = read_if_exists(marker) is None
         write_atomically(marker, datetime.now(UTC).isoformat().encode())
         if self.appends.fresh:
-            # a new run starts at batch 0: set the controller up now (initial plan in Delta,
+            # a new run starts at batch 0: set the controller up now (initial plan,
             # placement keys), as run set-up rather than inside the first batch; a resumed
             # run recovers in its first batch, whose id only Spark's checkpoint knows
             self.controller.recover(0)
             self._placement(self.controller.plan_for(0).engines)
             self._recovered = True
+        # what a predecessor staged goes to Delta before anything reads it (the controller
+        # reads the open window's key loads, plans and control state); a new run commits
+        # its initial plan, so its first Delta write is set-up, not inside a batch
+        self.staging.recover()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "job.json").write_text(json.dumps(
             {"run_id": self.run_id, "app": self.app, "policy": self.opt.policy,
@@ -383,9 +387,6 @@ class StreamJob:
             self.appends.fresh = self._recovered = False
         self.appends.begin(batch_id)
         if not self._recovered:
-            # what a predecessor staged for committed batches goes to Delta first: the
-            # controller reads the open window's key loads from there
-            self.staging.recover(batch_id)
             self.controller.recover(batch_id)
             self._recovered = True
             recover_s = time.perf_counter() - t0
@@ -517,7 +518,7 @@ class StreamJob:
             "engines_s": engines_s,
             "metrics_s": metrics_s,
             "controller_s": controller_s, "writes_s": writes_s,
-            "committed_staged": committed,
+            "committed_staged": dict(self.staging.last_commit) if committed else {},
             "duration_s": duration, "moved_groups": len(migration), "moved_bytes": moved,
             "tasks": tasks})
         if self.on_batch is not None:

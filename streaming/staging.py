@@ -107,6 +107,7 @@ class StagedAppends:
         self.interval_s = interval_s
         self.clock = clock
         self._since: dict[int, float] = {}  # batch → when its first rows were staged
+        self.last_commit: dict[str, float] = {}  # table → seconds, of the latest commit
 
     # -- staging ----------------------------------------------------------------------
     def put(self, name: str, rows: Sequence[Mapping[str, Any]], batch_id: int) -> int:
@@ -155,10 +156,11 @@ class StagedAppends:
         appends them in one commit and deletes their files; meant to run concurrently with a
         batch's other writes. Each returns the batches it handed to Delta."""
         calls = []
+        self.last_commit = {}
         for name, batches in self.files().items():
             chosen = {b: uris for b, uris in batches.items() if before is None or b < before}
             if chosen:
-                calls.append(lambda name=name, chosen=chosen: self._commit(name, chosen))
+                calls.append(lambda name=name, chosen=chosen: self._timed(name, chosen))
         done = set() if before is None else {b for b in self._since if b >= before}
         self._since = {b: t for b, t in self._since.items() if b in done}
         return calls
@@ -169,6 +171,13 @@ class StagedAppends:
         from .delta import concurrently
 
         return sum(concurrently(*self.commits(before)))
+
+    def _timed(self, name: str, batches: Mapping[int, list[str]]) -> int:
+        t0 = time.perf_counter()
+        try:
+            return self._commit(name, batches)
+        finally:
+            self.last_commit[name] = round(time.perf_counter() - t0, 3)
 
     def _commit(self, name: str, batches: Mapping[int, list[str]]) -> int:
         from pyspark.sql import functions as F
@@ -189,12 +198,11 @@ class StagedAppends:
         self._delete(uris)
         return len(batches)
 
-    def recover(self, first: int) -> None:
-        """At a process's first batch ``first``: commit all that a predecessor staged. For
-        the batches before ``first`` Spark committed the offsets; batch ``first`` itself
-        (the one it died in) runs again, and its control state and plan must be there for
-        the loop to replay the first attempt's decision; the rows the new attempt stages
-        again are left out by their row key."""
+    def recover(self) -> None:
+        """At a process's start: commit all that a predecessor staged. Spark committed the
+        offsets of all its batches but the one it died in, which runs again: that one's
+        control state and plan must be there for the loop to replay the first attempt's
+        decision, and the rows its new attempt stages again are left out by their key."""
         self.commit()
 
     def _delete(self, uris: Sequence[str]) -> None:

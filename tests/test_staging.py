@@ -113,10 +113,10 @@ def test_each_batch_lands_once_across_a_crash_between_commit_and_delete(
     # Spark had committed batch 2, not 3: the next process starts at batch 3, and first
     # commits all that is staged (batch 3's control rows must be there for its replay)
     again = RunAppends(spark, cfg, "r")
-    again.begin(3)
     st2 = StagedAppends(spark, root, again, interval_s=0)
     again.staging = st2
-    st2.recover(3)
+    st2.recover()  # at start, before Spark names the first batch
+    again.begin(3)
     assert counts("key_loads") == {0: 6, 1: 6, 2: 6, 3: 3}  # 2 not twice
     assert counts("metrics") == {0: 1, 1: 1, 2: 1, 3: 1}
     assert st2.files() == {}
