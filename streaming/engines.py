@@ -12,12 +12,12 @@ Why this shape (numbers in docs/engines.md):
   to the changelog, under the batch's version. A re-executed batch (task retry, the query
   restarting after a crash, the task landing on another executor) starts from exactly the
   state as of the batch before it.
-* Migration happens before the engines run (dlb §3.3): in a batch whose plan differs from the
-  last one's, a release task per old engine reads the leaving groups' state as of the last
-  batch and the executors write it to Delta ``state_snapshots``; the engine stage then reads
-  those rows back and routes each to its new engine, which installs it *before* it processes
-  the group's events of this batch. So no event waits in a buffer, a group has one owner in
-  every batch version, and the driver never holds state bytes.
+* Migration happens in the engines' own Spark job (dlb §3.3): in a batch whose plan differs
+  from the last one's, a release task per old engine reads the leaving groups' state as of
+  the last batch and its rows are routed to the groups' new engines, each of which installs
+  the state *before* it processes the group's events of this batch. So no event waits in a
+  buffer, a group has one owner in every batch version, and the driver never holds state
+  bytes.
 * Everything a task produces goes back into Spark as rows (complex events, dead letters, key
   loads, one task record); the executors write them to Delta, and the driver collects only
   the key loads and the task records (O(groups + engines) per batch). The task also stages
@@ -48,9 +48,6 @@ EVENT, SNAPSHOT = "e", "s"
 # Delta without another trip through Python. ``pkey`` places a row in partition = engine.
 ENGINE_INPUT = ("kind STRING, grp INT, partition INT, offset BIGINT, event STRING, "
                 "reason STRING, raw STRING, kts DOUBLE, state BINARY, pkey BIGINT")
-# What a migration's release stage hands the engine stage: a moving group's state and where
-# it goes.
-RELEASED = "grp INT, to_engine INT, state BINARY"
 ENGINE_OUTPUT = ("tag STRING, engine INT, grp INT, key STRING, ts BIGINT, kind STRING, "
                  "detail STRING, event_id STRING, n BIGINT, size BIGINT, partition INT, "
                  "offset BIGINT, kts DOUBLE, raw STRING, reason STRING, task STRING")
@@ -280,11 +277,12 @@ def _count_only(engine: int, rows: Iterable[tuple]) -> Iterator[tuple]:
                   "input_wait_s": clock.wait_s, "duration_s": time.perf_counter() - t0})
 
 
-def arrow_release(spec: BatchSpec, sources: list[int]
+def arrow_release(spec: BatchSpec, sources: list[int], placement: list[int]
                   ) -> Callable[[Iterator[Any]], Iterator[Any]]:
     """The ``mapInArrow`` function of a migration's release stage over ``range(len(sources))``:
-    row i releases engine ``sources[i]``'s leaving groups as :data:`RELEASED` rows, which
-    go straight into the engine stage of the same Spark job, and stages them as the
+    row i releases engine ``sources[i]``'s leaving groups as :data:`ENGINE_INPUT` rows of
+    kind SNAPSHOT, keyed with their new engine's placement key (``placement[engine]``), so
+    they join the batch's events in the engine stage's shuffle; it also stages them as the
     migration's ``state_snapshots`` record."""
 
     def run(batches: Iterator[Any]) -> Iterator[Any]:
@@ -295,11 +293,17 @@ def arrow_release(spec: BatchSpec, sources: list[int]
                 engine = sources[int(i)]
                 rows = list(run_release(spec, engine))
                 stage_snapshots(spec, engine, rows)
+                n = len(rows)
+                none_i32, none_i64 = pa.nulls(n, pa.int32()), pa.nulls(n, pa.int64())
+                none_s = pa.nulls(n, pa.string())
                 yield pa.RecordBatch.from_arrays(
-                    [pa.array([r[0] for r in rows], pa.int32()),
-                     pa.array([r[2] for r in rows], pa.int32()),
-                     pa.array([r[3] for r in rows], pa.binary())],
-                    names=["grp", "to_engine", "state"])
+                    [pa.array([SNAPSHOT] * n, pa.string()),
+                     pa.array([r[0] for r in rows], pa.int32()), none_i32, none_i64,
+                     none_s, none_s, none_s, pa.nulls(n, pa.float64()),
+                     pa.array([r[3] for r in rows], pa.binary()),
+                     pa.array([placement[r[2]] for r in rows], pa.int64())],
+                    names=["kind", "grp", "partition", "offset", "event", "reason", "raw",
+                           "kts", "state", "pkey"])
 
     return run
 

@@ -50,7 +50,6 @@ from .engines import (
     EVENT,
     LOAD,
     OUT,
-    SNAPSHOT,
     TASK,
     BatchSpec,
     arrow_engine,
@@ -361,20 +360,6 @@ class StreamJob:
             .otherwise(F.lit(self._placement(slots)[0])).alias("pkey"),
         )
 
-    def _snapshot_input(self, snapshots: DataFrame, slots: int) -> DataFrame:
-        """A migration's released rows (grp, to_engine, state) as engine-stage rows."""
-        from pyspark.sql import functions as F
-
-        salts = self.spark.createDataFrame(list(enumerate(self._placement(slots))),
-                                           "to_engine INT, pkey BIGINT")
-        return snapshots.join(F.broadcast(salts), "to_engine").select(
-            F.lit(SNAPSHOT).alias("kind"), "grp",
-            F.lit(None).cast("int").alias("partition"),
-            F.lit(None).cast("bigint").alias("offset"), F.lit(None).cast("string").alias("event"),
-            F.lit(None).cast("string").alias("reason"), F.lit(None).cast("string").alias("raw"),
-            F.lit(None).cast("double").alias("kts"), "state", "pkey",
-        )
-
     def _process_batch(self, df: DataFrame, batch_id: int) -> None:
         from pyspark import StorageLevel
 
@@ -411,8 +396,8 @@ class StreamJob:
             (self.run_dir / "migrating.json").write_text(json.dumps(
                 {"batch_id": batch_id, "groups": len(migration),
                  "migration_id": migration.migration_id}))
-            snapshots = release(self.spark, migration, spec)
-            routed = routed.unionByName(self._snapshot_input(snapshots, slots))
+            routed = routed.unionByName(
+                release(self.spark, migration, spec, self._placement(slots)))
 
         t_engines = time.perf_counter()
         prep_s = t_engines - t0  # recovery, plan, building the engine stage

@@ -85,15 +85,17 @@ def _by_engine(engines: np.ndarray, groups: np.ndarray) -> dict[int, list[int]]:
     return out
 
 
-def release(spark: SparkSession, m: Migration, spec: BatchSpec) -> DataFrame:
+def release(spark: SparkSession, m: Migration, spec: BatchSpec,
+            placement: list[int]) -> DataFrame:
     """Step 1 as a frame: one release task per old engine (its leaving groups' state as of
-    the batch before) giving :data:`~streaming.engines.RELEASED` rows ``(grp, to_engine,
-    state)``; the engine stage reads them in the same Spark job."""
-    from .engines import RELEASED, arrow_release
+    the batch before) giving engine-stage rows of kind SNAPSHOT, placed on the groups' new
+    engines (``placement[engine]`` = its placement key); the engine stage reads them in the
+    same Spark job."""
+    from .engines import ENGINE_INPUT, arrow_release
 
     sources = sorted(m.moves_out())
     return (spark.range(0, len(sources), 1, max(1, len(sources)))
-            .mapInArrow(arrow_release(spec, sources), RELEASED))
+            .mapInArrow(arrow_release(spec, sources, placement), ENGINE_INPUT))
 
 
 def record(appends: RunAppends, m: Migration, moved: int, started_at: datetime,

@@ -1,6 +1,6 @@
 """Files next to the warehouse, on whatever filesystem it lives: local paths, ``file:``,
 ``s3a:`` (pyarrow's ``s3:``), ``hdfs:``, ``gs:``, ``abfs[s]:``. For the small files keyshift
-keeps beside its Delta tables (the engines' changelog, a run's pending metrics row), which
+keeps beside its Delta tables (the engines' changelog, a run's staged bookkeeping), which
 executors and a driver on any host must both reach."""
 
 from __future__ import annotations
