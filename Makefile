@@ -25,8 +25,9 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(VENV)/bin/python -m pytest -m "not integration and not slow" $(PYTEST_ARGS)
 
+## List the benchmarks, or run one: make bench BENCH=stream BENCH_ARGS=--quick
 bench: $(STAMP)
-	$(VENV)/bin/python -m bench
+	$(VENV)/bin/python -m bench $(BENCH) $(BENCH_ARGS)
 
 airflow: $(STAMP)
 	$(KS) airflow standalone

@@ -164,3 +164,14 @@ def test_plans_are_staged_under_their_own_key(spark, spark_config, tmp_path) -> 
     plans = sorted(log.plans(8), key=lambda p: p.version)
     assert [p.version for p in plans] == [0, 1]
     assert np.array_equal(plans[0].assignment, np.arange(8) % 2)
+
+
+def test_commit_interval_is_checked_and_comes_from_the_environment() -> None:
+    from keyshift.config import load_config
+    from keyshift.errors import ConfigError
+
+    assert load_config(env={}).warehouse.commit_interval_s == 10.0
+    cfg = load_config(env={"KEYSHIFT_WAREHOUSE__COMMIT_INTERVAL_S": "0"})
+    assert cfg.warehouse.commit_interval_s == 0.0
+    with pytest.raises(ConfigError, match="commit_interval_s"):
+        load_config(env={"KEYSHIFT_WAREHOUSE__COMMIT_INTERVAL_S": "-1"})
