@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -37,8 +37,6 @@ from keyshift.schemas import SCHEMA_VERSION, TABLES, table
 if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import DataFrame, SparkSession
-
-    from .staging import StagedAppends
 
 
 class TableMissingError(LookupError):
@@ -209,6 +207,12 @@ def _writers() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=6, thread_name_prefix="keyshift-delta")
 
 
+class Stager(Protocol):
+    """Where the job stages rows for a later commit (:class:`streaming.staging.StagedAppends`)."""
+
+    def put(self, name: str, rows: Sequence[Mapping[str, Any]], batch_id: int) -> int: ...
+
+
 class RunAppends:
     """The appends of one run's micro-batches, each landing once, at one Spark job apiece.
 
@@ -230,7 +234,7 @@ class RunAppends:
         self.first: int | None = None  # the first batch this process runs
         self.fresh = False  # no process ran this run before: nothing can be there yet
         # the job's staged bookkeeping (streaming.staging); None: defer() appends at once
-        self.staging: StagedAppends | None = None
+        self.staging: Stager | None = None
 
     def begin(self, batch_id: int) -> None:
         if self.first is None:
