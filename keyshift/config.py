@@ -47,6 +47,9 @@ class KafkaConfig(_Section):
     topic: str = Field("keyshift-events", min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
     partitions: int = Field(4, ge=1, le=1024)
     startup_timeout_s: float = Field(60, gt=0, le=600)
+    # Records deleted (retention, a delete) before the job read them stop the job, with
+    # the way out in one line; false skips them, as Spark's failOnDataLoss=false does.
+    fail_on_data_loss: bool = True
     # Security (docs/platform.md "Kafka security"): the client side of the Spark source, the
     # producer and the admin client (streaming.broker.client_options / spark_options). The
     # password is a SecretStr: printed as ********** by `keyshift config` and in any repr.

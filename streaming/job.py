@@ -176,7 +176,9 @@ class StreamJob:
             .option("kafka.bootstrap.servers", self.cfg.kafka.bootstrap)
             .option("subscribe", self.topic)
             .option("startingOffsets", self.opt.starting_offsets)
-            .option("failOnDataLoss", "false")
+            # records deleted before they were read stop the query (streaming.commands.run
+            # says so in one line); kafka.fail_on_data_loss = false skips them
+            .option("failOnDataLoss", str(self.cfg.kafka.fail_on_data_loss).lower())
             .option("maxOffsetsPerTrigger",
                     self.opt.max_offsets_per_trigger or self.cfg.spark.max_offsets_per_trigger)
             .options(**spark_options(self.cfg.kafka))  # SASL / TLS (docs/platform.md)

@@ -7,6 +7,10 @@
 The same ``--run-id`` resumes a run: Kafka offsets and the query's checkpoint, the engines'
 durable state and the controller's plans and decisions all live under the warehouse. One
 progress line per micro-batch goes to stderr; ``--json`` prints one object at the end.
+
+Exit status: 0 done (or stopped by SIGTERM), 130 stopped by Ctrl-C, 2 bad input (one line,
+before Spark starts), 1 the query failed, 3 records were lost before the run read them (Kafka
+deleted them; ``kafka.fail_on_data_loss = false`` accepts that).
 """
 
 from __future__ import annotations
@@ -223,10 +227,22 @@ def run(args: argparse.Namespace) -> int:
             f"{summary['dead_letter']} dead letters, {summary['complex_events']} complex "
             f"events, {summary['migrations']} migrations; {summary['events_per_s']:.0f} "
             f"events/s busy, batch p50 {summary['batch_p50_s']:.2f} s")
+    if failed and data_lost(failed):
+        say(f"records of topic {opts.topic} were lost: Kafka deleted them (retention, or a "
+            "delete) before this run read them, and the run stops rather than skip them. To "
+            "accept the loss and go on, restart it with KEYSHIFT_KAFKA__FAIL_ON_DATA_LOSS=false "
+            "(kafka.fail_on_data_loss = false).")
+        return 3
     if failed:
         say(f"the streaming query failed: {failed.splitlines()[0]}")
         return 1
     return 130 if why and why[0] == signal.SIGINT else 0
+
+
+def data_lost(error: str) -> bool:
+    """Whether the query failed because Kafka no longer holds offsets it had to read
+    (Spark's KAFKA_DATA_LOSS errors, raised with failOnDataLoss=true)."""
+    return "KAFKA_DATA_LOSS" in error or "Some data may have been lost" in error
 
 
 def main(argv: list[str] | None = None) -> int:
