@@ -127,8 +127,8 @@ class WarehouseConfig(_Section):
     # own floor is 168 h: a shorter one can delete files a running reader or a time-travel
     # query (the table version a model was trained on) still needs, so it is refused here.
     vacuum_retention_hours: float = Field(168.0, le=24 * 3650)
-    # a run's bookkeeping rows (key_loads, metrics, decisions) wait staged beside the
-    # warehouse at most this long before one commit per table (streaming/staging.py);
+    # a run's bookkeeping rows (key_loads, metrics, decisions, plans, ...) wait staged beside
+    # the warehouse at most this long before one commit per table (streaming/staging.py);
     # 0 = with the next batch
     commit_interval_s: float = Field(10.0, ge=0, le=3600)
 

@@ -31,6 +31,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cache
 from datetime import datetime
 from typing import Any
 
@@ -102,6 +103,13 @@ class BatchSpec:
     started: datetime | None = None  # the batch's start (key_loads, state_snapshots)
     plan_version: int = 0  # the plan routing this batch
     migration_id: str | None = None  # the plan change this batch realizes, if any
+
+    def stage(self, name: str, engine: int, rows: list[dict[str, Any]]) -> None:
+        """Stage a task's bookkeeping rows for the run's next commit (streaming.staging)."""
+        if self.staging is not None and rows:
+            from .staging import stage_rows
+
+            stage_rows(self.staging, name, self.batch_id, f"e{engine}", rows)
 
     @property
     def durable(self) -> DurableState:
@@ -293,17 +301,13 @@ def arrow_release(spec: BatchSpec, sources: list[int], placement: list[int]
                 engine = sources[int(i)]
                 rows = list(run_release(spec, engine))
                 stage_snapshots(spec, engine, rows)
-                n = len(rows)
-                none_i32, none_i64 = pa.nulls(n, pa.int32()), pa.nulls(n, pa.int64())
-                none_s = pa.nulls(n, pa.string())
+                cols = {"kind": [SNAPSHOT] * len(rows), "grp": [r[0] for r in rows],
+                        "state": [r[3] for r in rows],
+                        "pkey": [placement[r[2]] for r in rows]}
+                schema = _arrow_schema(ENGINE_INPUT)
                 yield pa.RecordBatch.from_arrays(
-                    [pa.array([SNAPSHOT] * n, pa.string()),
-                     pa.array([r[0] for r in rows], pa.int32()), none_i32, none_i64,
-                     none_s, none_s, none_s, pa.nulls(n, pa.float64()),
-                     pa.array([r[3] for r in rows], pa.binary()),
-                     pa.array([placement[r[2]] for r in rows], pa.int64())],
-                    names=["kind", "grp", "partition", "offset", "event", "reason", "raw",
-                           "kts", "state", "pkey"])
+                    [pa.array(cols.get(f.name, [None] * len(rows)), type=f.type)
+                     for f in schema], schema=schema)
 
     return run
 
@@ -313,17 +317,12 @@ def stage_snapshots(spec: BatchSpec, engine: int,
     """A release task's snapshots, staged as ``state_snapshots`` rows: the record of what
     moved (the hand-over itself travels in Spark's shuffle, and a re-executed batch
     releases the same state again from the engines' durable changelog)."""
-    if spec.staging is None or not rows:
-        return
-    from .staging import stage_uri, write_staged
-
-    write_staged(stage_uri(spec.staging, "state_snapshots", spec.batch_id, f"e{engine}"),
-                 "state_snapshots",
-                 [{"run_id": spec.run_key, "migration_id": spec.migration_id,
-                   "plan_version": spec.plan_version, "group": g, "from_engine": src,
-                   "to_engine": dst, "state": state, "bytes": len(state),
-                   "batch_id": spec.batch_id, "created_at": spec.started}
-                  for g, src, dst, state in rows])
+    spec.stage("state_snapshots", engine,
+               [{"run_id": spec.run_key, "migration_id": spec.migration_id,
+                 "plan_version": spec.plan_version, "group": g, "from_engine": src,
+                 "to_engine": dst, "state": state, "bytes": len(state),
+                 "batch_id": spec.batch_id, "created_at": spec.started}
+                for g, src, dst, state in rows])
 
 
 def arrow_engine(spec: BatchSpec) -> Callable[[Iterator[Any]], Iterator[Any]]:
@@ -351,16 +350,10 @@ def arrow_engine(spec: BatchSpec) -> Callable[[Iterator[Any]], Iterator[Any]]:
 def stage_loads(spec: BatchSpec, engine: int, loads: list[tuple[int, int, int, int]]) -> None:
     """The task's ``key_loads`` rows, staged for the run's next bookkeeping commit
     (:mod:`streaming.staging`) by the executor itself: no Spark job, no Delta commit."""
-    if spec.staging is None or not loads:
-        return
-    from .staging import stage_uri, write_staged
-
     head = {"run_id": spec.run_key, "batch_id": spec.batch_id, "window_start": spec.started,
             "plan_version": spec.plan_version}
-    rows = [{**head, "group": g, "engine": e, "load": n, "state_bytes": size}
-            for g, e, n, size in loads]
-    write_staged(stage_uri(spec.staging, "key_loads", spec.batch_id, f"e{engine}"),
-                 "key_loads", rows)
+    spec.stage("key_loads", engine, [{**head, "group": g, "engine": e, "load": n,
+                                      "state_bytes": size} for g, e, n, size in loads])
 
 
 def _input_rows(engine: int, batches: Iterator[Any]) -> Iterator[tuple]:
@@ -380,11 +373,9 @@ def _input_rows(engine: int, batches: Iterator[Any]) -> Iterator[tuple]:
 class _OutputColumns:
     """Tagged records gathered column by column into Arrow batches of ENGINE_OUTPUT."""
 
-    _NAMES = ("tag", "engine", "grp", "key", "ts", "kind", "detail", "event_id", "n", "size",
-              "partition", "offset", "kts", "raw", "reason", "task")
 
     def __init__(self) -> None:
-        self._cols: dict[str, list] = {k: [] for k in self._NAMES}
+        self._cols: dict[str, list] = {k: [] for k in _arrow_schema(ENGINE_OUTPUT).names}
 
     def __len__(self) -> int:
         return len(self._cols["tag"])
@@ -406,22 +397,19 @@ class _OutputColumns:
     def batch(self) -> Any:
         import pyarrow as pa
 
+        schema = _arrow_schema(ENGINE_OUTPUT)
         batch = pa.RecordBatch.from_arrays(
-            [pa.array(self._cols[k], type=t) for k, t in _arrow_types()], schema=_arrow_schema())
-        self._cols = {k: [] for k in self._NAMES}
+            [pa.array(self._cols[f.name], type=f.type) for f in schema], schema=schema)
+        self._cols = {k: [] for k in _arrow_schema(ENGINE_OUTPUT).names}
         return batch
 
 
-def _arrow_types() -> list[tuple[str, Any]]:
+@cache
+def _arrow_schema(ddl: str = ENGINE_OUTPUT) -> Any:
+    """An engine-stage DDL (:data:`ENGINE_INPUT`, :data:`ENGINE_OUTPUT`) as an Arrow schema,
+    so each column's name and type are written once."""
     import pyarrow as pa
 
-    s, i32, i64, f64 = pa.string(), pa.int32(), pa.int64(), pa.float64()
-    return [("tag", s), ("engine", i32), ("grp", i32), ("key", s), ("ts", i64), ("kind", s),
-            ("detail", s), ("event_id", s), ("n", i64), ("size", i64), ("partition", i32),
-            ("offset", i64), ("kts", f64), ("raw", s), ("reason", s), ("task", s)]
+    from .staging import arrow_type
 
-
-def _arrow_schema() -> Any:
-    import pyarrow as pa
-
-    return pa.schema(_arrow_types())
+    return pa.schema([(n, arrow_type(t)) for n, t in (c.split() for c in ddl.split(", "))])

@@ -156,7 +156,7 @@ class StreamJob:
         # the routing frame of the plan in force: ((plan version, slots), frame)
         self._route: tuple[tuple[int, int], DataFrame] | None = None
         self.run_uri = f"{cfg.warehouse_uri}/_runs/{self.run_id}"  # the run's files by Delta
-        # key_loads, metrics and decisions rows wait here for one commit per interval
+        # the run's bookkeeping rows wait here for one commit per interval
         self.staging = StagedAppends(spark, f"{self.run_uri}/staged", self.appends,
                                      cfg.warehouse.commit_interval_s)
         self.appends.staging = self.staging
@@ -275,7 +275,8 @@ class StreamJob:
         def flush_if_idle() -> None:
             if self._batch_lock.acquire(blocking=False):
                 try:
-                    self.staging.commit()
+                    if self.staging.pending:
+                        self.staging.commit()
                 except Exception as exc:  # the next batch or stop() retries; say why
                     print(f"keyshift: bookkeeping rows not committed yet ({exc})", flush=True)
                 finally:
@@ -416,8 +417,6 @@ class StreamJob:
             load_rows = [(r["grp"], r["engine"], r["n"], r["size"]) for r in small
                          if r["tag"] == LOAD]
             self._caches = {t["engine"]: t["cache_id"] for t in tasks}
-            if load_rows:  # the engine tasks staged them (engines.stage_loads)
-                self.staging.staged(batch_id)
 
             loads = np.zeros(self.groups)
             state = np.zeros(self.groups)

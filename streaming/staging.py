@@ -10,9 +10,9 @@ them as small Parquet files under ``<warehouse>/_runs/<run>/staged/<table>/``, d
 before the batch's offsets commit exactly like the engines' changelog, and every
 ``warehouse.commit_interval_s`` one append per table commits all that is staged. Flink's
 transactional sinks commit on a checkpoint the same way; the price is that these tables
-trail the stream by up to the interval (0 = commit with the next batch). The outputs
-(``events_out``, ``dead_letter``) and what a restart routes by (``plans``,
-``control_state``) are committed in their batch.
+trail the stream by up to the interval (0 = commit with the next batch). A decision's
+``plans`` and ``control_state`` rows are staged too: a restart commits them before its loop
+reads them. The outputs (``events_out``, ``dead_letter``) are committed in their batch.
 
 Files are ``<table>/b<batch:012d>-<part>.parquet`` with part ``driver`` (rows the driver
 made; one put per table and batch, a batch run again replaces them) or ``e<engine>`` (an
@@ -82,6 +82,13 @@ def arrow_schema(name: str) -> pa.Schema:
     return pa.schema([(c.name, arrow_type(c.type)) for c in table(name).columns])
 
 
+def stage_rows(root: str, name: str, batch_id: int, part: str,
+               rows: Sequence[Mapping[str, Any]]) -> None:
+    """Stage ``rows`` of table ``name`` for batch ``batch_id`` from ``part`` (``driver`` or
+    ``e<engine>``) under ``root``: the one way the driver and the tasks stage rows."""
+    write_staged(stage_uri(root, name, batch_id, part), name, rows)
+
+
 def write_staged(uri: str, name: str, rows: Sequence[Mapping[str, Any]]) -> None:
     """Rows (dicts by column name) of table ``name`` as one Parquet file at ``uri``; a column
     a row lacks is null, ``schema_version`` is stamped. Runs on executors and the driver."""
@@ -116,7 +123,7 @@ class StagedAppends:
             raise ValueError(f"{name}: not a staged table (staged: {', '.join(BOOKKEEPING)})")
         if not rows:
             return 0
-        write_staged(stage_uri(self.root, name, batch_id, "driver"), name, rows)
+        stage_rows(self.root, name, batch_id, "driver", rows)
         self.staged(batch_id)
         return len(rows)
 
@@ -161,8 +168,8 @@ class StagedAppends:
             chosen = {b: uris for b, uris in batches.items() if before is None or b < before}
             if chosen:
                 calls.append(lambda name=name, chosen=chosen: self._timed(name, chosen))
-        done = set() if before is None else {b for b in self._since if b >= before}
-        self._since = {b: t for b, t in self._since.items() if b in done}
+        self._since = {} if before is None else {
+            b: t for b, t in self._since.items() if b >= before}
         return calls
 
     def commit(self, before: int | None = None) -> int:
@@ -206,9 +213,9 @@ class StagedAppends:
         self.commit()
 
     def _delete(self, uris: Sequence[str]) -> None:
+        fs, base = filesystem(self.root)  # one filesystem for all (an S3 client is not cheap)
         for uri in uris:
-            fs, path = filesystem(uri)
             try:
-                fs.delete_file(path)
+                fs.delete_file(base + uri[len(self.root):])
             except FileNotFoundError:  # a commit that ran before already took it
                 pass
