@@ -46,7 +46,7 @@ BASE = {
                      "max_step": 1, "cooldown_windows": 0, "windows_since_change": 3,
                      "objective": "mean"},
 }
-POLICIES = ["kg", "dlb-h", "dlb-l", "dlb-s", "elb", "lptf", "clb", "uhlb", "pkg"]
+POLICIES = ["kg", "dlb-h", "dlb-l", "dlb-s", "elb", "lptf", "clb", "uhlb", "pkg", "dc", "wc"]
 
 numbers = st.one_of(
     st.integers(), st.integers(min_value=-(10**400), max_value=10**400),

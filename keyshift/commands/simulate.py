@@ -273,9 +273,9 @@ def _plain(args: argparse.Namespace) -> int:
     if args.json:
         emit(args, summary)
     else:
-        keys = ["processed", "missed", "throughput_mean", "rstd_mean", "rstd_p95", "rebalances",
-                "moved_groups", "migration_pause_s", "latency_p50_s", "latency_p95_s",
-                "engine_seconds", "wall_s"]
+        keys = ["processed", "missed", "throughput_mean", "rstd_mean", "rstd_p95", "imbalance",
+                "rebalances", "moved_groups", "migration_pause_s", "latency_p50_s",
+                "latency_p95_s", "engine_seconds", "wall_s"]
         print(markdown_table(["metric", "value"], [[k, summary[k]] for k in keys]))
         if "report_dir" in summary:
             print(f"\nplots: {summary['report_dir']}")

@@ -21,6 +21,8 @@ REGISTRY: dict[str, str] = {
     "lptf": "keyshift.policies.lptf:LongestProcessingTimeFirst",
     "uhlb": "keyshift.policies.uhlb:UniversalHashing",
     "pkg": "keyshift.policies.pkg:PartialKeyGrouping",
+    "dc": "keyshift.policies.choices:DChoices",
+    "wc": "keyshift.policies.choices:WChoices",
     "elb": "keyshift.policies.elb:EagerLoadBalancing",
     "clb": "keyshift.policies.clb:CorrelationLoadBalancing",
     "optimal": "keyshift.policies.optimal:ExactReference",
@@ -51,6 +53,31 @@ def make_policy(name: str, **params: Any) -> Policy:
         raise PolicyInputError("params", f"{name}: {exc}") from None
 
 
+def check_operator(policy: str, operator: Any) -> None:
+    """Refuse a key-splitting policy for an operator that cannot merge partial per-key state.
+
+    A split key's events reach several engines, each with part of the key's state; only an
+    operator that declares ``mergeable`` can combine the parts into what key grouping would
+    have computed. An FSD or CEP pattern cannot: a pattern spanning two engines' halves is
+    missed and each half's partial state raises false positives (dlb §5). ``operator`` is an
+    :class:`keyshift.apps.base.Operator` class or instance.
+    """
+    cls = policy_class(policy)
+    if not cls.splits_keys:
+        return
+    op = operator if isinstance(operator, type) else type(operator)
+    if getattr(op, "mergeable", False):
+        return
+    app = getattr(op, "app", op.__name__)
+    raise PolicyInputError(
+        "policy",
+        f"{policy} splits a hot key's events over several engines, but operator {app!r} "
+        f"({op.__name__}) does not merge partial per-key state (mergeable = False): its "
+        f"complex events would differ from key grouping's; use a policy that moves whole "
+        f"key groups (e.g. dlb-h, lptf, elb)",
+    )
+
+
 __all__ = [
     "Decision",
     "Moves",
@@ -58,6 +85,7 @@ __all__ = [
     "PolicyInputError",
     "REGISTRY",
     "Window",
+    "check_operator",
     "make_policy",
     "policy_class",
     "policy_names",

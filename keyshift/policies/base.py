@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -145,10 +145,26 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+class Router(Protocol):
+    """Per-tuple routing for the simulator (a policy that decides tuple by tuple, not per
+    window): tuples per engine slot for one tick's arrivals per group under ``plan``."""
+
+    def route(self, counts: np.ndarray, plan: Plan) -> np.ndarray: ...
+
+
 class Policy(ABC):
     """Base of every balancing policy. Subclasses implement :meth:`_decide`."""
 
     name: ClassVar[str]
+    splits_keys: ClassVar[bool] = False
+    """True when one group's tuples may go to several engines (PKG, dc, wc): each engine then
+    holds partial state of the key, so only an operator that merges partial per-key state
+    gives the complex events of key grouping (:func:`keyshift.policies.check_operator`)."""
+
+    def router(self, groups: int) -> Router | None:
+        """The simulator's per-tuple router, or None to route each window by the decision's
+        plan (and ``info.routing``)."""
+        return None
 
     def decide(self, plan: Plan, window: Window) -> Decision:
         """Validate, time and run the policy; metrics before/after are filled in here."""

@@ -51,6 +51,7 @@ def two_choices(groups: int, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]
 
 class PartialKeyGrouping(Policy):
     name = "pkg"
+    splits_keys = True
 
     def __init__(self, seed: int = 0) -> None:
         self.seed = seed

@@ -63,6 +63,13 @@ def latency_percentile(hist: np.ndarray, tick_s: float, q: float) -> float:
     return float((a + min(max(frac, 0.0), 1.0)) * tick_s)
 
 
+def peak_imbalance(engine_loads: np.ndarray) -> float:
+    """max/mean − 1 (0 for a perfect balance, and for no load at all)."""
+    loads = np.asarray(engine_loads, dtype=np.float64)
+    mean = float(loads.mean()) if loads.size else 0.0
+    return float(loads.max() / mean - 1.0) if mean > 0 else 0.0
+
+
 @dataclass
 class SimResult:
     tick_s: float
@@ -125,6 +132,20 @@ class SimResult:
             out[i, : w.engine_loads.size] = w.engine_loads
         return out
 
+    def engine_totals(self) -> np.ndarray:
+        """Tuples each engine slot received over the run (queued, served or missed)."""
+        return self.engine_load_matrix().sum(axis=0)
+
+    def imbalance(self) -> float:
+        """max/mean − 1 of :meth:`engine_totals` over the slots live in any window: the
+        imbalance other simulators report (PKG, D-Choices, W-Choices papers)."""
+        totals = self.engine_totals()
+        width = totals.size
+        live = np.zeros(width, dtype=bool)
+        for w in self.windows:
+            live[: w.engine_live.size] |= w.engine_live
+        return peak_imbalance(totals[live])
+
     @property
     def generated(self) -> float:
         return float(self.series("generated").sum())
@@ -163,4 +184,6 @@ class SimResult:
             "engines_mean": float(engines.mean()) if engines.size else 0.0,
             "scale_events": len(self.scales),
             "wall_s": self.wall_s,
+            "engine_totals": self.engine_totals().tolist(),
+            "imbalance": self.imbalance(),
         }

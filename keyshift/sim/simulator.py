@@ -16,6 +16,10 @@ queue when the pause ends. Meanwhile the source and destination engines spend
 ``transfer_cost`` service units per state tuple moved, spread over the pause, so a big
 migration also slows the engines it touches.
 
+A policy with a per-tuple router (:meth:`Policy.router`: ``dc``, ``wc``) routes every
+tick's arrivals itself, from its own view of the stream so far, as the paper's partitioner
+does; its window decisions still update the plan (the engine that keeps each group).
+
 Elasticity: :meth:`Simulator.set_engines` changes the number of live engines between
 windows (a controller hook passed to :meth:`run` is called after every window). With
 ``policy=None`` the simulator decides nothing itself: the control loop
@@ -198,6 +202,7 @@ class Simulator:
         self._latency_hist = np.zeros(cfg.ages)
         self.result = SimResult(tick_s=cfg.tick_s, window_s=cfg.window_s)
         self._split: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._router = policy.router(p) if policy is not None else None
 
     # ---- engines ---------------------------------------------------------------------
     def _grow_rates(self, engines: int) -> None:
@@ -241,13 +246,16 @@ class Simulator:
         assign = self.plan.assignment
         paused = self._batch_of_group >= 0
         direct = np.where(paused, 0.0, offered)
-        to_engine = np.bincount(assign, weights=direct, minlength=n)
-        if self._split is not None:
-            g, dest, share = self._split
-            part = direct[g] * share
-            to_engine -= np.bincount(assign[g], weights=part, minlength=n)
-            to_engine += np.bincount(dest, weights=part, minlength=n)
-            np.clip(to_engine, 0.0, None, out=to_engine)
+        if self._router is not None:
+            to_engine = self._router.route(direct, self.plan)
+        else:
+            to_engine = np.bincount(assign, weights=direct, minlength=n)
+            if self._split is not None:
+                g, dest, share = self._split
+                part = direct[g] * share
+                to_engine -= np.bincount(assign[g], weights=part, minlength=n)
+                to_engine += np.bincount(dest, weights=part, minlength=n)
+                np.clip(to_engine, 0.0, None, out=to_engine)
         cap = self._capacity(t, dt)
         queued = self._queues.lengths()
 
@@ -389,7 +397,8 @@ class Simulator:
 
         Two optional ``info`` entries extend the plan for policies that split a group over
         engines (PKG): ``routing = {"groups", "engines", "share"}`` sends ``share`` of each
-        listed group's tuples to ``engines`` (slots) instead of the plan's engine, and
+        listed group's tuples to ``engines`` (slots) instead of the plan's engine (a group
+        split over k engines is listed k − 1 times), and
         ``stateful_safe = False`` says the policy keeps no per-key state consistent, so its
         plan changes count as state movement (ψ) but pause nothing.
         """
@@ -528,5 +537,7 @@ def _split_routing(
         raise SimError("routing", "routes tuples to an engine that is not live")
     if (share < 0).any() or (share > 1).any():
         raise SimError("routing", "share must be within [0, 1]")
+    if (np.bincount(g, weights=share) > 1.0 + 1e-9).any():
+        raise SimError("routing", "a group's shares add up to more than 1")
     return g, dest, share
 
