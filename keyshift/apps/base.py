@@ -28,6 +28,12 @@ The contract a subclass must keep:
   operator continues exactly as the original would (``drop`` then forgets the group);
 - **declared payload**: every field ``_on_event`` reads is in ``required`` (checked for
   presence before the rule runs) and declared in ``event_columns`` (typed by ingestion).
+
+Optional, for key splitting (``dc``, ``wc``, ``pkg``): an operator whose per-key state is an
+associative aggregate sets ``mergeable = True`` and implements :meth:`Operator.merge`, which
+combines two engines' partial states of one key into the state one engine would hold had it
+seen both parts. :func:`keyshift.policies.check_operator` refuses a key-splitting policy for
+any other operator.
 """
 
 from __future__ import annotations
@@ -99,7 +105,8 @@ class Operator(ABC):
     - ``required``: the payload fields ``_on_event`` reads (each declared in
       ``event_columns``); ``process`` refuses an event lacking one, naming it;
     - optionally ``event_version`` and ``event_doc`` (the schema's version and description)
-      and ``api_version`` (the Operator API version written against, default 1).
+      and ``api_version`` (the Operator API version written against, default 1);
+    - optionally ``mergeable = True`` with :meth:`merge` (partial per-key state combines).
 
     They take their rule's parameters in the constructor (validated there, nothing else
     done) and implement :meth:`_new_state` and :meth:`_on_event`. Everything else (the
@@ -112,6 +119,7 @@ class Operator(ABC):
     event_version: ClassVar[int] = 1
     event_doc: ClassVar[str] = ""
     required: ClassVar[tuple[str, ...]] = ()
+    mergeable: ClassVar[bool] = False
 
     @classmethod
     def event_schema(cls) -> TableSchema:
@@ -204,6 +212,20 @@ class Operator(ABC):
         complex events this event completes (``event_id`` = the event's id, ``ts`` = its
         event time), the same ones in every run.
         """
+
+    def merge(self, a: Any, b: Any) -> Any:
+        """Combine two partial states of one key (each from events the other did not see)
+        into the state of one engine that saw both; must be associative and commutative.
+
+        Only operators with ``mergeable = True`` implement it: a key-splitting policy sends
+        a hot key's events to several engines and merges their partial states. A state the
+        rule cannot combine (e.g. parts from different windows) raises
+        :class:`OperatorInputError` on ``state``: merging must lose nothing.
+        """
+        raise OperatorInputError(
+            "state", f"operator {self.app!r} ({type(self).__name__}) does not merge partial "
+            "per-key state (mergeable = False)"
+        )
 
     def get_params(self) -> dict[str, Any]:
         return {k: v for k, v in vars(self).items() if not k.startswith("_")}

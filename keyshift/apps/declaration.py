@@ -121,6 +121,11 @@ def check_declaration(cls: type) -> TableSchema:
         raise DeclarationError(f"bad event schema: {type(exc).__name__}: {exc}") from None
     _check_schema(schema)
     _check_required(cls.required, schema)
+    mergeable = getattr(cls, "mergeable", False)
+    if type(mergeable) is not bool:
+        raise DeclarationError(f"mergeable must be True or False, got {mergeable!r}")
+    if mergeable and cls.merge is Operator.merge:
+        raise DeclarationError("declares mergeable = True but does not implement merge(a, b)")
     return schema
 
 

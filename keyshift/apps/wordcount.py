@@ -5,6 +5,9 @@ event time moves past it (a per-key clock rather than a global watermark: a glob
 would make a key's output depend on other keys' arrival, hence on placement and batching).
 A late event counts in the open window. ``word_count`` is emitted on close when the count
 reaches ``min_count``.
+
+Mergeable: a count is an associative aggregate, so a hot word may be split over engines
+(``dc``, ``wc``) and the partial states of one window add up (:meth:`merge`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ class WindowedWordCount(Operator):
     event_columns = (Column("word", "STRING", False),)
     event_doc = "words; key = the word (elb-clb §5.2)"
     required = ("word",)
+    mergeable = True
 
     def __init__(self, window_s: float = 10.0, min_count: int = 1) -> None:
         super().__init__()
@@ -32,6 +36,23 @@ class WindowedWordCount(Operator):
 
     def _new_state(self) -> list[int]:
         return [-1, 0]  # [open window start (ms), count]
+
+    def merge(self, a: list[int], b: list[int]) -> list[int]:
+        """Partial counts of the same open window add; an empty state is the identity.
+
+        Parts of different windows do not merge: the earlier one is a count that has not
+        been emitted yet, and folding it into the later window would lose it.
+        """
+        if a[0] < 0:
+            return list(b)
+        if b[0] < 0:
+            return list(a)
+        if a[0] != b[0]:
+            raise OperatorInputError(
+                "state", f"wordcount: partial counts of windows starting at {a[0]} and "
+                f"{b[0]} ms do not merge; merge each window's parts before it closes"
+            )
+        return [a[0], a[1] + b[1]]
 
     def _on_event(self, state: list[int], event: Mapping[str, object]) -> list[ComplexEvent]:
         ts = int(event["ts"])  # type: ignore[arg-type]
