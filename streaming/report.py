@@ -1,8 +1,11 @@
-"""The demo's summary and HTML report, from what the run wrote to Delta.
+"""A run's summary and HTML report (``keyshift report``, the end of ``keyshift demo``), from
+what the run wrote to the warehouse.
 
 Everything here is read back from the warehouse (``metrics``, ``decisions``, ``migrations``,
 ``events_out``) rather than from the job's memory, so the report of a run that was
-interrupted and restarted still tells the whole story.
+interrupted and restarted still tells the whole story, and any run can be reported, live or
+not: the rows a live job has staged but not committed yet are included
+(:func:`streaming.runs.current`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import numpy as np
 from keyshift.apps import TopK
 
 from .delta import read_run
+from .runs import current
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -40,15 +44,24 @@ class RunTables:
 
     @classmethod
     def read(cls, spark: SparkSession, cfg: Config, run_id: str) -> RunTables:
-        return cls(_frame(spark, cfg, "metrics", run_id).sort_values("batch_id"),
-                   _frame(spark, cfg, "decisions", run_id).sort_values("batch_id"),
-                   _frame(spark, cfg, "migrations", run_id))
+        def rows(name: str) -> pd.DataFrame:
+            return current(spark, cfg, name, run_id).toPandas()
+
+        return cls(rows("metrics").sort_values("batch_id"),
+                   rows("decisions").sort_values("batch_id"), rows("migrations"))
 
 
-def summarize(tables: RunTables, cfg: Config, run_id: str, wall_s: float,
-              records: int) -> dict[str, Any]:
-    """The summary object of ``keyshift demo`` (``--json`` prints it as is)."""
+def summarize(tables: RunTables, cfg: Config, run_id: str, wall_s: float | None = None,
+              records: int | None = None) -> dict[str, Any]:
+    """The summary object of a run (``keyshift demo --json`` and ``keyshift report --json``
+    print it). ``wall_s`` and ``records`` are what the caller timed and took from Kafka; by
+    default the span of the run's batches and the records they counted."""
     m, mig, d = tables.metrics, tables.migrations, tables.decisions
+    if wall_s is None:
+        wall_s = ((m.window_end.max() - m.window_start.min()).total_seconds() if len(m)
+                  else 0.0)
+    if records is None:
+        records = int(m.events_in.sum() + m.dead_letter.sum()) if len(m) else 0
     done = mig[mig.status == "completed"] if len(mig) else mig
     scaled = d[(d.component == "scaler") & d.plan_version.notna()] if len(d) else d
     busy = m[m.events_in > 0] if len(m) else m
@@ -61,8 +74,8 @@ def summarize(tables: RunTables, cfg: Config, run_id: str, wall_s: float,
         "processed": processed,
         "dead_letter": int(m.dead_letter.sum()) if len(m) else 0,
         "complex_events": int(m.out_events.sum()) if len(m) else 0,
-        "batches": int(len(m)),
-        "migrations": int(len(done)),
+        "batches": len(m),
+        "migrations": len(done),
         "moved_groups": int(sum(len(g) for g in done.groups)) if len(done) else 0,
         "moved_bytes": int(done["bytes"].sum()) if len(done) else 0,
         "rstd_mean": float(busy.rstd.mean()) if len(busy) else 0.0,
@@ -74,13 +87,27 @@ def summarize(tables: RunTables, cfg: Config, run_id: str, wall_s: float,
         "engines_max": int(m.engines.max()) if len(m) else 0,
         "engines_final": int(m.engines.iloc[-1]) if len(m) else 0,
         # changes of N the engine scaler realized (0 unless [planner] enabled)
-        "scale_actions": int(len(scaled)),
-        "warehouse": str(cfg.warehouse_path),
+        "scale_actions": len(scaled),
+        "warehouse": cfg.warehouse_uri,  # a remote one (s3a://...) has no local path
     }
 
 
+def report_run(spark: SparkSession, cfg: Config, run_id: str, folder: Path,
+               app: str | None = None, wall_s: float | None = None, records: int | None = None,
+               extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Read the run, summarize it and write its report into ``folder``: the one way
+    ``keyshift demo`` and ``keyshift report`` make a report. Returns the summary, with the
+    report's path under ``report``; ``extra`` adds to the summary (the demo's own numbers)."""
+    tables = RunTables.read(spark, cfg, run_id)
+    summary = summarize(tables, cfg, run_id, wall_s, records)
+    summary.update(extra or {})
+    page = write_report(spark, cfg, run_id, tables, folder, summary, app)
+    summary["report"] = str(page)
+    return summary
+
+
 def write_report(spark: SparkSession, cfg: Config, run_id: str, tables: RunTables,
-                 folder: Path, summary: dict[str, Any], app: str) -> Path:
+                 folder: Path, summary: dict[str, Any], app: str | None) -> Path:
     """PNG plots and ``report.html`` in the run folder; returns the HTML path (``spark``
     reads ``events_out`` for the click-stream app's top-k table)."""
     import matplotlib
@@ -158,7 +185,7 @@ def write_report(spark: SparkSession, cfg: Config, run_id: str, tables: RunTable
         for r in mig[mig.status == "completed"].itertuples()
     ]
     body = (
-        f"<h1>keyshift demo run {html.escape(run_id)}</h1>"
+        f"<h1>keyshift run {html.escape(run_id)}</h1>"
         + _table(["metric", "value"], rows, "Summary")
         + "".join(f'<h2>{html.escape(c)}</h2><img src="{f}" alt="{html.escape(c)}">'
                   for f, c in images)
@@ -169,7 +196,8 @@ def write_report(spark: SparkSession, cfg: Config, run_id: str, tables: RunTable
     )
     page = folder / "report.html"
     page.write_text(
-        "<!doctype html><html><head><meta charset='utf-8'><title>keyshift demo</title>"
+        "<!doctype html><html><head><meta charset='utf-8'>"
+        f"<title>keyshift run {html.escape(run_id)}</title>"
         "<style>body{font-family:sans-serif;max-width:60em;margin:auto}"
         "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}</style>"
         f"</head><body>{body}</body></html>"

@@ -137,15 +137,12 @@ def run(args: argparse.Namespace) -> int:
         job.stop()
         if "error" in produced and not interrupted:
             raise UsageError(f"producer: {produced['error']}")
-        from streaming.report import RunTables, summarize, write_report
+        from streaming.report import report_run
 
-        tables = RunTables.read(spark, cfg, run_id)
-        summary = summarize(tables, cfg, run_id, wall, job.totals.records)
-        summary.update({"app": app, "policy": policy, "planner": cfg.planner.enabled,
-                        "produced": produced.get("sent", 0), "run_dir": str(job.run_dir),
-                        "interrupted": interrupted})
-        page = write_report(spark, cfg, run_id, tables, job.run_dir, summary, app)
-        summary["report"] = str(page)
+        summary = report_run(spark, cfg, run_id, job.run_dir, app, wall, job.totals.records, {
+            "app": app, "policy": policy, "planner": cfg.planner.enabled,
+            "produced": produced.get("sent", 0), "run_dir": str(job.run_dir),
+            "interrupted": interrupted})
         if args.json:
             print(json.dumps(summary))
         else:

@@ -1,0 +1,58 @@
+"""``keyshift report RUN_ID``: the HTML report with plots (the one the demo writes) of any run
+in the warehouse, live or finished.
+
+    keyshift report run-20261126-101500-ab12                # <home>/runs/<run id>/report.html
+    keyshift report run-20261126-101500-ab12 --out /tmp/r --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from keyshift.cli import UsageError
+from keyshift.config import load_config
+
+from .status import add_common
+
+
+def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "report", help="write the HTML report with plots of a run in the warehouse",
+        description="Read a run's rows from the Delta warehouse (a live run's not yet "
+        "committed ones too) and write report.html with its plots (imbalance, throughput, "
+        "batch duration, load per engine), decisions and migrations, and summary.json; "
+        "prints the report's path.",
+    )
+    p.add_argument("run_id", metavar="RUN_ID", help="the run (see `keyshift status`)")
+    p.add_argument("--out", help="folder for the report and its plots "
+                   "(default: <home>/runs/<RUN_ID>/)")
+    add_common(p)
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = load_config(args.config)  # ConfigError: the CLI's one-line message
+    folder = Path(args.out).expanduser() if args.out else cfg.home_path / "runs" / args.run_id
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"--out: {folder} is a file; give a folder for the report")
+    from streaming.delta import TableSchemaError
+    from streaming.report import report_run
+    from streaming.runs import RunLookupError, check_warehouse, find_run, open_spark
+
+    try:
+        check_warehouse(cfg)
+        spark = open_spark(cfg, args.verbose, app_name="keyshift-report")
+        found = find_run(spark, cfg, args.run_id)
+    except (RunLookupError, TableSchemaError) as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--out: cannot create {folder}: {exc.strerror}") from None
+    summary = report_run(spark, cfg, args.run_id, folder, found["app"], extra={
+        "app": found["app"], "policy": found["policy"], "looks_alive": found["looks_alive"]})
+    print(json.dumps(summary) if args.json else summary["report"])
+    return 0

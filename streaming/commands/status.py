@@ -1,0 +1,153 @@
+"""``keyshift status``: the runs in the warehouse, or one run's last batches and decisions.
+
+    keyshift status                          # every run, newest first
+    keyshift status --run-id run-2026... --last 20
+    keyshift status --json                   # one JSON object
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from typing import Any
+
+from keyshift.cli import UsageError
+from keyshift.config import load_config
+
+
+def add_common(p: argparse.ArgumentParser) -> None:
+    """The options ``status`` and ``report`` share."""
+    p.add_argument("--config", help="TOML file (default: $KEYSHIFT_CONFIG or built-in)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("-v", "--verbose", action="count", default=0,
+                   help="Spark's own log lines: -v warnings, -vv info (default: errors only)")
+
+
+def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "status", help="list the runs in the warehouse, or one run's last batches",
+        description="Every run in the Delta warehouse, newest first: its operator and "
+        "policy, first and last batch, events, dead letters, engines now, the controller's "
+        "last decision, migrations, and whether it looks alive (a batch within the last "
+        "minute). With --run-id, that run's last batches and decisions. A live run is shown "
+        "up to its last batch (rows it has not committed to Delta yet included).",
+    )
+    add_common(p)
+    p.add_argument("--run-id", help="show this run's last batches and decisions")
+    p.add_argument("--last", type=int, default=10,
+                   help="with --run-id: how many batches and decisions (default 10)")
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = load_config(args.config)  # ConfigError: the CLI's one-line message
+    if args.last < 1:
+        raise UsageError(f"--last: must be >= 1, got {args.last}")
+    from streaming import runs
+    from streaming.delta import TableSchemaError
+
+    try:
+        runs.check_warehouse(cfg)
+        spark = runs.open_spark(cfg, args.verbose)
+        if args.run_id is None:
+            result: dict[str, Any] = {"warehouse": cfg.warehouse_uri,
+                                      "runs": runs.list_runs(spark, cfg)}
+        else:
+            result = {"warehouse": cfg.warehouse_uri,
+                      "run": runs.find_run(spark, cfg, args.run_id),
+                      **runs.recent(spark, cfg, args.run_id, args.last)}
+    except (runs.RunLookupError, TableSchemaError) as exc:
+        raise UsageError(str(exc)) from None
+    if args.json:
+        print(json.dumps(result, default=str))
+    elif args.run_id is None:
+        _print_runs(result["runs"], cfg.warehouse_uri)
+    else:
+        _print_run(result)
+    return 0
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit} ago"
+    return f"{seconds:.0f} s ago"
+
+
+def _num(value: Any, fmt: str = "") -> str:
+    return "" if value is None or math.isnan(value) else format(value, fmt)
+
+
+def _console():
+    """rich's console; piped output gets a wide page instead of 80 columns of wrapped cells."""
+    from rich.console import Console
+
+    console = Console(highlight=False)
+    return console if console.is_terminal else Console(highlight=False, width=200)
+
+
+def _print_runs(runs: list[dict[str, Any]], warehouse: str) -> None:
+    from rich.table import Table
+
+    t = Table(title=f"keyshift runs in {warehouse} (newest first)")
+    for col in ("run", "app", "policy", "batches", "last batch", "alive", "events in", "dead",
+                "engines", "migrations", "last decision"):
+        numeric = col in ("events in", "dead", "engines", "migrations")
+        t.add_column(col, justify="right" if numeric else "left",
+                     no_wrap=col in ("run", "batches", "last batch"))
+    for r in runs:
+        if r["batches"]:
+            batches = f"{r['first_batch']}-{r['last_batch']}"
+            last = f"{r['last_time'][:19].replace('T', ' ')} ({_age(r['last_batch_age_s'])})"
+        else:
+            batches, last = "none yet", f"started {(r['started'] or '?')[:19]}"
+        d = r["last_decision"]
+        t.add_row(r["run_id"], r["app"] or "?", r["policy"] or "?", batches, last,
+                  "yes" if r["looks_alive"] else "no", str(r["events_in"]),
+                  str(r["dead_letters"]), _num(r["engines"]), str(r["migrations"]),
+                  f"{d['action']} (batch {d['batch_id']})" if d else "")
+    console = _console()
+    console.print(t)
+    for r in runs:  # the reasons are sentences: below the table, not squeezed into a cell
+        if (d := r["last_decision"]):
+            console.print(f"{r['run_id']}: batch {d['batch_id']}, {d['component']} "
+                          f"{d['action']}: {d['reason']}")
+
+
+def _print_run(result: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    r = result["run"]
+    console = _console()
+    console.print(
+        f"run {r['run_id']}: {r['app'] or '?'} with {r['policy'] or '?'}; batches "
+        f"{r['first_batch']}-{r['last_batch']}, last {_age(r['last_batch_age_s'])} "
+        f"({'looks alive' if r['looks_alive'] else 'not running, or no input'}); "
+        f"{r['events_in']} events in, {r['dead_letters']} dead letters, "
+        f"{r['complex_events']} complex events; {_num(r['engines'])} engines now; "
+        f"{r['migrations']} migrations")
+    b = Table(title=f"last {len(result['batches'])} batches")
+    for col in ("batch", "time", "events", "dead", "out", "duration s", "RSTD %", "engines",
+                "plan"):
+        b.add_column(col, justify="left" if col == "time" else "right")
+    for x in result["batches"]:
+        b.add_row(str(x["batch_id"]), (x["time"] or "")[:19].replace("T", " "),
+                  str(x["events_in"]), str(x["dead_letter"]), str(x["out_events"]),
+                  _num(x["batch_duration_s"], ".2f"), _num(x["rstd"], ".1f"),
+                  str(x["engines"]), f"v{x['plan_version']}")
+    console.print(b)
+    d = Table(title=f"last {len(result['decisions'])} decisions")
+    for col in ("batch", "component", "action", "RSTD before", "RSTD after", "moved groups",
+                "engines", "reason"):
+        d.add_column(col, justify="left" if col in ("component", "action", "reason") else "right")
+    for x in result["decisions"]:
+        engines = (f"{x['engines_before']}->{x['engines_after']}"
+                   if x["engines_before"] is not None else "")
+        d.add_row(str(x["batch_id"]), x["component"], x["action"],
+                  _num(x["rstd_before"], ".1f"), _num(x["rstd_after"], ".1f"),
+                  _num(x["moved_groups"]), engines, x["reason"])
+    console.print(d)

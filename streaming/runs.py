@@ -1,0 +1,273 @@
+"""The runs of a warehouse as a person watching them wants to see them (``keyshift status``,
+``keyshift report``): what each run is, how far it got, what the controller last decided.
+
+A running job stages its bookkeeping rows (``metrics``, ``decisions``, ``migrations``, ...)
+beside the warehouse and commits them to Delta every ``warehouse.commit_interval_s``
+(:mod:`streaming.staging`), so Delta alone trails a live run by up to that interval. The
+readers here add the staged rows, read-only, so a live run is seen up to its last batch. The
+staged files are read *before* the Delta snapshot is taken: a file the job commits and deletes
+in between is then in that snapshot, and a row found in both is taken from Delta.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from functools import reduce
+from typing import TYPE_CHECKING, Any
+
+from keyshift.config import Config
+from keyshift.schemas import table
+
+from .delta import read_table, table_exists
+from .staging import ROW_KEY, arrow_schema
+from .storage import filesystem, read_if_exists
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+
+LIST_KNOWN = 10  # run ids an "unknown run" message names
+
+
+class RunLookupError(LookupError):
+    """No runs, no such run, or a run with nothing to show yet: one line for the operator."""
+
+
+def open_spark(cfg: Config, verbosity: int = 0, app_name: str = "keyshift-status") -> SparkSession:
+    """A session for reading the warehouse, with Spark's log lines kept off the terminal
+    (a person asked for a table, not for Spark's WARN lines): :mod:`streaming.logs`."""
+    from .logs import configure_spark_logging, set_session_level
+    from .session import get_spark
+
+    configure_spark_logging(cfg.home_path / "logs", verbosity)
+    spark = get_spark(cfg, app_name=app_name)
+    set_session_level(spark, verbosity)
+    return spark
+
+
+# --- what the warehouse holds, without Spark -------------------------------------------------
+
+
+def _runs_root(cfg: Config) -> str:
+    return f"{cfg.warehouse_uri}/_runs"
+
+
+def _listing(cfg: Config) -> tuple[set[str], dict[tuple[str, str], list[str]]]:
+    """The run folders the jobs made (``_runs/<run>/``) and their staged Parquet files by
+    (run, table): one listing of ``_runs``, so a warehouse with many runs costs one call."""
+    from pyarrow.fs import FileSelector, FileType
+
+    fs, base = filesystem(_runs_root(cfg))
+    runs: set[str] = set()
+    staged: dict[tuple[str, str], list[str]] = {}
+    for info in fs.get_file_info(FileSelector(base, recursive=True, allow_not_found=True)):
+        parts = info.path[len(base):].strip("/").split("/")
+        if info.type == FileType.Directory and len(parts) == 1:
+            runs.add(parts[0])
+        elif (info.type == FileType.File and len(parts) == 4 and parts[1] == "staged"
+              and parts[3].endswith(".parquet") and not parts[3].startswith(".")):
+            staged.setdefault((parts[0], parts[2]), []).append(info.path)
+    return runs, staged
+
+
+def check_warehouse(cfg: Config) -> None:
+    """Fail fast, before Spark starts, on a warehouse no job has written to."""
+    from pyarrow.fs import FileType
+
+    fs, path = filesystem(cfg.table_path("metrics") + "/_delta_log")
+    if fs.get_file_info(path).type == FileType.Directory or _listing(cfg)[0]:
+        return
+    raise RunLookupError(_no_runs(cfg))
+
+
+def _no_runs(cfg: Config) -> str:
+    return (f"no runs in the warehouse at {cfg.warehouse_uri} (warehouse.root); start one with "
+            "`keyshift run` or `keyshift demo`, or point --config/KEYSHIFT_HOME at another")
+
+
+def _started(cfg: Config, run_id: str) -> str | None:
+    """When a process last started the run (the job's ``_runs/<run>/started`` marker)."""
+    body = read_if_exists(f"{_runs_root(cfg)}/{run_id}/started")
+    return body.decode().strip() if body else None
+
+
+def _staged(cfg: Config, name: str, files: Iterable[str]) -> pa.Table | None:
+    """Staged rows of table ``name`` from these files; a file the job committed and deleted
+    since the listing is skipped (its rows are in Delta, whose snapshot is taken later)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    fs, _ = filesystem(_runs_root(cfg))
+    schema = arrow_schema(name)
+    parts = []
+    for path in files:
+        try:
+            with fs.open_input_file(path) as f:
+                parts.append(pq.read_table(f).select(schema.names).cast(schema))
+        except FileNotFoundError:
+            continue
+    return pa.concat_tables(parts) if parts else None
+
+
+# --- rows: Delta plus staged ----------------------------------------------------------------
+
+
+def current(spark: SparkSession, cfg: Config, name: str, run_id: str | None = None) -> DataFrame:
+    """Table ``name``'s rows (of one run, or all), with what live runs have staged but not
+    committed yet; an absent table is empty."""
+    from pyspark.sql import functions as F
+
+    names = table(name).names
+    files = [p for (run, t), paths in _listing(cfg)[1].items()
+             if t == name and (run_id is None or run == run_id) for p in paths]
+    staged = _staged(cfg, name, files) if name in ROW_KEY else None
+    frames = []
+    if table_exists(spark, cfg, name):
+        df = read_table(spark, cfg, name)
+        frames.append((df if run_id is None else df.where(F.col("run_id") == run_id))
+                      .select(*names))
+    if staged is not None and staged.num_rows:
+        extra = spark.createDataFrame(staged).select(*names)
+        if run_id is not None:
+            extra = extra.where(F.col("run_id") == run_id)
+        if frames:
+            key = list(ROW_KEY[name])
+            extra = extra.join(frames[0].select(*key), key, "left_anti").select(*names)
+        frames.append(extra)
+    if not frames:
+        return spark.createDataFrame([], table(name).ddl())
+    return reduce(lambda a, b: a.unionByName(b), frames)
+
+
+# --- the overview and one run's recent batches ----------------------------------------------
+
+
+def alive_within_s(cfg: Config) -> float:
+    """A run whose last batch is older than this looks stopped (or its input stopped: Spark
+    runs no batch without new records, so an idle job cannot be told from a stopped one)."""
+    return max(60.0, 5 * cfg.spark.trigger_s)
+
+
+def _iso(micros: int | None) -> str | None:
+    if micros is None:
+        return None
+    return datetime.fromtimestamp(micros / 1e6, UTC).isoformat(timespec="seconds")
+
+
+def overview(spark: SparkSession, cfg: Config, run_id: str | None = None,
+             now: float | None = None) -> list[dict[str, Any]]:
+    """One object per run (or only ``run_id``'s), newest first: what ``keyshift status``
+    shows. A run a job started that has no batch yet has ``batches`` 0."""
+    from pyspark.sql import functions as F
+
+    now = time.time() if now is None else now
+    m = current(spark, cfg, "metrics", run_id).groupBy("run_id").agg(
+        F.count("*").alias("batches"),
+        F.min("batch_id").alias("first_batch"), F.max("batch_id").alias("last_batch"),
+        F.unix_micros(F.min("window_start")).alias("first_us"),
+        F.unix_micros(F.max("window_end")).alias("last_us"),
+        F.sum("events_in").alias("events_in"), F.sum("dead_letter").alias("dead_letters"),
+        F.sum("out_events").alias("complex_events"),
+        F.max_by("engines", "batch_id").alias("engines"),
+        F.max_by("policy", "batch_id").alias("policy"),
+        F.max_by("rstd", "batch_id").alias("rstd"))
+    d = current(spark, cfg, "decisions", run_id).groupBy("run_id").agg(F.max_by(
+        F.struct("batch_id", "component", "action", "reason"),
+        F.struct("batch_id", "decided_at")).alias("last"))
+    mig = (current(spark, cfg, "migrations", run_id).where(F.col("status") == "completed")
+           .groupBy("run_id").count())
+    metrics = {r.run_id: r.asDict() for r in m.collect()}
+    last = {r.run_id: r["last"].asDict() for r in d.collect()}
+    migrations = {r.run_id: r["count"] for r in mig.collect()}
+    folders = _listing(cfg)[0]
+    ids = set(metrics) | (folders if run_id is None else folders & {run_id})
+    apps = _apps(spark, cfg, ids)
+    out = []
+    for rid in ids:
+        r = metrics.get(rid, {})
+        age = now - r["last_us"] / 1e6 if r else None
+        out.append({
+            "run_id": rid, "app": apps.get(rid), "policy": r.get("policy"),
+            "started": _started(cfg, rid) if rid in folders else None,
+            "batches": int(r.get("batches", 0)),
+            "first_batch": r.get("first_batch"), "last_batch": r.get("last_batch"),
+            "first_time": _iso(r.get("first_us")), "last_time": _iso(r.get("last_us")),
+            "last_batch_age_s": None if age is None else round(age, 1),
+            "looks_alive": age is not None and age <= alive_within_s(cfg),
+            "events_in": int(r.get("events_in") or 0),
+            "dead_letters": int(r.get("dead_letters") or 0),
+            "complex_events": int(r.get("complex_events") or 0),
+            "engines": r.get("engines"), "rstd": r.get("rstd"),
+            "last_decision": last.get(rid), "migrations": int(migrations.get(rid, 0)),
+        })
+    out.sort(key=lambda x: x["last_time"] or x["started"] or "", reverse=True)
+    return out
+
+
+def _apps(spark: SparkSession, cfg: Config, ids: set[str]) -> dict[str, str]:
+    """Each run's operator: from the job's ``job.json`` in the run folder of this home, else
+    from its complex events in ``events_out`` (the warehouse may be read from another host)."""
+    from pyspark.sql import functions as F
+
+    apps = {}
+    for rid in ids:
+        try:
+            apps[rid] = json.loads((cfg.home_path / "runs" / rid / "job.json").read_text())["app"]
+        except (OSError, ValueError, KeyError):
+            pass
+    rest = sorted(ids - set(apps))
+    if rest and table_exists(spark, cfg, "events_out"):
+        rows = (read_table(spark, cfg, "events_out").where(F.col("run_id").isin(rest))
+                .groupBy("run_id").agg(F.max("app").alias("app")).collect())
+        apps.update({r.run_id: r.app for r in rows})
+    return apps
+
+
+def list_runs(spark: SparkSession, cfg: Config) -> list[dict[str, Any]]:
+    """:func:`overview` of every run; none at all is a :class:`RunLookupError`."""
+    runs = overview(spark, cfg)
+    if not runs:
+        raise RunLookupError(_no_runs(cfg))
+    return runs
+
+
+def find_run(spark: SparkSession, cfg: Config, run_id: str) -> dict[str, Any]:
+    """The overview of one run that has batches; otherwise a :class:`RunLookupError` that
+    names the known runs (an unknown id) or says that the run has no batch yet."""
+    found = overview(spark, cfg, run_id)
+    if not found:
+        known = [r["run_id"] for r in list_runs(spark, cfg)]
+        more = f" (and {len(known) - LIST_KNOWN} more)" if len(known) > LIST_KNOWN else ""
+        raise RunLookupError(f"no run {run_id!r} in the warehouse at {cfg.warehouse_uri}; "
+                             f"known runs, newest first: {', '.join(known[:LIST_KNOWN])}{more}")
+    run = found[0]
+    if not run["batches"]:
+        since = f" (started {run['started']})" if run["started"] else ""
+        raise RunLookupError(f"run {run_id!r} has no batches yet{since}; try again once its "
+                             "first micro-batch is done")
+    return run
+
+
+def recent(spark: SparkSession, cfg: Config, run_id: str, last: int) -> dict[str, list]:
+    """The run's last ``last`` batches and decisions, oldest first."""
+    from pyspark.sql import functions as F
+
+    batches = (current(spark, cfg, "metrics", run_id)
+               .orderBy(F.col("batch_id").desc()).limit(last)
+               .select("batch_id", F.unix_micros("window_end").alias("end_us"), "events_in",
+                       "dead_letter", "out_events", "batch_duration_s", "rstd", "engines",
+                       "plan_version").collect())
+    decisions = (current(spark, cfg, "decisions", run_id)
+                 .orderBy(F.col("batch_id").desc(), F.col("decided_at").desc()).limit(last)
+                 .select("batch_id", "component", "action", "reason", "rstd_before",
+                         "rstd_after", "moved_groups", "engines_before", "engines_after",
+                         "plan_version").collect())
+    rows = []
+    for r in reversed(batches):
+        row = r.asDict()
+        row["time"] = _iso(row.pop("end_us"))
+        rows.append(row)
+    return {"batches": rows, "decisions": [r.asDict() for r in reversed(decisions)]}
