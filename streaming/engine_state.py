@@ -207,18 +207,7 @@ class EngineStore:
 
     def load(self, groups: Iterable[int], before: int) -> dict[int, bytes]:
         """Newest state of each group written before batch ``before`` (dropped ones omitted)."""
-        gs = sorted(set(int(g) for g in groups))
-        found: dict[int, bytes | None] = {}
-        for chunk in _chunks(gs, 500):
-            marks = ",".join("?" * len(chunk))
-            rows = self._db.execute(
-                f"SELECT grp, data FROM state WHERE grp IN ({marks}) AND version < ? "
-                "ORDER BY grp, version",
-                (*chunk, before),
-            )
-            for g, data in rows:
-                found[g] = data
-        return {g: d for g, d in found.items() if d is not None}
+        return _load(self._db, groups, before)
 
     def save(self, version: int, states: Mapping[int, bytes | None]) -> None:
         """Write the groups' state under ``version`` (None = dropped) and prune old versions."""
@@ -262,6 +251,17 @@ class _Tx:
         self._db.execute("ROLLBACK" if exc_type else "COMMIT")
 
 
+def _load(db: sqlite3.Connection, groups: Iterable[int], before: int) -> dict[int, bytes]:
+    gs = sorted({int(g) for g in groups})
+    found: dict[int, bytes | None] = {}
+    for chunk in _chunks(gs, 500):
+        marks = ",".join("?" * len(chunk))
+        found.update(db.execute(  # ascending versions: the newest before ``before`` wins
+            f"SELECT grp, data FROM state WHERE grp IN ({marks}) AND version < ? "
+            "ORDER BY grp, version", (*chunk, before)))
+    return {g: d for g, d in found.items() if d is not None}
+
+
 def _chunks(seq: list[int], n: int) -> Iterator[list[int]]:
     for i in range(0, len(seq), n):
         yield seq[i : i + n]
@@ -282,6 +282,37 @@ def cache_root(run_key: str) -> Path:
     except Exception:  # outside a Spark task (unit tests): any local folder will do
         root = None
     return Path(root or tempfile.gettempdir()) / "keyshift-engines" / run_key
+
+
+def read_moved(root: str | os.PathLike[str], durable: DurableState, engine: int, batch: int,
+               expected: str | None, groups: Iterable[int]) -> dict[int, bytes]:
+    """The state, as of batch − 1, of ``groups`` that leave ``engine`` in batch ``batch``:
+    what the groups' new engine installs before their events (migration, dlb §3.3).
+
+    Read by the receiving engine's task itself, while the source's task of the same batch
+    runs: from the source's cache when this executor holds the very cache the source's last
+    task reported (the common case on one host: a local read), else from the source's
+    durable changelog. Neither read sees what batch ``batch`` writes (versions ≥ batch stay
+    invisible, and saving batch b keeps b − 1's version), so a retry of either task reads the
+    same state again. Read-only: the source's cache file is never created or changed here.
+    """
+    wanted = sorted({int(g) for g in groups})
+    if not wanted:
+        return {}
+    path = Path(root) / f"engine-{engine:04d}.sqlite"
+    if expected is not None and path.exists():
+        db = sqlite3.connect(path, timeout=60, isolation_level=None)
+        try:
+            db.execute("BEGIN")  # one snapshot for the identity check and the read
+            meta = dict(db.execute("SELECT k, v FROM meta").fetchall())
+            if meta.get("cache_id") == expected and int(meta.get("applied", -1)) >= batch - 1:
+                return _load(db, wanted, batch)
+        except sqlite3.Error:
+            pass  # a cache being replaced or half-written: the durable copy is the truth
+        finally:
+            db.close()
+    state = durable.read(engine, batch - 1)
+    return {g: state[g] for g in wanted if g in state}
 
 
 def open_store(root: str | os.PathLike[str], durable: DurableState, engine: int, batch: int,

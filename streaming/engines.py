@@ -13,11 +13,12 @@ Why this shape (numbers in docs/engines.md):
   restarting after a crash, the task landing on another executor) starts from exactly the
   state as of the batch before it.
 * Migration happens in the engines' own Spark job (dlb §3.3): in a batch whose plan differs
-  from the last one's, a release task per old engine reads the leaving groups' state as of
-  the last batch and its rows are routed to the groups' new engines, each of which installs
-  the state *before* it processes the group's events of this batch. So no event waits in a
-  buffer, a group has one owner in every batch version, and the driver never holds state
-  bytes.
+  from the last one's, each receiving engine's task reads the arriving groups' state as of
+  the last batch from the source engine (its executor cache when this executor holds it,
+  else its durable changelog) and installs it *before* it processes the groups' events of
+  this batch, while the source's task drops them in the same batch version. So no event
+  waits in a buffer, a group has one owner in every batch version, no extra stage or task
+  runs, and the driver never holds state bytes.
 * Everything a task produces goes back into Spark as rows (complex events, dead letters, key
   loads, one task record); the executors write them to Delta, and the driver collects only
   the key loads and the task records (O(groups + engines) per batch). The task also stages
@@ -31,24 +32,22 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from functools import cache
 from datetime import datetime
+from functools import cache
 from typing import Any
 
 from keyshift.apps import make_operator, order_key
 
-from .engine_state import DurableState, cache_root, open_store
+from .engine_state import DurableState, cache_root, open_store, read_moved
 
 # Record tags of what an engine task yields.
 OUT, LOAD, TASK, DEAD = "out", "load", "task", "dead"
-# Input row kinds of an engine task: an event of the batch, or a moved group's snapshot.
-EVENT, SNAPSHOT = "e", "s"
 
 # The engine stage as Spark sees it (``mapInArrow``): rows in and out travel as Arrow batches,
 # so neither side pickles a row, and the outputs are JVM rows that the executors write to
 # Delta without another trip through Python. ``pkey`` places a row in partition = engine.
-ENGINE_INPUT = ("kind STRING, grp INT, partition INT, offset BIGINT, event STRING, "
-                "reason STRING, raw STRING, kts DOUBLE, state BINARY, pkey BIGINT")
+ENGINE_INPUT = ("grp INT, partition INT, offset BIGINT, event STRING, reason STRING, "
+                "raw STRING, kts DOUBLE, pkey BIGINT")
 ENGINE_OUTPUT = ("tag STRING, engine INT, grp INT, key STRING, ts BIGINT, kind STRING, "
                  "detail STRING, event_id STRING, n BIGINT, size BIGINT, partition INT, "
                  "offset BIGINT, kts DOUBLE, raw STRING, reason STRING, task STRING")
@@ -120,33 +119,32 @@ class BatchSpec:
                           self.caches.get(engine))
 
 
-def run_release(spec: BatchSpec, engine: int) -> Iterator[tuple[int, int, int, bytes]]:
-    """Migration step (i): ``(group, from_engine, to_engine, state)`` of the groups leaving
-    ``engine`` in this batch, as of the batch before. Reads only: the engine task of the
-    same batch drops them, so a retry of either stage sees the same state."""
-    leaving = spec.moves_out.get(engine, [])
-    if not leaving:
-        return
-    dest = {g: e for e, gs in spec.moves_in.items() for g in gs}
-    store, _ = spec.open(engine)
-    try:
-        op = make_operator(spec.app, **spec.params)
-        saved = store.load(leaving, spec.batch_id)
-        for g in sorted(leaving):
-            # a group that never had state still moves: an empty snapshot says so
-            yield (g, engine, dest[g], saved.get(g) or op.snapshot(g))
-    finally:
-        store.close()
+def fetch_arrivals(spec: BatchSpec, engine: int, op: Any) -> dict[int, bytes]:
+    """Migration, receiving side: the state of the groups arriving at ``engine`` in this
+    batch, as of the batch before, read from each source engine (:func:`read_moved`); a
+    group that never had state arrives as the operator's empty snapshot."""
+    arriving = spec.moves_in.get(engine, [])
+    if not arriving:
+        return {}
+    wanted = set(arriving)
+    root = cache_root(spec.run_key)
+    got: dict[int, bytes] = {}
+    for src, leaving in sorted(spec.moves_out.items()):
+        mine = [g for g in leaving if g in wanted]
+        if mine:
+            got.update(read_moved(root, spec.durable, src, spec.batch_id,
+                                  spec.caches.get(src), mine))
+    return {g: got.get(g) or op.snapshot(g) for g in sorted(wanted)}
 
 
 def run_engine(spec: BatchSpec, engine: int, rows: Iterable[tuple]) -> Iterator[tuple]:
     """The body of engine ``engine``'s one task in batch ``spec.batch_id``.
 
-    ``rows`` are ``(engine, (EVENT, group, partition, offset, event_json, reason, raw,
-    kafka_ts))`` and ``(engine, (SNAPSHOT, group, state))``; records that failed validation
-    (``reason`` set) ride along to engine 0 so that the whole batch is one Spark job. Yields
-    tagged records: OUT complex events, DEAD rejected records, LOAD per-group load and state
-    size, and one TASK record (task identity, timings, the cache id for the next batch).
+    ``rows`` are ``(group, partition, offset, event_json, reason, raw, kafka_ts)``; records
+    that failed validation (``reason`` set) ride along to engine 0 so that the whole batch is
+    one Spark job. Yields tagged records: OUT complex events, DEAD rejected records, LOAD
+    per-group load and state size, and one TASK record (task identity, timings, the cache id
+    for the next batch).
     """
     from pyspark import TaskContext
 
@@ -162,16 +160,16 @@ def run_engine(spec: BatchSpec, engine: int, rows: Iterable[tuple]) -> Iterator[
         leaving = spec.moves_out.get(engine, [])
         changes: dict[int, bytes | None] = {g: None for g in leaving}
 
+        # the arriving groups' state is read before the input (it overlaps the shuffle fetch)
+        t_fetch0 = time.perf_counter()
+        arrived = fetch_arrivals(spec, engine, op)
+        t_fetch = time.perf_counter() - t_fetch0
+        stage_snapshots(spec, engine, arrived)
         events: list[tuple[int, dict[str, Any]]] = []
-        arrived: dict[int, bytes] = {}
         kafka_first, kafka_last = float("inf"), float("-inf")
         dead = 0
         clock = _InputClock(rows)
-        for _, row in clock:
-            if row[0] == SNAPSHOT:
-                arrived[row[1]] = row[2]
-                continue
-            _, group, partition, offset, value, reason, raw, kts = row
+        for group, partition, offset, value, reason, raw, kts in clock:
             if reason is not None:
                 dead += 1
                 yield (DEAD, (partition, offset, kts, raw, reason))
@@ -182,13 +180,6 @@ def run_engine(spec: BatchSpec, engine: int, rows: Iterable[tuple]) -> Iterator[
             if kts:
                 kafka_first, kafka_last = min(kafka_first, kts), max(kafka_last, kts)
         events.sort(key=lambda ge: order_key(ge[1]))
-        expected_in = set(spec.moves_in.get(engine, []))
-        if set(arrived) != expected_in:
-            raise RuntimeError(
-                f"engine {engine}, batch {spec.batch_id}: expected the state of groups "
-                f"{sorted(expected_in - set(arrived))[:10]} to arrive; refusing to process "
-                "their events without it")
-
         touched = sorted({g for g, _ in events} - set(arrived))
         t_load0 = time.perf_counter()
         for g, data in store.load(touched, spec.batch_id).items():
@@ -239,6 +230,7 @@ def run_engine(spec: BatchSpec, engine: int, rows: Iterable[tuple]) -> Iterator[
                 "restored_bytes": sum(len(s or b"") for s in arrived.values()),
                 "compacted": compacted,
                 "open_s": t_open,
+                "fetch_s": t_fetch,
                 "load_s": t_load,
                 "save_s": t_save,
                 "state_bytes": sum(len(s) for s in snapshots.values()),
@@ -262,8 +254,7 @@ def _count_only(engine: int, rows: Iterable[tuple]) -> Iterator[tuple]:
     dead, events = 0, 0
     kafka_first, kafka_last = float("inf"), float("-inf")
     clock = _InputClock(rows)
-    for _, row in clock:
-        _, group, partition, offset, _value, reason, raw, kts = row
+    for group, partition, offset, _value, reason, raw, kts in clock:
         if reason is not None:
             dead += 1
             yield (DEAD, (partition, offset, kts, raw, reason))
@@ -285,44 +276,17 @@ def _count_only(engine: int, rows: Iterable[tuple]) -> Iterator[tuple]:
                   "input_wait_s": clock.wait_s, "duration_s": time.perf_counter() - t0})
 
 
-def arrow_release(spec: BatchSpec, sources: list[int], placement: list[int]
-                  ) -> Callable[[Iterator[Any]], Iterator[Any]]:
-    """The ``mapInArrow`` function of a migration's release stage over ``range(len(sources))``:
-    row i releases engine ``sources[i]``'s leaving groups as :data:`ENGINE_INPUT` rows of
-    kind SNAPSHOT, keyed with their new engine's placement key (``placement[engine]``), so
-    they join the batch's events in the engine stage's shuffle; it also stages them as the
-    migration's ``state_snapshots`` record."""
-
-    def run(batches: Iterator[Any]) -> Iterator[Any]:
-        import pyarrow as pa
-
-        for b in batches:
-            for i in b.column(0).to_pylist():
-                engine = sources[int(i)]
-                rows = list(run_release(spec, engine))
-                stage_snapshots(spec, engine, rows)
-                cols = {"kind": [SNAPSHOT] * len(rows), "grp": [r[0] for r in rows],
-                        "state": [r[3] for r in rows],
-                        "pkey": [placement[r[2]] for r in rows]}
-                schema = _arrow_schema(ENGINE_INPUT)
-                yield pa.RecordBatch.from_arrays(
-                    [pa.array(cols.get(f.name, [None] * len(rows)), type=f.type)
-                     for f in schema], schema=schema)
-
-    return run
-
-
-def stage_snapshots(spec: BatchSpec, engine: int,
-                    rows: list[tuple[int, int, int, bytes]]) -> None:
-    """A release task's snapshots, staged as ``state_snapshots`` rows: the record of what
-    moved (the hand-over itself travels in Spark's shuffle, and a re-executed batch
-    releases the same state again from the engines' durable changelog)."""
+def stage_snapshots(spec: BatchSpec, engine: int, arrived: Mapping[int, bytes]) -> None:
+    """The arriving groups' state, staged by the receiving task as the migration's
+    ``state_snapshots`` rows: the record of what moved (a re-executed batch reads the same
+    state again from the source, so the record is the same too)."""
+    src = {g: e for e, gs in spec.moves_out.items() for g in gs}
     spec.stage("state_snapshots", engine,
                [{"run_id": spec.run_key, "migration_id": spec.migration_id,
-                 "plan_version": spec.plan_version, "group": g, "from_engine": src,
-                 "to_engine": dst, "state": state, "bytes": len(state),
+                 "plan_version": spec.plan_version, "group": g, "from_engine": src[g],
+                 "to_engine": engine, "state": state, "bytes": len(state),
                  "batch_id": spec.batch_id, "created_at": spec.started}
-                for g, src, dst, state in rows])
+                for g, state in sorted(arrived.items())])
 
 
 def arrow_engine(spec: BatchSpec) -> Callable[[Iterator[Any]], Iterator[Any]]:
@@ -335,7 +299,7 @@ def arrow_engine(spec: BatchSpec) -> Callable[[Iterator[Any]], Iterator[Any]]:
         engine = TaskContext.get().partitionId()
         out = _OutputColumns()
         loads = []
-        for tag, rec in run_engine(spec, engine, _input_rows(engine, batches)):
+        for tag, rec in run_engine(spec, engine, _input_rows(batches)):
             out.add(tag, rec)
             if tag == LOAD:
                 loads.append(rec)
@@ -356,18 +320,12 @@ def stage_loads(spec: BatchSpec, engine: int, loads: list[tuple[int, int, int, i
                                       "state_bytes": size} for g, e, n, size in loads])
 
 
-def _input_rows(engine: int, batches: Iterator[Any]) -> Iterator[tuple]:
+def _input_rows(batches: Iterator[Any]) -> Iterator[tuple]:
     """Arrow batches of the engine's input as the tuples :func:`run_engine` reads."""
     for b in batches:
         d = b.to_pydict()
-        kind, grp, state = d["kind"], d["grp"], d["state"]
-        part, off, ev, why, raw, kts = (d["partition"], d["offset"], d["event"], d["reason"],
-                                        d["raw"], d["kts"])
-        for i in range(b.num_rows):
-            if kind[i] == SNAPSHOT:
-                yield engine, (SNAPSHOT, grp[i], state[i])
-            else:
-                yield engine, (EVENT, grp[i], part[i], off[i], ev[i], why[i], raw[i], kts[i])
+        yield from zip(d["grp"], d["partition"], d["offset"], d["event"], d["reason"],
+                       d["raw"], d["kts"], strict=True)
 
 
 class _OutputColumns:

@@ -4,8 +4,8 @@ One ``foreachBatch`` function composes the speed layer for micro-batch b:
 
 1. validate the records (bad ones → ``dead_letter`` with the reason, the job goes on);
 2. route: key → group (xxHash64, in the JVM) → engine through the plan in force for b;
-3. when the plan changed since b−1, release tasks read the moving groups' state and route
-   each snapshot to its new engine in the same Spark job (:mod:`streaming.migration`);
+3. when the plan changed since b−1, each moving group's new engine reads the group's state
+   as of b−1 from its old engine before it runs the group's events (:mod:`streaming.migration`);
 4. engines: one task per engine slot (:func:`streaming.engines.run_engine`), state durable
    off the executor (:mod:`streaming.engine_state`);
 5. the executors append ``events_out`` and ``dead_letter`` straight from the engine stage's
@@ -37,17 +37,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from keyshift.apps import event_schema
 from keyshift.config import Config
 from keyshift.groups import spark_group_expr_sql
 from keyshift.metrics import Balance, live_loads
-from keyshift.apps import event_schema
 from keyshift.schemas import SCHEMA_VERSION
 
 from .controller import Controller, ControlLog
+from .delta import RunAppends, concurrently
 from .engines import (
     DEAD,
     ENGINE_OUTPUT,
-    EVENT,
     LOAD,
     OUT,
     TASK,
@@ -55,10 +55,9 @@ from .engines import (
     arrow_engine,
     work_seconds,
 )
-from .migration import Migration, record, release
-from .storage import read_if_exists, write_atomically
-from .delta import RunAppends, concurrently
+from .migration import Migration, record
 from .staging import StagedAppends
+from .storage import read_if_exists, write_atomically
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -355,10 +354,9 @@ class StreamJob:
         routes = F.broadcast(self._routes_frame(plan, slots))
         parsed = self._parse(df)
         return parsed.join(routes, parsed["group"] == routes["grp"], "left").select(
-            F.lit(EVENT).alias("kind"), F.col("group").cast("int").alias("grp"),
+            F.col("group").cast("int").alias("grp"),
             F.col("partition").cast("int"), F.col("offset").cast("bigint"), "event", "reason",
             "raw", F.col("timestamp").cast("double").alias("kts"),
-            F.lit(None).cast("binary").alias("state"),
             F.when(F.col("reason").isNull(), F.col("pkey"))
             .otherwise(F.lit(self._placement(slots)[0])).alias("pkey"),
         )
@@ -399,8 +397,6 @@ class StreamJob:
             (self.run_dir / "migrating.json").write_text(json.dumps(
                 {"batch_id": batch_id, "groups": len(migration),
                  "migration_id": migration.migration_id}))
-            routed = routed.unionByName(
-                release(self.spark, migration, spec, self._placement(slots)))
 
         t_engines = time.perf_counter()
         prep_s = t_engines - t0  # recovery, plan, building the engine stage

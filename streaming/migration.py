@@ -1,26 +1,26 @@
 """Migration of key groups between engines (dlb §3.3, elastic-cep §III-D).
 
-A plan change takes effect at a batch boundary. In the first batch of the new plan, in one
-Spark job:
+A plan change takes effect at a batch boundary, inside the batch's one engine stage:
 
-1. a release task per old engine reads the state, as of the batch before, of each group
-   that leaves it (:func:`streaming.engines.run_release`) and stages it as the migration's
-   ``state_snapshots`` rows;
-2. the released rows are routed, with the batch's events, to the groups' new engines, each
-   of which installs the state before it processes the group's events of the batch, while
-   the old engine drops the group in the same batch version;
+1. each engine task that receives groups reads their state as of the batch before from the
+   groups' old engines (:func:`streaming.engines.fetch_arrivals`: the old engine's executor
+   cache when this executor holds it, else its durable changelog), stages it as the
+   migration's ``state_snapshots`` rows, and installs it before it processes the groups'
+   events of the batch;
+2. the old engine's task, in the same batch, drops the groups (its changelog says so under
+   the batch's version), so every batch version has one owner per group;
 3. the ``migrations`` rows (``started``, ``completed``) are staged when the batch has run.
 
-Nothing waits in a buffer (the batch's events of a moving group wait in Spark's shuffle
-until the state is there), the driver never holds the bytes, and no Delta commit stands
-between the plan change and the engines. What a crash recovers from is the engines'
-durable changelog (:mod:`streaming.engine_state`): a batch re-executed after a crash
-releases the same state again (as of the batch before, which compaction keeps), and the
-staged records of an unfinished batch are dropped and staged again (:mod:`streaming.staging`).
+Nothing waits in a buffer, no extra stage or task runs for a migration, the driver never
+holds the bytes, and no Delta commit stands between the plan change and the engines. A crash
+recovers from the engines' durable changelog (:mod:`streaming.engine_state`): a batch
+re-executed after a crash reads the same state again (as of the batch before, which
+compaction keeps), and the staged records of an unfinished batch are staged again
+(:mod:`streaming.staging`).
 
 All moves of one plan change form one migration (several groups at once). ELB's changes of
 the engine count are the same thing: new slots receive groups, removed slots hand theirs
-over, and a removed slot's task still runs in that batch to release its groups.
+over, and a removed slot's task still runs in that batch to drop its groups.
 """
 
 from __future__ import annotations
@@ -34,10 +34,7 @@ import numpy as np
 from keyshift.plan import Plan
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
-
     from .delta import RunAppends
-    from .engines import BatchSpec
 
 
 @dataclass(frozen=True)
@@ -83,19 +80,6 @@ def _by_engine(engines: np.ndarray, groups: np.ndarray) -> dict[int, list[int]]:
     for e, g in zip(engines.tolist(), groups.tolist(), strict=True):
         out.setdefault(e, []).append(g)
     return out
-
-
-def release(spark: SparkSession, m: Migration, spec: BatchSpec,
-            placement: list[int]) -> DataFrame:
-    """Step 1 as a frame: one release task per old engine (its leaving groups' state as of
-    the batch before) giving engine-stage rows of kind SNAPSHOT, placed on the groups' new
-    engines (``placement[engine]`` = its placement key); the engine stage reads them in the
-    same Spark job."""
-    from .engines import ENGINE_INPUT, arrow_release
-
-    sources = sorted(m.moves_out())
-    return (spark.range(0, len(sources), 1, max(1, len(sources)))
-            .mapInArrow(arrow_release(spec, sources, placement), ENGINE_INPUT))
 
 
 def record(appends: RunAppends, m: Migration, moved: int, started_at: datetime,

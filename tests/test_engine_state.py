@@ -1,5 +1,5 @@
 """An engine's state without Spark: the executor-local cache, the durable changelog on the
-warehouse filesystem, and the engine and release tasks that use both."""
+warehouse filesystem, and the engine tasks that use both (migration included)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from streaming.engine_state import (
     decode,
     encode,
     open_store,
+    read_moved,
 )
-from streaming.engines import EVENT, LOAD, OUT, SNAPSHOT, TASK, BatchSpec, run_engine, \
-    run_release, work_seconds
+from streaming.engines import LOAD, OUT, TASK, BatchSpec, run_engine, work_seconds
 
 T0 = 1_700_000_000_000
 
@@ -108,7 +108,7 @@ def test_only_the_expected_cache_is_trusted(tmp_path) -> None:
 def _event_rows(n: int, groups: int = 5, start: int = 0):
     for i in range(start, start + n):
         event = {"key": f"w{i % 7}", "word": f"w{i % 7}", "ts": T0 + i, "id": f"e{i}"}
-        yield 0, (EVENT, i % 7 % groups, 0, i, json.dumps(event), None, None, T0 / 1e3 + i)
+        yield (i % 7 % groups, 0, i, json.dumps(event), None, None, T0 / 1e3 + i)
 
 
 def _spec(tmp_path, batch: int, **kw) -> BatchSpec:
@@ -143,27 +143,56 @@ def test_engine_task_state_survives_a_move_to_another_executor(tmp_path, monkeyp
     assert same and same == fresh
 
 
-def test_release_then_engine_moves_a_group_with_its_state(tmp_path, monkeypatch) -> None:
+def _staged(tmp_path, table: str) -> list[dict]:
+    import pyarrow.parquet as pq
+
+    files = sorted((tmp_path / "staged" / table).glob("*.parquet"))
+    return [r for f in files for r in pq.read_table(f).to_pylist()]
+
+
+@pytest.mark.parametrize("cached", [True, False], ids=["from-cache", "from-changelog"])
+def test_receiving_engine_reads_a_moving_group_from_its_old_engine(tmp_path, monkeypatch,
+                                                                   cached: bool) -> None:
+    """Migration without a release stage: the new engine's task reads the group's state as
+    of the batch before, from the old engine's cache (same executor) or its durable
+    changelog (any other executor), whether the old engine's task of the same batch has run
+    yet or not; the result is the same and the old engine no longer owns the group."""
     import streaming.engines as engines
 
     monkeypatch.setattr(engines, "cache_root", lambda _key: tmp_path / "cache")
     first = list(run_engine(_spec(tmp_path, 0), 0, _event_rows(30)))
-    caches = {0: _task(first)["cache_id"]}
+    caches = {0: _task(first)["cache_id"]} if cached else {}
     group = next(r[0] for kind, r in first if kind == LOAD)
-    moves = {"moves_out": {0: [group]}, "moves_in": {1: [group]}, "caches": caches}
-    released = list(run_release(_spec(tmp_path, 1, **moves), 0))
-    assert [(g, src, dst) for g, src, dst, _ in released] == [(group, 0, 1)]
-    state = released[0][3]
-    assert state and state == list(run_release(_spec(tmp_path, 1, **moves), 0))[0][3]  # reads only
+    before = DurableState(str(tmp_path / "state")).read(0, 0)[group]
+    moves = {"moves_out": {0: [group]}, "moves_in": {1: [group]}, "caches": caches,
+             "staging": str(tmp_path / "staged"), "migration_id": "m1"}
 
+    new = list(run_engine(_spec(tmp_path, 1, **moves), 1, iter(())))  # before the old task
     old = _task(list(run_engine(_spec(tmp_path, 1, **moves), 0, iter(()))))
-    assert old["released"] == 1
-    new = list(run_engine(_spec(tmp_path, 1, **moves), 1, iter([(1, (SNAPSHOT, group, state))])))
-    assert _task(new)["restored"] == 1
+    again = list(run_engine(_spec(tmp_path, 1, **moves), 1, iter(())))  # a retry, after it
+    assert old["released"] == 1 and _task(new)["restored"] == 1
+    assert _task(new)["restored_bytes"] == _task(again)["restored_bytes"] == len(before)
     durable = DurableState(str(tmp_path / "state"))
-    assert group not in durable.read(0, 1) and durable.read(1, 1)[group] == state
-    with pytest.raises(RuntimeError, match="expected the state of groups"):
-        list(run_engine(_spec(tmp_path, 1, **moves), 1, iter(())))  # state missing: refuse
+    assert group not in durable.read(0, 1) and durable.read(1, 1)[group] == before
+    (snap,) = _staged(tmp_path, "state_snapshots")  # the retry staged the same file again
+    assert (snap["group"], snap["from_engine"], snap["to_engine"], snap["state"],
+            snap["migration_id"]) == (group, 0, 1, before, "m1")
+
+
+def test_read_moved_trusts_only_the_reported_cache(tmp_path) -> None:
+    """A cache with another id (a rebuilt or foreign copy) is not read; the changelog is."""
+    durable = DurableState(str(tmp_path / "state"))
+    durable.write_changes(0, 0, {5: b"durable"})
+    s = EngineStore(tmp_path / "cache", 0)
+    s.save(0, {5: b"cached"})
+    s.mark_applied(0)
+    cid = s.cache_id
+    s.save(1, {5: None})  # batch 1 (running now) drops the group: invisible to the reader
+    s.close()
+    assert read_moved(tmp_path / "cache", durable, 0, 1, cid, [5]) == {5: b"cached"}
+    assert read_moved(tmp_path / "cache", durable, 0, 1, "other", [5]) == {5: b"durable"}
+    assert read_moved(tmp_path / "none", durable, 0, 1, cid, [5, 6]) == {5: b"durable"}
+    assert not (tmp_path / "none").exists()  # read-only: no cache created
 
 
 def test_engine_task_separates_the_wait_for_input_from_its_work(tmp_path, monkeypatch) -> None:
@@ -189,29 +218,30 @@ def test_engine_task_separates_the_wait_for_input_from_its_work(tmp_path, monkey
 
 
 def test_arrow_engine_reads_and_writes_the_stage_schemas(tmp_path, monkeypatch) -> None:
-    """The mapInArrow function: Arrow batches of ENGINE_INPUT in (events and a snapshot), the
-    same records as the tuple path out, as Arrow batches of exactly ENGINE_OUTPUT."""
+    """The mapInArrow function: Arrow batches of ENGINE_INPUT in, the same records as the
+    tuple path out, as Arrow batches of exactly ENGINE_OUTPUT."""
     import pyarrow as pa
 
     import streaming.engines as engines
-    from streaming.engines import ENGINE_OUTPUT, _arrow_schema, _input_rows, _OutputColumns
+    from streaming.engines import (
+        ENGINE_INPUT,
+        ENGINE_OUTPUT,
+        _arrow_schema,
+        _input_rows,
+        _OutputColumns,
+    )
 
     monkeypatch.setattr(engines, "cache_root", lambda _key: tmp_path / "cache")
-    rows = [r for _, r in _event_rows(12)]
-    cols = {k: [] for k in ("kind", "grp", "partition", "offset", "event", "reason", "raw",
-                            "kts", "state", "pkey")}
-    for kind, g, part, off, ev, why, raw, kts in rows:
-        for k, v in zip(cols, (kind, g, part, off, ev, why, raw, kts, None, 7), strict=True):
-            cols[k].append(v)
-    for k, v in zip(cols, (SNAPSHOT, 60, None, None, None, None, None, None, b"", 7),
-                    strict=True):
-        cols[k].append(v)
-    batch = pa.RecordBatch.from_pydict(cols)
-    back = list(_input_rows(3, iter([batch])))
-    assert back[:-1] == [(3, r) for r in rows] and back[-1] == (3, (SNAPSHOT, 60, b""))
+    rows = list(_event_rows(12))
+    names = ("grp", "partition", "offset", "event", "reason", "raw", "kts")
+    batch = pa.RecordBatch.from_pydict(
+        {**{k: [r[i] for r in rows] for i, k in enumerate(names)}, "pkey": [7] * len(rows)})
+    assert batch.schema.names == _arrow_schema(ENGINE_INPUT).names
+    back = list(_input_rows(iter([batch])))
+    assert back == rows
 
     out = _OutputColumns()
-    spec = _spec(tmp_path, 0, moves_in={3: [60]})
+    spec = _spec(tmp_path, 0, moves_out={0: [60]}, moves_in={3: [60]})
     for tag, rec in run_engine(spec, 3, iter(back)):
         out.add(tag, rec)
     result = out.batch()
