@@ -131,10 +131,28 @@ def in_range(df: DataFrame, column: str, days: DayRange) -> DataFrame:
     return df.where((F.col(column) >= F.lit(days.start)) & (F.col(column) < F.lit(days.end)))
 
 
-def read_metrics(spark: SparkSession, cfg: Config, days: DayRange) -> pd.DataFrame:
-    """The ``metrics`` windows of the range, oldest first, as pandas (the GPs' input)."""
-    df = in_range(read_history(spark, cfg, "metrics"), "window_start", days)
-    return df.select(*TABLES["metrics"].names).orderBy("window_start").toPandas()
+def read_pinned(spark: SparkSession, cfg: Config, name: str) -> tuple[DataFrame, int]:
+    """The Delta table ``name`` at its latest version, and that version.
+
+    The read is pinned to the version (time travel), so the version is exactly what was
+    read even while the streaming job appends: it is a training run's lineage, and a
+    reviewer re-reads the same rows with ``versionAsOf``. The checked read comes first, so
+    a missing table or schema is still the :class:`HistoryError` naming the path.
+    """
+    from delta.tables import DeltaTable
+
+    read_history(spark, cfg, name)
+    path = cfg.table_path(name)
+    version = int(DeltaTable.forPath(spark, path).history(1).select("version").first()[0])
+    return spark.read.format("delta").option("versionAsOf", version).load(path), version
+
+
+def read_metrics(spark: SparkSession, cfg: Config, days: DayRange) -> tuple[pd.DataFrame, int]:
+    """The ``metrics`` windows of the range, oldest first, as pandas (the GPs' input), and
+    the table version they were read at (:func:`read_pinned`)."""
+    table, version = read_pinned(spark, cfg, "metrics")
+    df = in_range(table, "window_start", days)
+    return df.select(*TABLES["metrics"].names).orderBy("window_start").toPandas(), version
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from jobs.history import DayRange, HistoryError, add_range_arguments, range_from_args, read_metrics
+from jobs.history import (
+    DayRange,
+    HistoryError,
+    add_range_arguments,
+    range_from_args,
+    read_metrics,
+)
 from keyshift.config import Config, load_config
 
 if TYPE_CHECKING:
@@ -51,7 +57,7 @@ def check_tracking_store(uri: str, timeout_s: float = 5.0) -> None:
     if parsed.scheme in ("http", "https"):
         url = uri.rstrip("/") + "/health"
         try:
-            with urllib.request.urlopen(url, timeout=timeout_s) as resp:  # noqa: S310
+            with urllib.request.urlopen(url, timeout=timeout_s) as resp:
                 if resp.status >= 400:
                     raise TrackingStoreError(
                         f"mlflow.tracking_uri: {uri} answered {resp.status} on /health"
@@ -116,14 +122,18 @@ def run(
         from streaming.session import get_spark
 
         spark = get_spark(cfg, app_name="keyshift-retrain-models")
-    metrics = read_metrics(spark, cfg, days)
-    summary["windows"] = int(len(metrics))
+    metrics, version = read_metrics(spark, cfg, days)
+    summary["windows"] = len(metrics)
+    summary["metrics_version"] = version
     if metrics.empty:
         return {**summary, "status": "skipped",
                 "reason": f"metrics holds no windows in {days}: nothing to train on"}
+    from models.review import DeltaSource
     from models.training import train_and_register
 
-    kwargs: dict[str, Any] = {"test_fraction": test_fraction, "kernel": kernel}
+    kwargs: dict[str, Any] = {"test_fraction": test_fraction, "kernel": kernel,
+                              "source": DeltaSource("metrics", cfg.table_path("metrics"),
+                                                    version)}
     if min_rows is not None:
         kwargs["min_rows"] = min_rows
     result = _jsonable(train_and_register(metrics, cfg, **kwargs))
@@ -159,8 +169,8 @@ def print_summary(result: dict[str, Any]) -> None:
         console.print(f"[yellow]retrain_models skipped[/] ({result['range']}, "
                       f"{result.get('windows', 0)} windows): {result['reason']}")
         return
-    t = Table(title=f"retrain on {result['range']} ({result['windows']} windows) → "
-                    f"{result['tracking_uri']}")
+    t = Table(title=f"retrain on {result['range']} ({result['windows']} windows of metrics "
+                    f"version {result['metrics_version']}) → {result['tracking_uri']}")
     t.add_column("field")
     t.add_column("value")
     for key, value in _flatten(result["models"]):

@@ -30,7 +30,8 @@ RATE_FEATURES: tuple[str, ...] = ("timestamp", "time_of_day", "day_of_week")
 LATENCY_FEATURES: tuple[str, ...] = RATE_FEATURES + ("engines", "log_tuples_per_engine")
 TIMESTAMP_COLUMN = 0  # index of the timestamp in both feature vectors (seasonal models use it)
 
-_METRICS_NEEDED = ("window_start", "input_rate", "latency_s", "engines", "events_in")
+METRICS_COLUMNS = (  # the columns of `metrics` the features are built from
+    "window_start", "input_rate", "latency_s", "engines", "events_in")
 _DAY_S = 86_400.0
 
 
@@ -106,12 +107,12 @@ def build_features(
     if not isinstance(metrics, pd.DataFrame):
         raise FeatureError("metrics", f"expected a pandas DataFrame, got {type(metrics).__name__}")
     known = set(TABLES["metrics"].names)
-    for col in _METRICS_NEEDED:
+    for col in METRICS_COLUMNS:
         if col not in known:  # guards against a schema change behind our back
             raise FeatureError(col, "is no longer a column of the metrics table schema")
         if col not in metrics.columns:
             raise FeatureError(col, "missing from the metrics rows")
-    frame = metrics.loc[:, list(_METRICS_NEEDED)].copy()
+    frame = metrics.loc[:, list(METRICS_COLUMNS)].copy()
     for col in ("input_rate", "latency_s", "engines", "events_in"):
         frame[col] = pd.to_numeric(frame[col], errors="coerce")
     frame = frame.dropna(subset=["window_start", "engines"])

@@ -59,6 +59,7 @@ import numpy as np
 
 from keyshift.errors import FieldError
 from models.features import LATENCY_FEATURES, RATE_FEATURES, TIMESTAMP_COLUMN
+from models.gp_predictor import PREDICTOR_FORMAT, PREDICTOR_PARTS, to_target_units
 from models.seasonal import SlotProfile
 
 KERNELS = ("ard", "ard+daily", "ard+weekly", "ard+daily+weekly")
@@ -474,14 +475,8 @@ class GPForecaster:
     def _from_model_space(self, X: np.ndarray, mean: np.ndarray, std: np.ndarray
                           ) -> tuple[np.ndarray, np.ndarray]:
         """Mean and std in the target's units; for a log target those of the log-normal."""
-        if self._profile is not None:
-            mean, std = self._profile.restore(X[:, TIMESTAMP_COLUMN], mean, std)
-        if not self.log_target:
-            return mean, std
-        var = np.square(std)
-        # exp(var) - 1 loses all precision for tiny var; expm1 keeps it
-        out_mean = np.exp(mean + var / 2.0)
-        return out_mean, out_mean * np.sqrt(np.expm1(var))
+        profile = None if self._profile is None else self._profile.as_tuple()
+        return to_target_units(X[:, TIMESTAMP_COLUMN], mean, std, profile, self.log_target)
 
     def _train(self, kernel: str, X: np.ndarray, y: np.ndarray):
         import gpytorch
@@ -692,11 +687,70 @@ class GPForecaster:
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the stored form into the directory ``path`` (created); return it."""
-        out = Path(path)
-        out.mkdir(parents=True, exist_ok=True)
-        for name, data in self.to_parts().items():
-            (out / name).write_bytes(data)
-        return out
+        return _write_parts(path, self.to_parts())
+
+    def predictor_parts(self) -> dict[str, bytes]:
+        """The posterior as :class:`models.gp_predictor.GPPredictor` reads it, with numpy
+        alone (:data:`models.gp_predictor.PREDICTOR_PARTS`): the kernel's hyper-parameters,
+        the scaling and profile, the rows the posterior conditions on and its weights
+        (α for the exact GP; Σ⁻¹b and the factors of K_uu and Σ for the sparse one).
+
+        This is what a registry version serves with, so that an MLflow client needs neither
+        keyshift nor torch; :meth:`to_parts` stays the form keyshift reloads to keep
+        conditioning online (``add_observations`` needs the GPyTorch model)."""
+        import gpytorch
+
+        self._require_fitted()
+        torch = _torch()
+        post = self._posterior_now()
+        covar = self._model.covar_module
+        kernels: list[dict[str, Any]] = []
+        for scaled in covar.kernels if hasattr(covar, "kernels") else [covar]:
+            base = scaled.base_kernel
+            entry: dict[str, Any] = {"outputscale": float(scaled.outputscale.item())}
+            if isinstance(base, gpytorch.kernels.PeriodicKernel):
+                entry.update(type="periodic", lengthscale=float(base.lengthscale.item()),
+                             period=float(base.period_length.item()),
+                             column=int(base.active_dims[0]))
+            else:
+                entry.update(type="rbf",
+                             lengthscale=base.lengthscale.detach().numpy().reshape(-1).tolist())
+            kernels.append(entry)
+        s, profile = self._scaling, self._profile
+        arrays: dict[str, Any] = {"x_mean": s.x_mean, "x_std": s.x_std}
+        with torch.no_grad():
+            if isinstance(post, _OnlinePosterior):
+                arrays.update(train_x=post.x.numpy(), alpha=post.alpha().numpy())
+            else:
+                weights = torch.cholesky_solve(post.b[:, None], post.l_sigma)[:, 0]
+                arrays.update(inducing_z=np.asarray(post.z), weights=weights.numpy(),
+                              chol_uu=post.l_uu.numpy(), chol_sigma=post.l_sigma.numpy())
+        if profile is not None:
+            arrays.update(profile_mean=profile.mean, profile_spread=profile.spread)
+        description = {
+            "format": PREDICTOR_FORMAT,
+            "forecaster": type(self).__name__,
+            "feature_names": list(self.feature_names),
+            "timestamp_column": TIMESTAMP_COLUMN,
+            "kernel": self.kernel_,
+            "posterior": "exact" if isinstance(post, _OnlinePosterior) else "sparse",
+            "mean_constant": float(post.const),
+            "noise": float(post.noise),
+            "kernels": kernels,
+            "y_mean": float(s.y_mean),
+            "y_std": float(s.y_std),
+            "profile": None if profile is None else {"period_s": float(profile.period_s),
+                                                     "slot_s": float(profile.slot_s)},
+            "log_target": bool(self.log_target),
+        }
+        npz = io.BytesIO()
+        np.savez(npz, **{k: np.asarray(v, dtype=np.float64) for k, v in arrays.items()})
+        return {PREDICTOR_PARTS[0]: json.dumps(description, indent=1).encode(),
+                PREDICTOR_PARTS[1]: npz.getvalue()}
+
+    def save_predictor(self, path: str | os.PathLike) -> Path:
+        """Write :meth:`predictor_parts` into the directory ``path`` (created); return it."""
+        return _write_parts(path, self.predictor_parts())
 
     @staticmethod
     def load(path: str | os.PathLike) -> GPForecaster:
@@ -821,6 +875,14 @@ class GPForecaster:
         gp._X, gp._y = X, z
         gp._inducing_z = arrays.get("inducing_z")
         return gp
+
+
+def _write_parts(path: str | os.PathLike, parts: dict[str, bytes]) -> Path:
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, data in parts.items():
+        (out / name).write_bytes(data)
+    return out
 
 
 def _old_or_missing(name: str) -> ModelInputError:

@@ -2,12 +2,15 @@
 
 A GP is logged as an ``mlflow.pyfunc`` model whose artifact ``gp`` is the forecaster's stored
 form (:meth:`models.gp.GPForecaster.save`: a JSON description, .npz arrays and a tensors-only
-state dict; an exact GP needs its training rows to predict). Nothing in a version is pickled
-and nothing is unpickled from one (issue 16 item 3): the pyfunc is logged as code
-(:mod:`models.pyfunc_gp`), and keyshift reads a version by downloading its files and reading
-the ``gp`` artifact with ``GPForecaster.load``, never through ``mlflow.pyfunc.load_model``.
-The pyfunc takes a DataFrame of the feature columns of ``models.features`` and returns
-``mean`` and ``std`` columns, so any MLflow client can serve it.
+state dict; an exact GP needs its training rows to predict) and whose artifact ``predictor``
+is the posterior for numpy (:meth:`models.gp.GPForecaster.predictor_parts`). Nothing in a
+version is pickled and nothing is unpickled from one (issue 16 item 3): the pyfunc is logged
+as code (:mod:`models.pyfunc_gp`, with :mod:`models.gp_predictor` packaged beside it), and
+keyshift reads a version by downloading its files and reading the ``gp`` artifact with
+``GPForecaster.load``, never through ``mlflow.pyfunc.load_model``. The pyfunc takes a
+DataFrame of the feature columns of ``models.features`` and returns ``mean`` and ``std``
+columns, so any MLflow client can serve it with mlflow, numpy and pandas alone (issue 15
+item 5; the version's requirements pin them).
 
 Every failure to reach the store, find a model or alias, or read a model becomes one
 :class:`RegistryError` with a message fit for a log line: the caller (controller, planner)
@@ -37,25 +40,11 @@ EXPERIMENT = "keyshift-forecasters"
 Which = Literal["input_rate", "latency"]
 WHICH: tuple[str, ...] = ("input_rate", "latency")
 PYFUNC_CODE = Path(__file__).with_name("pyfunc_gp.py")
+PREDICTOR_CODE = Path(__file__).with_name("gp_predictor.py")
 
 
 class RegistryError(RuntimeError):
     """The tracking store, a registered model, its alias or its artifact is not usable."""
-
-
-class GPPyfuncModel(mlflow.pyfunc.PythonModel):
-    """pyfunc face of a :class:`models.gp.GPForecaster` (artifact ``gp``: its stored form)."""
-
-    def load_context(self, context) -> None:
-        self.gp = GPForecaster.load(context.artifacts["gp"])
-
-    def predict(self, context, model_input, params=None):
-        names = list(self.gp.feature_names)
-        missing = [c for c in names if c not in model_input.columns]
-        if missing:
-            raise ValueError(f"model_input: missing feature columns {missing}")
-        mean, std = self.gp.predict(model_input[names].to_numpy(np.float64))
-        return pd.DataFrame({"mean": mean, "std": std})
 
 
 class Forecaster:
@@ -143,22 +132,35 @@ def feature_frame(gp: GPForecaster, X: np.ndarray) -> pd.DataFrame:
     return pd.DataFrame(np.asarray(X, dtype=np.float64), columns=list(gp.feature_names))
 
 
+def serving_requirements() -> list[str]:
+    """What the pyfunc needs, pinned to the versions that logged it: the predictor is numpy
+    (:mod:`models.gp_predictor`), the pyfunc's frames pandas; no torch, no keyshift."""
+    return [f"mlflow=={mlflow.__version__}", f"numpy=={np.__version__}",
+            f"pandas=={pd.__version__}"]
+
+
 def log_forecaster(gp: GPForecaster, artifact_name: str, registered_name: str,
                    X_example: np.ndarray) -> str:
-    """Log ``gp`` in the active run with a signature, register it; return the new version."""
+    """Log ``gp`` in the active run with a signature, register it; return the new version.
+
+    The version carries two stored forms: ``gp`` (keyshift reloads it and keeps
+    conditioning online) and ``predictor`` (what the pyfunc serves with, numpy only), plus
+    the predictor's module as code, so that it loads where only its pinned requirements are
+    installed."""
     example = feature_frame(gp, X_example[:5])
     mean, std = gp.predict(example.to_numpy())
     signature = infer_signature(example, pd.DataFrame({"mean": mean, "std": std}))
     with tempfile.TemporaryDirectory() as tmp:
-        stored = gp.save(Path(tmp) / "gp")
         info = mlflow.pyfunc.log_model(
             name=artifact_name,
             python_model=str(PYFUNC_CODE),
-            artifacts={"gp": str(stored)},
+            artifacts={"gp": str(gp.save(Path(tmp) / "gp")),
+                       "predictor": str(gp.save_predictor(Path(tmp) / "predictor"))},
+            code_paths=[str(PREDICTOR_CODE)],
             signature=signature,
             input_example=example,
             registered_model_name=registered_name,
-            pip_requirements=["torch", "gpytorch", "pandas", "numpy"],
+            pip_requirements=serving_requirements(),
         )
     if info.registered_model_version is None:
         raise RegistryError(f"{registered_name}: registration returned no version")

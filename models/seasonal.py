@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from models.gp_predictor import slot_index, to_target_units
+
 DAY_S = 86_400.0
 WEEK_S = 7 * DAY_S
 MIN_CYCLES = 3
@@ -73,7 +75,7 @@ class SlotProfile:
             # circular pooling with the neighbouring slots: a spread from 3 values is noise
             width = 2 * _SMOOTH_SLOTS + 1
             kernel = np.ones(width)
-            pad = lambda a: np.concatenate([a[-_SMOOTH_SLOTS:], a, a[:_SMOOTH_SLOTS]])  # noqa: E731
+            pad = lambda a: np.concatenate([a[-_SMOOTH_SLOTS:], a, a[:_SMOOTH_SLOTS]])
             sq = np.convolve(pad(sq), kernel, "valid")
             count = np.convolve(pad(count), kernel, "valid")
             seen = np.convolve(pad(seen), kernel, "valid")
@@ -83,10 +85,7 @@ class SlotProfile:
         return cls(float(period_s), slot, mean, np.maximum(np.sqrt(var), floor))
 
     def slot(self, t: np.ndarray) -> np.ndarray:
-        if self.period_s <= 0:
-            return np.zeros(np.shape(t), dtype=np.int64)
-        n = self.mean.size
-        return np.floor(np.mod(t, self.period_s) / self.slot_s).astype(np.int64) % n
+        return slot_index(t, self.period_s, self.slot_s, self.mean.size)
 
     def standardise(self, t: np.ndarray, y: np.ndarray) -> np.ndarray:
         """z = (y − m_slot) / s_slot."""
@@ -96,8 +95,7 @@ class SlotProfile:
     def restore(self, t: np.ndarray, z_mean: np.ndarray, z_std: np.ndarray
                 ) -> tuple[np.ndarray, np.ndarray]:
         """Mean and std in the target's units from those of z."""
-        i = self.slot(t)
-        return self.mean[i] + self.spread[i] * z_mean, self.spread[i] * z_std
+        return to_target_units(t, z_mean, z_std, self.as_tuple(), log_target=False)
 
     def as_tuple(self) -> tuple[float, float, np.ndarray, np.ndarray]:
         return self.period_s, self.slot_s, self.mean, self.spread

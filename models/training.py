@@ -1,5 +1,6 @@
 """The nightly retrain (DESIGN.md "Batch layer"): metrics history → features → both GPs →
-MLflow run (params, held-out metrics, models with signatures) → registry → champion alias.
+MLflow run (params, held-out metrics and plots, the history's Delta table version, models
+with signatures) → registry (with a description per version) → champion alias.
 
 Champion rule: the new version takes the alias only if its RMSE on this run's held-out tail is
 lower than the current champion's RMSE on the SAME tail (the champion is re-scored here, never
@@ -19,7 +20,7 @@ import pandas as pd
 
 from keyshift.config import Config
 from models.evaluation import score, split_tail
-from models.features import build_features
+from models.features import TIMESTAMP_COLUMN, build_features
 from models.gp import GPForecaster, InputRateGP, LatencyGP
 from models.registry import (
     EXPERIMENT,
@@ -30,6 +31,12 @@ from models.registry import (
     log_forecaster,
     model_name,
     tracking,
+)
+from models.review import (
+    DeltaSource,
+    log_held_out_plots,
+    log_training_data,
+    version_description,
 )
 
 DEFAULT_MIN_ROWS = 48
@@ -63,8 +70,12 @@ def train_and_register(
     kernel: str = "auto",
     iters: int = 60,
     experiment: str = EXPERIMENT,
+    source: DeltaSource | None = None,
 ) -> dict[str, Any]:
     """Fit, log, register and maybe promote both forecasters; return a summary.
+
+    ``source`` names the Delta table version ``metrics`` was read at; the run logs it as
+    its input dataset, and each version's description cites it.
 
     Too little history (fewer than ``min_rows`` usable windows for either model) returns
     ``{"skipped": reason}``: a fresh deployment is not a failure. An unreachable store raises
@@ -78,12 +89,12 @@ def train_and_register(
     usable = min(len(y_rate), len(y_lat))
     if usable < min_rows:
         return {"skipped": f"{usable} usable metrics rows, need at least {min_rows}",
-                "rows": int(len(metrics))}
+                "rows": len(metrics)}
     jobs: list[tuple[str, type[GPForecaster], np.ndarray, np.ndarray]] = [
         ("input_rate", InputRateGP, X_rate, y_rate),
         ("latency", LatencyGP, X_lat, y_lat),
     ]
-    summary: dict[str, Any] = {"rows": int(len(metrics)), "models": {}}
+    summary: dict[str, Any] = {"rows": len(metrics), "models": {}}
     with tracking(cfg) as client:
         experiment_id = ensure_experiment(client, cfg, experiment)
         run_name = f"retrain-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
@@ -91,11 +102,15 @@ def train_and_register(
             summary["run_id"] = run.info.run_id
             mlflow.log_params({"test_fraction": test_fraction, "rows": len(metrics),
                                "kernel_requested": kernel, "iters": iters})
+            log_training_data(metrics, source)
             for which, cls, X, y in jobs:
                 cut = split_tail(len(y), test_fraction, min_train=3, min_test=2)
                 gp = cls(kernel=kernel, iters=iters).fit(X[:cut], y[:cut])
-                held_out = score(y[cut:], gp.predict(X[cut:])[0])
+                mean = gp.predict(X[cut:])[0]
+                held_out = score(y[cut:], mean)
                 held_out["train_s"] = gp.train_seconds_
+                log_held_out_plots(which, X[cut:, TIMESTAMP_COLUMN], y[cut:], mean,
+                                   *gp.interval(X[cut:], 0.9))
                 mlflow.log_params({f"{which}.{k}": v for k, v in gp.get_params().items()})
                 # get_params() already logged the requested kernel ("auto" possibly): the one
                 # chosen by marginal likelihood gets its own key (MLflow params are write-once)
@@ -116,6 +131,10 @@ def train_and_register(
                                              f"{held_out['rmse']:.6g}")
                 client.set_model_version_tag(name, version, "champion_decision",
                                              decision["reason"])
+                client.update_model_version(name, version, description=version_description(
+                    which, gp.feature_names, X[:cut, TIMESTAMP_COLUMN],
+                    X[cut:, TIMESTAMP_COLUMN], held_out, gp.kernel_, source,
+                    decision["reason"]))
                 mlflow.set_tag(f"{which}.champion", decision["reason"])
                 summary["models"][which] = {
                     "name": name,
