@@ -10,7 +10,8 @@ them as small Parquet files under ``<warehouse>/_runs/<run>/staged/<table>/``, d
 before the batch's offsets commit exactly like the engines' changelog, and every
 ``warehouse.commit_interval_s`` one append per table commits all that is staged. Flink's
 transactional sinks commit on a checkpoint the same way; the price is that these tables
-trail the stream by up to the interval (0 = commit with the next batch). A decision's
+trail the stream by up to the interval (0 = commit with the next batch), and the commit
+runs behind the stream, on a thread of its own, while the next batch runs. A decision's
 ``plans`` and ``control_state`` rows are staged too: a restart commits them before its loop
 reads them. The outputs (``events_out``, ``dead_letter``) are committed in their batch.
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import io
 import re
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -115,6 +117,7 @@ class StagedAppends:
         self.clock = clock
         self._since: dict[int, float] = {}  # batch → when its first rows were staged
         self.last_commit: dict[str, float] = {}  # table → seconds, of the latest commit
+        self._behind: threading.Thread | None = None  # a commit running behind the stream
 
     # -- staging ----------------------------------------------------------------------
     def put(self, name: str, rows: Sequence[Mapping[str, Any]], batch_id: int) -> int:
@@ -132,13 +135,20 @@ class StagedAppends:
         self._since.setdefault(batch_id, self.clock())
 
     def due(self, before: int) -> bool:
-        """Whether rows of a batch before ``before`` have waited ``interval_s``."""
+        """Whether rows of a batch before ``before`` have waited ``interval_s`` (and no
+        commit is running behind the stream already)."""
+        if self.running:
+            return False
         waited = [t for b, t in self._since.items() if b < before]
         return bool(waited) and self.clock() - min(waited) >= self.interval_s
 
     @property
     def pending(self) -> bool:
-        return bool(self._since)
+        return bool(self._since) or self.running
+
+    @property
+    def running(self) -> bool:
+        return self._behind is not None and self._behind.is_alive()
 
     # -- commits ----------------------------------------------------------------------
     def files(self) -> dict[str, dict[int, list[str]]]:
@@ -173,11 +183,50 @@ class StagedAppends:
         return calls
 
     def commit(self, before: int | None = None) -> int:
-        """Commit what is staged now (before batch ``before``), table by table at once;
-        returns the (table, batch) pairs committed."""
+        """Commit what is staged now (before batch ``before``), table by table at once,
+        after any commit running behind the stream; returns the (table, batch) pairs
+        committed."""
         from .delta import concurrently
 
+        self.wait()
         return sum(concurrently(*self.commits(before)))
+
+    def commit_behind(self, before: int) -> None:
+        """Commit what batches before ``before`` staged on a thread of its own, while the
+        stream goes on: nothing in the running job reads these rows, every file stays until
+        its rows are in Delta, and a restart commits what is left (:meth:`recover`), so the
+        next batch need not wait for a commit. A failed commit is said in one line and
+        tried again at the next due batch (or by :meth:`commit` at stop, which raises)."""
+        self.wait()
+        calls = self.commits(before)
+        if not calls:
+            return
+
+        def run() -> None:
+            from .delta import concurrently
+
+            try:
+                concurrently(*calls)
+            except Exception as exc:  # the files stay: retried when due again, or at stop
+                self._since.setdefault(before - 1, float("-inf"))
+                print(f"keyshift: bookkeeping rows not committed yet ({exc}); trying again",
+                      flush=True)
+
+        self._behind = threading.Thread(target=run, name="keyshift-staged-commit", daemon=True)
+        self._behind.start()
+
+    def finished(self) -> dict[str, float]:
+        """Seconds per table of the latest commit, reported once, after it has ended."""
+        if self.running:
+            return {}
+        done, self.last_commit = self.last_commit, {}
+        return done
+
+    def wait(self) -> None:
+        """Until the commit running behind the stream (if any) has ended."""
+        if self._behind is not None:
+            self._behind.join()
+            self._behind = None
 
     def _timed(self, name: str, batches: Mapping[int, list[str]]) -> int:
         t0 = time.perf_counter()

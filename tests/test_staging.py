@@ -61,6 +61,48 @@ def test_a_commit_is_due_after_the_interval_for_earlier_batches(tmp_path) -> Non
     assert st.put("decisions", [], 2) == 0
 
 
+def test_a_commit_behind_the_stream_blocks_the_next_and_a_failed_one_is_due_again(
+        tmp_path, capsys) -> None:
+    """The due commit runs on its own thread while the next batches run: no second commit
+    starts meanwhile, commit() (stop, idle) waits for it, and a commit that failed leaves
+    its files and is due again at the next batch."""
+    import threading
+
+    clock = Clock()
+    st = StagedAppends(None, str(tmp_path / "staged"), None, interval_s=10, clock=clock)
+    st.put("metrics", [_metrics(0)], 0)
+    st.put("decisions", [{"run_id": "r", "batch_id": 0, "component": "balancer"}], 0)
+    clock.t += 10
+    gate, done = threading.Event(), []
+
+    def slow(name, batches):
+        gate.wait(5)
+        done.append((name, sorted(batches)))
+        return len(batches)
+
+    st._commit = slow
+    assert st.due(1)
+    st.commit_behind(1)
+    st.put("metrics", [_metrics(1)], 1)  # the next batch runs meanwhile
+    clock.t += 20
+    assert st.running and st.pending and not st.due(2)
+    gate.set()
+    st.wait()
+    assert sorted(done) == [("decisions", [0]), ("metrics", [0])]
+    assert set(st.finished()) == {"decisions", "metrics"} and st.finished() == {}
+
+    def broken(name, batches):
+        raise OSError(f"{name}: read-only file system")
+
+    st._commit = broken
+    st.commit_behind(2)
+    st.wait()
+    assert "not committed yet" in capsys.readouterr().out
+    assert st.due(3) and sorted(st.files()["metrics"]) == [0, 1]  # nothing lost
+    st._commit = slow
+    assert st.commit() == 3  # at stop: batch 0's decisions, 0 and 1's metrics
+
+
 @pytest.mark.integration
 def test_staged_rows_read_back_as_the_contract(spark, tmp_path) -> None:
     from keyshift.schemas import table
