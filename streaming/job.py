@@ -43,6 +43,7 @@ from keyshift.groups import spark_group_expr_sql
 from keyshift.metrics import Balance, live_loads
 from keyshift.schemas import SCHEMA_VERSION
 
+from .broker_watch import BrokerWatch
 from .controller import Controller, ControlLog
 from .delta import RunAppends, concurrently
 from .engines import (
@@ -165,6 +166,8 @@ class StreamJob:
         self._batch_lock = threading.Lock()
         self._stopping = threading.Event()
         self.query: StreamingQuery | None = None
+        # says when the job waits for a broker that went away, and when it is back
+        self.broker_watch = BrokerWatch(cfg.kafka.bootstrap)
 
     # -- query ------------------------------------------------------------------------
     def source(self) -> DataFrame:
@@ -218,6 +221,7 @@ class StreamJob:
             .trigger(**trigger)
             .start()
         )
+        self.broker_watch.start()
         return self.query
 
     def stop(self, timeout_s: float = 300.0) -> None:
@@ -229,6 +233,7 @@ class StreamJob:
         the JVM's stop waits for a Python callback in flight, so holding it would deadlock.
         """
         self._stopping.set()
+        self.broker_watch.stop()
         if self._batch_lock.acquire(timeout=timeout_s):
             self._batch_lock.release()
         if self.query is not None and self.query.isActive:
