@@ -2,15 +2,20 @@
 the pure core never imports Spark, Airflow or torch, and ``keyshift rebalance`` starts in
 milliseconds: only the module of the command being run is imported.
 
-Each plugin module defines ``register(subparsers) -> argparse.ArgumentParser`` and sets
-``func`` on the parser's defaults; ``func(args) -> int`` returns the exit status.
+Each plugin module defines ``SUMMARY`` (a string literal: the command's line in
+``keyshift -h``, read from the source without importing the module, so the list stays
+instant and shows commands whose optional dependencies are missing) and
+``register(subparsers) -> argparse.ArgumentParser``, which sets ``func`` on the parser's
+defaults; ``func(args) -> int`` returns the exit status.
 Usage errors and :class:`UsageError` exit with status 2 and one line on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
+import importlib.util
 import json
 import sys
 from importlib.metadata import entry_points
@@ -42,13 +47,71 @@ def read_json_request(path: str | None) -> Any:
         ) from None
 
 
+LOG_LEVELS = ("ERROR", "WARN", "INFO", "DEBUG")
+
+
+class _MoreVerbose(argparse.Action):
+    """Each ``-v`` raises the terminal's log level one step (none, WARN, INFO, DEBUG), so
+    ``-v`` and ``--log-level`` set the one value a command reads, ``args.log_level``."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        now = getattr(namespace, self.dest)
+        step = LOG_LEVELS.index(now) + 1 if now in LOG_LEVELS else 1
+        setattr(namespace, self.dest, LOG_LEVELS[min(step, len(LOG_LEVELS) - 1)])
+
+
+def add_log_options(p: argparse.ArgumentParser) -> None:
+    """``-v`` and ``--log-level`` of every command that drives Spark or Kafka clients: their
+    log lines go to a log file unless asked for on the terminal (``streaming.logs``)."""
+    g = p.add_argument_group("log output")
+    g.add_argument("-v", "--verbose", dest="log_level", nargs=0, action=_MoreVerbose,
+                   default=None, help="show the log lines of Spark and the Kafka client "
+                   "here: -v warnings and errors, -vv info, -vvv debug (default: they go to "
+                   "a log file, named when something fails)")
+    g.add_argument("--log-level", dest="log_level", type=str.upper, choices=LOG_LEVELS,
+                   metavar="LEVEL", help="show those log lines from LEVEL up here: ERROR, "
+                   "WARN, INFO or DEBUG")
+
+
+class _Commands(argparse._SubParsersAction):
+    """Sub-commands whose ``-h`` starts with their one-line help when they give no
+    description of their own, so no command's help page is a bare list of options."""
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        summary = kwargs.get("help")
+        if kwargs.get("description") is None and summary:
+            kwargs["description"] = summary[0].upper() + summary[1:].rstrip(".") + "."
+        return super().add_parser(name, **kwargs)
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.register("action", "parsers", _Commands)
+
     def error(self, message: str) -> None:  # one line, status 2 (argparse's own convention)
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def _commands() -> dict[str, str]:
     return {ep.name: ep.value for ep in entry_points(group="keyshift.commands")}
+
+
+def summary(module: str) -> str:
+    """The ``SUMMARY`` literal of a command's module, read from its source (see above);
+    empty for a plugin that defines none or whose source is not there."""
+    try:
+        spec = importlib.util.find_spec(module)
+        with open(spec.origin, encoding="utf-8") as f:  # type: ignore[union-attr]
+            tree = ast.parse(f.read())
+    except (ImportError, AttributeError, TypeError, OSError, SyntaxError):
+        return ""
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and getattr(node.targets[0], "id", None) == "SUMMARY"
+                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
+            return node.value.value
+    return ""
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -62,7 +125,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         importlib.import_module(commands[command]).register(sub)
     else:
         for name in sorted(commands):
-            sub.add_parser(name, help=f"(run 'keyshift {name} -h')")
+            sub.add_parser(name, help=summary(commands[name]))
+        parser.epilog = "Run 'keyshift COMMAND -h' for a command's options."
     return parser
 
 

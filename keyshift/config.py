@@ -3,6 +3,11 @@ environment overrides ``KEYSHIFT_<SECTION>__<KEY>``, validated by pydantic.
 
 A wrong value stops the program at start with a message naming the key and the allowed
 range (``ConfigError``), never later with a stack trace from deep inside Spark.
+
+The environment layer is a few lines of its own, not pydantic-settings: that library skips
+a variable whose section matches no field (``KEYSHIFT_SPARKK__MASTER`` would be ignored, not
+refused by name), reads ``os.environ`` only (tests pass ``env``), and would need custom
+sources to put the TOML files under the environment in the order above.
 """
 
 from __future__ import annotations

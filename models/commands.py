@@ -16,6 +16,8 @@ from pathlib import Path
 
 from keyshift.cli import UsageError
 
+SUMMARY = "compare the GP forecaster with other models on your series"
+
 KERNELS = ("ard", "ard+daily", "ard+weekly", "ard+daily+weekly")  # models.gp.KERNELS, without
 # importing torch to build the parser
 
@@ -23,9 +25,9 @@ KERNELS = ("ard", "ard+daily", "ard+weekly", "ard+daily+weekly")  # models.gp.KE
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "forecast",
-        help="compare the GP forecaster with SVM, NN and seasonal-naive on a series",
+        help=SUMMARY,
         description="Rolling-origin backtest: fit every model on the history before each "
-                    "origin, forecast the next points; MAE, RMSE, MASE, CC, 90 %% coverage, "
+                    "origin, forecast the next points; MAE, RMSE, MASE, CC, 90 % coverage, "
                     "training seconds.",
     )
     p.add_argument("--series", required=True, metavar="FILE.csv",

@@ -1,29 +1,43 @@
-"""Quiet Spark by default: a person running ``keyshift run`` should read one line per batch,
-not Spark's WARN lines (native-hadoop, Kafka consumer configs, Delta checkpoints, ...).
+"""Spark's log lines go to a file, not to the terminal: a person running ``keyshift run`` reads
+one line per batch and, when something fails, one line saying what failed and where the full
+log is. ``-v`` or ``--log-level LEVEL`` (:func:`keyshift.cli.add_log_options`) bring Spark's
+lines back to the terminal instead.
 
 The driver JVM reads its log4j2 configuration once, at start, so the level goes in before
 the session exists: ``SPARK_SUBMIT_OPTS`` reaches the JVM that PySpark launches (in client
-mode the driver *is* that JVM) without touching any Spark setting a user may have set.
+mode the driver *is* that JVM) without touching any Spark setting a user may have set. Not
+everything the JVM prints passes through log4j (its own warnings, a thread's uncaught
+exception, the Python workers' stderr, which Spark copies to the JVM's), so when quiet the
+JVM's stderr itself is the log file: :func:`streaming.session.get_spark` launches it so.
+The Python side's loggers of py4j and the Kafka client write to the same file.
 """
 
 from __future__ import annotations
 
+import argparse
+import functools
 import logging
 import os
+import re
+import sys
+import time
+import traceback
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
-LEVELS = ("ERROR", "WARN", "INFO")
+from keyshift.cli import LOG_LEVELS, UsageError
+from keyshift.errors import ConfigError, FieldError
 
 _LOG4J2 = """\
-# written by keyshift (streaming/logs.py): Spark's driver log level for keyshift commands
+# written by keyshift (streaming/logs.py): Spark's driver log for keyshift commands
 rootLogger.level = {level}
 rootLogger.appenderRef.stderr.ref = console
 appender.console.type = Console
 appender.console.name = console
 appender.console.target = SYSTEM_ERR
 appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{{HH:mm:ss}} %p %c{{1}}: %m%n%ex
+appender.console.layout.pattern = %d{{{date}}} %p %c{{1}}: %m%n%ex
 # the Kafka clients and Delta are the chattiest at WARN; keep their errors
 logger.kafka.name = org.apache.kafka
 logger.kafka.level = {kafka}
@@ -41,31 +55,166 @@ logger.gateway.level = {level}
 logger.context.name = org.apache.spark.SparkContext
 logger.context.level = {level}
 """
+FILE_LEVEL = "WARN"  # what the log file keeps when the terminal shows nothing
+_PYTHON_LOGGERS = ("py4j", "pyspark", "kafka")
 
 
-def level_for(verbosity: int) -> str:
-    """``-v`` count → log4j level: 0 ERROR, 1 WARN, 2+ INFO."""
-    return LEVELS[min(max(verbosity, 0), len(LEVELS) - 1)]
+class _State:
+    """This process's log file while the libraries' lines go there (None: to the terminal),
+    the driver JVM's stderr and the terminal's level: one per process, as the JVM is."""
+
+    log_file: Path | None = None
+    jvm_stderr: Path | None = None
+    level: str | None = None
 
 
-def configure_spark_logging(folder: Path, verbosity: int = 0) -> Path:
-    """Write the log4j2 file for this verbosity and point the next driver JVM at it; also
-    quiets the Python side (py4j's connection chatter, pandas/pyarrow warnings)."""
-    level = level_for(verbosity)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"log4j2-{level.lower()}.properties"
-    path.write_text(_LOG4J2.format(level=level, kafka="ERROR" if level != "INFO" else "WARN"))
-    opt = f"-Dlog4j2.configurationFile=file:{path}"
+def log_file(home: Path, command: str, run_id: str | None = None) -> Path:
+    """Where a command's Spark log goes: a run's folder (beside its batches and report) for
+    the commands that run the job, ``<home>/logs/<command>.log`` for the others. Each
+    invocation appends under a header line, so a resumed run keeps one log."""
+    return home / "runs" / run_id / "spark.log" if run_id else home / "logs" / f"{command}.log"
+
+
+def configure_spark_logging(log_file: Path, level: str | None = None) -> Path:
+    """Point the next driver JVM and the Python-side loggers at ``log_file`` (level None,
+    the default) or at the terminal from ``level`` up; returns the log4j2 file written.
+
+    Call it before the session starts; a session already running keeps its output (only
+    its level changes, :func:`set_session_level`)."""
+    level = level or None  # a caller's 0 or "" means the default, as None does
+    if level is not None and level not in LOG_LEVELS:
+        raise ValueError(f"log level: one of {', '.join(LOG_LEVELS)}, got {level!r}")
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    jvm_level = level or FILE_LEVEL
+    props = log_file.parent / f"log4j2-{(level or 'file').lower()}.properties"
+    props.write_text(_LOG4J2.format(
+        level=jvm_level, date="yyyy-MM-dd HH:mm:ss" if level is None else "HH:mm:ss",
+        kafka="WARN" if jvm_level in ("INFO", "DEBUG") else "ERROR"))
+    opt = f"-Dlog4j2.configurationFile=file:{props}"
     current = os.environ.get("SPARK_SUBMIT_OPTS", "")
     if "log4j2.configurationFile" not in current:
         os.environ["SPARK_SUBMIT_OPTS"] = f"{current} {opt}".strip()
-    if verbosity == 0:
-        logging.getLogger("py4j").setLevel(logging.ERROR)
-        logging.getLogger("kafka").setLevel(logging.ERROR)
+    configure_python_logging(log_file, level)
+    _State.level = level
+    _State.jvm_stderr = None if level else log_file
+    return props
+
+
+def configure_python_logging(log_file: Path, level: str | None = None) -> None:
+    """py4j's, PySpark's and the Kafka client's Python loggers: to ``log_file`` from WARN
+    up (level None), or to the terminal from ``level`` up. The commands that drive only a
+    Kafka client (``keyshift produce``) use just this."""
+    level = level or None
+    for name in _PYTHON_LOGGERS:
+        logger = logging.getLogger(name)
+        for handler in [h for h in logger.handlers if getattr(h, "_keyshift", False)]:
+            logger.removeHandler(handler)
+            handler.close()
+    if level is None:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_file, "a", encoding="utf-8") as f:
+            f.write(f"\n==== {time.strftime('%Y-%m-%d %H:%M:%S')} keyshift "
+                    f"{' '.join(sys.argv[1:])} (pid {os.getpid()})\n")
+        handler = logging.FileHandler(log_file, encoding="utf-8", delay=True)
+        handler._keyshift = True  # type: ignore[attr-defined]
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        for name in _PYTHON_LOGGERS:
+            logger = logging.getLogger(name)
+            logger.addHandler(handler)
+            logger.setLevel(logging.WARNING)
+            logger.propagate = False
         warnings.filterwarnings("ignore", module="pyspark")
-    return path
+        _State.log_file = log_file
+    else:
+        for name in _PYTHON_LOGGERS:
+            logging.getLogger(name).setLevel(logging.getLevelName(
+                "WARNING" if level == "WARN" else level))
+            logging.getLogger(name).propagate = True
+        _State.log_file = None
 
 
-def set_session_level(spark, verbosity: int) -> None:
+def jvm_stderr() -> Path | None:
+    """Where the driver JVM's stderr goes when this process starts one (None: the terminal)."""
+    return _State.jvm_stderr
+
+
+def log_hint() -> str:
+    """The sentence that ends a failure's line: where the full log is, when it is a file."""
+    if _State.log_file is None:
+        return ""
+    return f" Full log: {_State.log_file} (-v shows it here)."
+
+
+def session_level() -> str:
+    """The driver's log4j level this process asked for (the file's when quiet)."""
+    return _State.level or FILE_LEVEL
+
+
+def set_session_level(spark, level: str | None = None) -> None:
     """The same level on a session that already exists (e.g. started by another command)."""
-    spark.sparkContext.setLogLevel(level_for(verbosity))
+    spark.sparkContext.setLogLevel(level or FILE_LEVEL)
+
+
+_PY_ERROR = re.compile(r"^([A-Za-z_][\w.]*)(?::\s*(.*))?$")
+_PY_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
+_JAVA_ERROR = re.compile(r"^(?:Caused by: |: )?((?:[a-z_$][\w$]*\.)+([A-Z][\w$]*))(?::\s*(.*))?$")
+
+
+def failure_line(error: BaseException | str) -> str:
+    """The root cause of a failure, as one line: the innermost Python exception of the last
+    traceback in the text (with the file and line that raised it), else the innermost Java
+    cause, else the first line. A Spark failure's text nests the operator's traceback inside
+    py4j's inside the JVM's; a person wants its bottom, not its top."""
+    text = error if isinstance(error, str) else str(error)
+    lines = [line.rstrip() for line in text.splitlines()]
+    start = max((i for i, line in enumerate(lines) if "Traceback (most recent call last)"
+                 in line), default=None)
+    if start is not None:
+        where = ""
+        for line in lines[start + 1:]:
+            if (frame := _PY_FRAME.match(line)):
+                where = f" (at {frame[1]}:{frame[2]}, in {frame[3]})"
+            elif line and not line[0].isspace() and (m := _PY_ERROR.match(line)) and m[2]:
+                return _short(f"{m[1].rsplit('.', 1)[-1]}: {m[2]}{where}")
+    causes = [m for line in lines if (m := _JAVA_ERROR.match(line.strip()))]
+    if causes:
+        last = causes[-1]
+        return _short(f"{last[2]}: {last[3]}" if last[3] else last[2])
+    first = next((line.strip() for line in lines if line.strip()), "")
+    if isinstance(error, BaseException):
+        first = f"{type(error).__name__}: {first}" if first else type(error).__name__
+    return _short(first)
+
+
+def _short(line: str, limit: int = 400) -> str:
+    return line if len(line) <= limit else line[:limit - 3] + "..."
+
+
+def one_line_failure(command: str) -> Callable[[Callable[[argparse.Namespace], int]],
+                                               Callable[[argparse.Namespace], int]]:
+    """A Spark-backed command's ``run``: once Spark's log goes to a file, an unexpected
+    failure prints one line (its root cause and the log's path) and exits 1, its traceback
+    in the log. With ``-v``/``--log-level`` (the log is on the terminal) or before Spark's
+    log is set up, the traceback shows as usual: there is no file to point at."""
+
+    def wrap(run: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+        @functools.wraps(run)
+        def guarded(args: argparse.Namespace) -> int:
+            try:
+                return run(args)
+            except (UsageError, ConfigError, FieldError, KeyboardInterrupt):
+                raise
+            except Exception as exc:
+                log = _State.log_file
+                if log is None:
+                    raise
+                with open(log, "a", encoding="utf-8") as f:
+                    f.write(f"keyshift {command} failed:\n")
+                    traceback.print_exception(exc, file=f)
+                print(f"keyshift {command}: failed: {failure_line(exc)}.{log_hint()}",
+                      file=sys.stderr, flush=True)
+                return 1
+
+        return guarded
+
+    return wrap

@@ -36,15 +36,17 @@ class RunLookupError(LookupError):
     """No runs, no such run, or a run with nothing to show yet: one line for the operator."""
 
 
-def open_spark(cfg: Config, verbosity: int = 0, app_name: str = "keyshift-status") -> SparkSession:
+def open_spark(cfg: Config, log_level: str | None = None,
+               app_name: str = "keyshift-status") -> SparkSession:
     """A session for reading the warehouse, with Spark's log lines kept off the terminal
     (a person asked for a table, not for Spark's WARN lines): :mod:`streaming.logs`."""
-    from .logs import configure_spark_logging, set_session_level
+    from .logs import configure_spark_logging, log_file, set_session_level
     from .session import get_spark
 
-    configure_spark_logging(cfg.home_path / "logs", verbosity)
+    configure_spark_logging(log_file(cfg.home_path, app_name.removeprefix("keyshift-")),
+                            log_level)
     spark = get_spark(cfg, app_name=app_name)
-    set_session_level(spark, verbosity)
+    set_session_level(spark, log_level)
     return spark
 
 

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from keyshift.config import Config, load_config
 
 from .jars import spark_jars
+from .logs import jvm_stderr, session_level
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -51,27 +53,25 @@ def get_spark(cfg: Config | None = None, app_name: str | None = None,
     jars = spark_jars(cfg.cache_path / "jars", cfg.spark.delta_version)
     local_dir = cfg.home_path / "spark-local"
     local_dir.mkdir(parents=True, exist_ok=True)
-    builder = (
-        SparkSession.builder.master(cfg.spark.master)
-        .appName(app_name or cfg.spark.app_name)
-        .config("spark.jars", ",".join(str(j) for j in jars))
-        .config("spark.jars.ivy", str(cfg.cache_path / "ivy"))
-        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
-        .config("spark.sql.catalog.spark_catalog",
-                "org.apache.spark.sql.delta.catalog.DeltaCatalog")
-        .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
-        .config("spark.sql.shuffle.partitions", str(cfg.spark.shuffle_partitions))
-        .config("spark.default.parallelism", str(cfg.spark.shuffle_partitions))
-        .config("spark.driver.memory", cfg.spark.driver_memory)
-        .config("spark.ui.enabled", str(cfg.spark.ui).lower())
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.local.dir", str(local_dir))
-        .config("spark.sql.warehouse.dir", str(cfg.warehouse_path / "_catalog"))
-        .config("spark.driver.extraJavaOptions",
-                f"-Dderby.system.home={cfg.home_path / 'derby'}")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.databricks.delta.snapshotPartitions", "2")
-        .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+    settings = {
+        "spark.master": cfg.spark.master,
+        "spark.app.name": app_name or cfg.spark.app_name,
+        "spark.jars": ",".join(str(j) for j in jars),
+        "spark.jars.ivy": str(cfg.cache_path / "ivy"),
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+        "spark.sql.shuffle.partitions": str(cfg.spark.shuffle_partitions),
+        "spark.default.parallelism": str(cfg.spark.shuffle_partitions),
+        "spark.driver.memory": cfg.spark.driver_memory,
+        "spark.ui.enabled": str(cfg.spark.ui).lower(),
+        "spark.ui.showConsoleProgress": "false",
+        "spark.local.dir": str(local_dir),
+        "spark.sql.warehouse.dir": str(cfg.warehouse_path / "_catalog"),
+        "spark.driver.extraJavaOptions": f"-Dderby.system.home={cfg.home_path / 'derby'}",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.databricks.delta.snapshotPartitions": "2",
+        "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
         # Delta's .crc checksum after each commit stays on (its default, computed
         # incrementally): a process's first commit to a table then reads the table's state
         # from it instead of replaying the log in Spark jobs, 0.4 s against 1.1 s here, and
@@ -80,21 +80,38 @@ def get_spark(cfg: Config | None = None, app_name: str | None = None,
         # Tables the job appends to every micro-batch would write a log checkpoint (7 Spark
         # jobs here) every 10th commit; every 100th keeps that off most batches, and readers
         # (recovery, reports) replay at most 100 small JSON commits.
-        .config("spark.databricks.delta.properties.defaults.checkpointInterval", "100")
+        "spark.databricks.delta.properties.defaults.checkpointInterval": "100",
         # A commit of staged bookkeeping reads a few dozen small files by name: listed on
         # the driver, not by a Spark job per read (its default above 32 paths), which
         # halved the commit of a run's key loads (streaming/staging.py).
-        .config("spark.sql.sources.parallelPartitionDiscovery.threshold", "1024")
+        "spark.sql.sources.parallelPartitionDiscovery.threshold": "1024",
         # Small local batches: Arrow keeps the pandas operators of the engines cheap.
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-    )
-    for k, v in {**(cluster_conf(cfg) if on_cluster else {}), **(extra_conf or {})}.items():
-        builder = builder.config(k, v)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        **(cluster_conf(cfg) if on_cluster else {}),
+        **(extra_conf or {}),
+    }
+    if jvm_stderr() is not None:
+        _launch_driver(settings, jvm_stderr())
+    spark = SparkSession.builder.config(map=settings).getOrCreate()
+    spark.sparkContext.setLogLevel(session_level())
     if on_cluster and cfg.spark.executor_wait_s > 0:
         wait_for_executors(spark, 1, cfg.spark.executor_wait_s, cfg)
     return spark
+
+
+def _launch_driver(settings: dict[str, str], stderr: Path) -> None:
+    """Start the driver JVM as PySpark would (spark-submit with these settings) but with its
+    stderr appended to ``stderr``: what it prints outside log4j then stays off the terminal
+    (:mod:`streaming.logs`). The session builder finds this context and uses it. A JVM this
+    process already runs keeps its stderr."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:  # PySpark has no public "is a JVM running"
+        return
+    conf = SparkConf().setAll(list(settings.items()))
+    with open(stderr, "ab") as err:
+        SparkContext(conf=conf, gateway=launch_gateway(conf, popen_kwargs={"stderr": err}))
 
 
 class ClusterUnreachableError(RuntimeError):

@@ -29,6 +29,8 @@ from pathlib import Path
 from keyshift.cli import UsageError
 from keyshift.config import Config, ConfigError, load_config
 
+SUMMARY = "run Airflow here with keyshift's DAGs, or one DAG once"
+
 DAG_IDS = ("keyshift_nightly_retrain", "keyshift_baseline_partitions", "keyshift_table_maintenance")
 ADMIN = "admin"
 HEALTH_PATH = "/api/v2/monitor/health"
@@ -101,7 +103,7 @@ def healthy(port: int, timeout_s: float = 2.0) -> bool:
 
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    p = sub.add_parser("airflow", help="run Airflow locally with keyshift's DAGs")
+    p = sub.add_parser("airflow", help=SUMMARY)
     cmd = p.add_subparsers(dest="airflow_command", metavar="ACTION", required=True)
     s = cmd.add_parser("standalone", help="start Airflow (UI, scheduler) on localhost")
     s.add_argument("--port", type=int, default=None, help="UI port (default: airflow.port)")
@@ -111,7 +113,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    help="stop again once the UI is healthy (a smoke test of the setup)")
     s.set_defaults(func=run_standalone)
     t = cmd.add_parser("test", help="run one DAG once, in-process (airflow dags test)")
-    t.add_argument("dag_id", choices=DAG_IDS)
+    t.add_argument("dag_id", choices=DAG_IDS, metavar="DAG_ID", help=f"one of {', '.join(DAG_IDS)}")
     t.add_argument("--date", default=None, help="logical date YYYY-MM-DD (default: now)")
     t.add_argument("--conf", default=None, help='run params as JSON, e.g. \'{"engines": 8}\'')
     t.set_defaults(func=run_test)

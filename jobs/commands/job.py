@@ -11,13 +11,17 @@ from __future__ import annotations
 import argparse
 from datetime import UTC, datetime, timedelta
 
+from keyshift.cli import add_log_options
 from keyshift.config import load_config
+from streaming.logs import one_line_failure
+
+SUMMARY = "run a nightly batch job by hand (retrain, plans, upkeep)"
 
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     from jobs import baseline_partitions, retrain_models, table_maintenance
 
-    p = sub.add_parser("job", help="run a batch job of the nightly layer by hand")
+    p = sub.add_parser("job", help=SUMMARY)
     jobs = p.add_subparsers(dest="job", metavar="JOB", required=True)
     r = jobs.add_parser("retrain", help="refit both GPs on the metrics history → MLflow")
     retrain_models.add_arguments(r)
@@ -46,6 +50,8 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     h.add_argument("--json", action="store_true")
     h.set_defaults(func=run, job_run=_history, job_print=_print_history,
                    job_errors=_history_errors)
+    for job in (r, b, m, h):
+        add_log_options(job)
     return p
 
 
@@ -72,8 +78,12 @@ def _history_errors() -> tuple[type[BaseException], ...]:
     return (HistoryError,)
 
 
+@one_line_failure("job")
 def run(args: argparse.Namespace) -> int:
     from jobs.report import run_job
+    from streaming.logs import configure_spark_logging, log_file
 
+    cfg = load_config(args.config)  # ConfigError: the CLI's one-line message
+    configure_spark_logging(log_file(cfg.home_path, f"job-{args.job}"), args.log_level)
     return run_job(f"keyshift job {args.job}", args, args.job_run, args.job_print,
                    args.job_errors())

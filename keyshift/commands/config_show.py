@@ -14,11 +14,13 @@ from typing import Any
 
 from keyshift.config import load_config
 
+SUMMARY = "print the configuration in effect as JSON"
+
 _URI_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^/:@\s]+):[^/@\s]*@")
 
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    p = sub.add_parser("config", help="print the effective configuration as JSON")
+    p = sub.add_parser("config", help=SUMMARY)
     p.add_argument("--config", help="TOML file (default: $KEYSHIFT_CONFIG or built-in)")
     p.set_defaults(func=run)
     return p

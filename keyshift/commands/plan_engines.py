@@ -18,6 +18,8 @@ from keyshift.elastic.cost import OBJECTIVES, Forecast
 from keyshift.elastic.errors import ElasticInputError
 from keyshift.elastic.planner import GraphPlanner, check_count, check_nonneg
 
+SUMMARY = "plan the engines per coming window from forecasts (JSON)"
+
 _KNOWN = {
     "engines_now", "min_engines", "max_engines", "window_s", "sel", "costs", "windows",
     "theta1", "cooldown_windows", "windows_since_change", "max_step", "objective",
@@ -28,7 +30,7 @@ _WINDOW_KEYS = ("in_mean", "in_std", "lat_mean", "lat_std")
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "plan-engines",
-        help="plan the engine count per future window from forecasts (JSON in, JSON out)",
+        help=SUMMARY,
         description=(
             "Read one JSON object on stdin: {engines_now, min_engines, max_engines, window_s, "
             "sel, costs: {mc, ec, rc}, windows: [{in_mean, in_std, lat_mean: [s/tuple for "

@@ -27,6 +27,8 @@ from keyshift.commands.json_request import key_name, read_request
 from keyshift.plan import Plan
 from keyshift.policies import PolicyInputError, Window, policy_class, policy_names
 
+SUMMARY = "one balancing decision for the loads you give (JSON)"
+
 FIELDS = {"engines", "plan", "loads", "state", "history", "live", "params"}
 SHARED_PARAMS = {"theta", "band", "seed"}
 
@@ -34,8 +36,12 @@ SHARED_PARAMS = {"theta", "band", "seed"}
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "rebalance",
-        help="one balancing decision: JSON object on stdin -> JSON object on stdout",
-        description=__doc__.split("\n\n")[0],
+        help=SUMMARY,
+        description="Read one JSON object from stdin (or --input): the engine count, the "
+        "current plan, the load of each key group and, for some policies, state sizes and "
+        "past windows. Run the policy once and print one JSON object: the new plan, the "
+        "moves, and the imbalance before and after. A bad field is one line naming it, exit "
+        "status 2. The fields are in docs/policies.md.",
     )
     p.add_argument("--policy", required=True, help=f"one of: {', '.join(policy_names())}")
     p.add_argument("--input", help="read the JSON object from this file instead of stdin")

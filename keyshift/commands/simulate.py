@@ -25,6 +25,8 @@ REQUIRED_KEYS = (
     "wall_s",
 )
 
+SUMMARY = "simulate engines under a policy, or a paper's experiment"
+
 
 def add_generic_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("generic options (every scenario)")
@@ -81,8 +83,7 @@ class _SimulateParser(_Parser):
             module = importlib.import_module(SCENARIOS[scenario])
         except ImportError as exc:
             self.error(f"scenario {scenario} is not available ({exc})")
-        full = _Parser(prog=self.prog, description=module.__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+        full = _Parser(prog=self.prog, description=module.DESCRIPTION)
         add_generic_arguments(full)
         add = getattr(module, "add_arguments", None)
         if add is not None:
@@ -104,8 +105,12 @@ def _scenario_name(args: list[str]) -> str | None:
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "simulate",
-        help="simulate N engines under a balancing policy, or run a paper's experiment",
-        description=__doc__,
+        help=SUMMARY,
+        description="Simulate N engines fed a key-grouped stream (synthetic Zipf keys, or a "
+        "trace of yours with --trace) under a balancing policy, and print imbalance, "
+        "throughput, migrations and latency. With --scenario NAME, run one of the papers' "
+        "experiments and print its tables beside the published numbers; 'keyshift simulate "
+        "--scenario NAME -h' lists that experiment's own options.",
     )
     p.__class__ = _SimulateParser
     add_generic_arguments(p)

@@ -26,11 +26,13 @@ from keyshift.split import (
 )
 from keyshift.split.splitter import solve_weights
 
+SUMMARY = "split a stateless region's input by blocking rates (JSON)"
+
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "split",
-        help="weights for an ordered parallel region from blocking rates (JSON in, JSON out)",
+        help=SUMMARY,
         description="Read one JSON object on stdin (see docs/split.md), print the weights.",
     )
     p.add_argument("--input", "-i", help="read this file instead of stdin")

@@ -31,6 +31,13 @@ import numpy as np
 
 from keyshift.split import OrderedRegion, SplitInputError, WeightedSplit, even_weights, fox_minimax
 
+# what `keyshift simulate --scenario NAME -h` shows: the docstring above is for developers
+DESCRIPTION = (
+    "The blocking-rate paper's section 6 experiment: the weighted split of an ordered "
+    "region, against round-robin and an oracle, while some processing elements slow down "
+    "and recover. Prints the data of the paper's Figures 9, 10, 12 and 13."
+)
+
 POLICIES = ("RR", "LB-static", "LB-adaptive", "Oracle*")
 PE_RATE_AT_1000 = 1000.0  # tuples/s of one PE at a tuple cost of 1,000 multiplies
 SPLITTER_RATE = 8 * PE_RATE_AT_1000  # saturates at 8 PEs of cost 1,000 (§6.3)

@@ -45,6 +45,13 @@ from keyshift.elastic.replay import ReplayResult, replay
 from keyshift.elastic.scaler import Scaler
 from keyshift.elastic.sim_bridge import run_in_simulator
 
+# what `keyshift simulate --scenario NAME -h` shows: the docstring above is for developers
+DESCRIPTION = (
+    "The elastic-cep paper's section IV evaluation: real periodic load series (taxi, "
+    "tweets, bikes) replayed through the engine planner and every scaling baseline. "
+    "Reports engines over time, cost, missed tuples and planner time (Figures 14-17)."
+)
+
 SERIES = {
     "taxi": ("nab_nyc_taxi.csv", "NYC taxi passengers / 30 min (NAB)"),
     "tweets": ("nab_Twitter_volume_AAPL.csv", "AAPL tweet volume / 5 min (NAB)"),

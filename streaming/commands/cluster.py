@@ -20,12 +20,14 @@ from pathlib import Path
 from keyshift.cli import UsageError
 from keyshift.config import load_config
 
+SUMMARY = "start, stop or check a local Spark standalone cluster"
+
 _MEMORY = re.compile(r"^\d+[kmgtKMGT]?$")
 
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser(
-        "cluster", help="run a local Spark standalone cluster (master + workers)",
+        "cluster", help=SUMMARY,
         description="A Spark standalone master and workers on 127.0.0.1, started from the "
         "installed pyspark; each worker has its own work and local dirs under --dir.")
     p.add_argument("--config", help="TOML file (default: $KEYSHIFT_CONFIG or built-in)")

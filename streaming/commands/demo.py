@@ -16,8 +16,11 @@ import time
 import uuid
 from typing import Any
 
-from keyshift.cli import UsageError
+from keyshift.cli import UsageError, add_log_options
 from keyshift.config import load_config
+from streaming.logs import one_line_failure
+
+SUMMARY = "see the balancer at work on a skewed stream, with a report"
 
 POLICIES = ("dlb-h", "dlb-l", "dlb-s", "elb", "kg", "lptf", "clb")
 APPS = ("fsd", "traffic", "clicks", "wordcount")
@@ -25,7 +28,7 @@ APPS = ("fsd", "traffic", "clicks", "wordcount")
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser(
-        "demo", help="run broker + producer + streaming job with a balancer, then report",
+        "demo", help=SUMMARY,
         description="Start the local Kafka broker, create a topic, produce events whose key "
         "skew changes over time, run the streaming job with a balancing policy, and print a "
         "summary; an HTML report with plots goes to <home>/runs/<run id>/.",
@@ -46,8 +49,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    "champion GPs of the local MLflow registry when there are, else the "
                    "pure-core forecast fitted on the run's own windows")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
-    p.add_argument("-v", "--verbose", action="count", default=0,
-                   help="Spark's own log lines: -v warnings, -vv info (default: errors only)")
+    add_log_options(p)
     p.set_defaults(func=run)
     return p
 
@@ -81,6 +83,7 @@ class _Stop(Exception):
     pass
 
 
+@one_line_failure("demo")
 def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)  # ConfigError: the CLI's one-line message
     policy, app = _validate(args, cfg)
@@ -109,13 +112,13 @@ def run(args: argparse.Namespace) -> int:
         except BrokerError as exc:
             raise UsageError(f"kafka: {exc}") from None
 
-        from streaming.commands.run import start_job
+        from streaming.commands.run import query_failed, start_job
         from streaming.job import JobOptions
 
         say("starting Spark (first start resolves jars, later ones reuse the cache) ...")
         # the demo is `keyshift run` on its own topic, plus a producer and a report
         job = start_job(cfg, JobOptions(app=app, policy=policy, run_id=run_id, topic=topic,
-                                        engines=args.engines), args.verbose, say_err)
+                                        engines=args.engines), args.log_level, say_err)
         spark = job.spark
         thread = threading.Thread(target=_produce, daemon=True, args=(
             cfg, topic, app, skew, args.rate, args.duration, stop, produced))
@@ -124,9 +127,9 @@ def run(args: argparse.Namespace) -> int:
         scaler = ", engine scaler on" if cfg.planner.enabled else ""
         say(f"run {run_id}: {app} with {policy}{scaler}, {args.rate:g} events/s for "
             f"{args.duration:g} s, skew {skew}; Ctrl-C stops")
-        interrupted = False
+        interrupted, failed = False, None
         try:
-            _watch(job, thread, args.duration, say, produced)
+            failed = _watch(job, thread, args.duration, say, produced)
         except KeyboardInterrupt:
             interrupted = True
             say("interrupted: stopping the producer, then the streaming job after its "
@@ -135,6 +138,9 @@ def run(args: argparse.Namespace) -> int:
         stop.set()
         thread.join(timeout=30)
         job.stop()
+        if failed:
+            say_err(f"keyshift demo: {query_failed(failed)}")
+            return 1
         if "error" in produced and not interrupted:
             raise UsageError(f"producer: {produced['error']}")
         from streaming.report import report_run
@@ -188,21 +194,21 @@ def _produce(cfg, topic: str, app: str, skew: str, rate: float, duration: float,
         out["done"] = True
 
 
-def _watch(job, thread: threading.Thread, duration: float, say, produced: dict) -> None:
+def _watch(job, thread: threading.Thread, duration: float, say, produced: dict) -> str | None:
     """Wait until the producer is done and the job has taken everything it sent (the job
-    prints one line per batch meanwhile)."""
+    prints one line per batch meanwhile); returns the query's failure, if it failed."""
     t0 = time.monotonic()
     while True:
         if job.query.exception() is not None:
-            raise UsageError(f"stream: the query failed: {job.query.exception()}")
+            return str(job.query.exception())
         t = job.totals
         if produced.get("done"):
             sent = produced.get("sent", 0)
             if "error" in produced or t.records >= sent:
-                return
+                return None
             if time.monotonic() - t0 > duration + 600:
                 say(f"stopping with {sent - t.records} records not yet consumed")
-                return
+                return None
         time.sleep(0.5)
 
 

@@ -11,9 +11,11 @@ import sys
 from keyshift.cli import UsageError
 from keyshift.config import load_config
 
+SUMMARY = "start or stop a local Kafka broker, create topics"
+
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    p = sub.add_parser("kafka", help="run a local Kafka broker (KRaft) and manage topics")
+    p = sub.add_parser("kafka", help=SUMMARY)
     p.add_argument("--config", help="TOML file (default: $KEYSHIFT_CONFIG or built-in)")
     actions = p.add_subparsers(dest="action", metavar="ACTION")
     actions.required = True
@@ -29,10 +31,10 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "now (install step; later starts need no network)")
     st = actions.add_parser("status", help="health check by a metadata request")
     st.add_argument("--json", action="store_true", help="print the status as JSON")
-    topic = actions.add_parser("topic", help="topic management")
+    topic = actions.add_parser("topic", help="create topics on the broker")
     topic_actions = topic.add_subparsers(dest="topic_action", metavar="TOPIC_ACTION")
     topic_actions.required = True
-    create = topic_actions.add_parser("create", help="create a topic")
+    create = topic_actions.add_parser("create", help="create a topic on the broker")
     create.add_argument("name", nargs="?", help="topic name (default: kafka.topic)")
     create.add_argument("--partitions", type=int, help="partitions (default: kafka.partitions)")
     p.set_defaults(func=run)

@@ -10,14 +10,16 @@ import argparse
 import math
 import sys
 
-from keyshift.cli import UsageError
+from keyshift.cli import UsageError, add_log_options
 from keyshift.config import load_config
 from keyshift.workloads import GENERATORS, REPLAYS, SkewSchedule, WorkloadInputError
+
+SUMMARY = "send generated or replayed events to a Kafka topic"
 
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser(
-        "produce", help="send events to Kafka (generator or real-data replay)",
+        "produce", help=SUMMARY,
         description="Send synthetic events at a controlled rate with a key skew that can "
         "change over time, or replay a real data set with time compression.",
     )
@@ -45,6 +47,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--keep-ts", action="store_true",
                    help="replay with the original event times (default: shifted to now)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_log_options(p)
     p.set_defaults(func=run)
     return p
 
@@ -81,10 +84,12 @@ def run(args: argparse.Namespace) -> int:
 
     from keyshift.workloads import make_generator, replay_events
     from streaming.broker import BrokerError, client_options, create_topic
+    from streaming.logs import configure_python_logging, log_file
     from streaming.producer import ProducerError, connect, produce, replay
 
     _validate(args)
     cfg = load_config(args.config)  # ConfigError: the CLI's one-line message
+    configure_python_logging(log_file(cfg.home_path, "produce"), args.log_level)
     topic = args.topic or cfg.kafka.topic
     console = Console(stderr=True)
     try:

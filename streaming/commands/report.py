@@ -13,13 +13,16 @@ from pathlib import Path
 
 from keyshift.cli import UsageError
 from keyshift.config import load_config
+from streaming.logs import one_line_failure
 
 from .status import add_common
+
+SUMMARY = "write the HTML report with plots of a run"
 
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser(
-        "report", help="write the HTML report with plots of a run in the warehouse",
+        "report", help=SUMMARY,
         description="Read a run's rows from the Delta warehouse (a live run's not yet "
         "committed ones too) and write report.html with its plots (imbalance, throughput, "
         "batch duration, load per engine), decisions and migrations, and summary.json; "
@@ -33,6 +36,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return p
 
 
+@one_line_failure("report")
 def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)  # ConfigError: the CLI's one-line message
     folder = Path(args.out).expanduser() if args.out else cfg.home_path / "runs" / args.run_id
@@ -44,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         check_warehouse(cfg)
-        spark = open_spark(cfg, args.verbose, app_name="keyshift-report")
+        spark = open_spark(cfg, args.log_level, app_name="keyshift-report")
         found = find_run(spark, cfg, args.run_id)
     except (RunLookupError, TableSchemaError) as exc:
         raise UsageError(str(exc)) from None

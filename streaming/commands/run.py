@@ -10,7 +10,8 @@ progress line per micro-batch goes to stderr; ``--json`` prints one object at th
 
 Exit status: 0 done (or stopped by SIGTERM), 130 stopped by Ctrl-C, 2 bad input (one line,
 before Spark starts), 1 the query failed, 3 records were lost before the run read them (Kafka
-deleted them; ``kafka.fail_on_data_loss = false`` accepts that).
+deleted them; ``kafka.fail_on_data_loss = false`` accepts that). Spark's own log goes to
+``<home>/runs/<run id>/spark.log``; a failure is one line naming its root cause and that file.
 """
 
 from __future__ import annotations
@@ -25,8 +26,11 @@ import time
 import uuid
 from typing import Any
 
-from keyshift.cli import UsageError
+from keyshift.cli import UsageError, add_log_options
 from keyshift.config import load_config
+from streaming.logs import log_hint, one_line_failure
+
+SUMMARY = "run your operator on a Kafka topic, kept balanced"
 
 POLICIES = ("dlb-h", "dlb-l", "dlb-s", "elb", "kg", "lptf", "clb", "uhlb")
 _RUN_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
@@ -54,13 +58,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--duration", type=float, help="stop after this many seconds (default: run "
                    "until Ctrl-C or SIGTERM)")
     p.add_argument("--json", action="store_true", help="print one JSON summary at the end")
-    p.add_argument("-v", "--verbose", action="count", default=0,
-                   help="Spark's own log lines: -v warnings, -vv info (default: errors only)")
+    add_log_options(p)
 
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser(
-        "run", help="run the balancer on a Kafka topic with an operator (the speed layer)",
+        "run", help=SUMMARY,
         description="Structured Streaming from the topic; each key group runs on one of N "
         "engines through a plan the balancer keeps even; outputs, dead letters, key loads, "
         "metrics, plans and migrations go to the Delta warehouse. Stop with Ctrl-C/SIGTERM "
@@ -138,21 +141,22 @@ def progress_line(r) -> str:
             f"plan v{r.plan_version}  {r.duration_s:5.2f} s{mig}")
 
 
-def start_job(cfg, opts, verbosity: int = 0, say=None):
-    """The speed layer's one way to start: quiet Spark logging, the session, the job with a
-    progress line per batch and live metrics (Prometheus on ``[metrics] host:port`` unless the
-    port is 0, :mod:`streaming.live_metrics`), the query. ``keyshift run`` and ``keyshift
-    demo`` both use it."""
+def start_job(cfg, opts, log_level: str | None = None, say=None):
+    """The speed layer's one way to start: Spark's log to the run's folder (or from
+    ``log_level`` up to the terminal), the session, the job with a progress line per batch
+    and live metrics (Prometheus on ``[metrics] host:port`` unless the port is 0,
+    :mod:`streaming.live_metrics`), the query. ``keyshift run`` and ``keyshift demo`` both
+    use it."""
     from streaming.live_metrics import live_metrics_for
-    from streaming.logs import configure_spark_logging, set_session_level
+    from streaming.logs import configure_spark_logging, log_file, set_session_level
 
     say = say or (lambda *a: print(*a, file=sys.stderr, flush=True))
-    configure_spark_logging(cfg.home_path / "logs", verbosity)
+    configure_spark_logging(log_file(cfg.home_path, "run", opts.run_id), log_level)
     from streaming.job import StreamJob
     from streaming.session import get_spark
 
     spark = get_spark(cfg, app_name=f"keyshift-{opts.run_id}")
-    set_session_level(spark, verbosity)
+    set_session_level(spark, log_level)
     live = live_metrics_for(cfg, opts, say)
     failed: list[str] = []
 
@@ -205,6 +209,7 @@ def wait_and_stop(job, duration: float | None, say) -> tuple[str | None, list[in
     return failed, why
 
 
+@one_line_failure("run")
 def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)  # ConfigError: the CLI's one-line message
     if args.planner:
@@ -212,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
     opts = options_from(args, cfg)
     check_topic(cfg, opts.topic)
     say = (lambda *a: print(*a, file=sys.stderr, flush=True))
-    job = start_job(cfg, opts, args.verbose, say)
+    job = start_job(cfg, opts, args.log_level, say)
     mode = "available now" if opts.available_now else (
         f"for {args.duration:g} s" if args.duration else "until Ctrl-C")
     say(f"running {job.run_id}: {opts.app} on {opts.topic} with {opts.policy}"
@@ -234,9 +239,19 @@ def run(args: argparse.Namespace) -> int:
             "(kafka.fail_on_data_loss = false).")
         return 3
     if failed:
-        say(f"the streaming query failed: {failed.splitlines()[0]}")
+        say(f"keyshift run: {query_failed(failed, job.run_id)}")
         return 1
     return 130 if why and why[0] == signal.SIGINT else 0
+
+
+def query_failed(error: str, run_id: str | None = None) -> str:
+    """The one line a failed query leaves: its root cause, how to go on (resume the run, when
+    it can be resumed), where the log is."""
+    from streaming.logs import failure_line
+
+    resume = (f" Fix the cause and run again with --run-id {run_id} to resume from the failed "
+              "batch." if run_id else "")
+    return f"the streaming query failed: {failure_line(error)}.{resume}{log_hint()}"
 
 
 def data_lost(error: str) -> bool:

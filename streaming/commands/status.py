@@ -12,21 +12,23 @@ import json
 import math
 from typing import Any
 
-from keyshift.cli import UsageError
+from keyshift.cli import UsageError, add_log_options
 from keyshift.config import load_config
+from streaming.logs import one_line_failure
+
+SUMMARY = "list the runs, or one run's last batches and decisions"
 
 
 def add_common(p: argparse.ArgumentParser) -> None:
     """The options ``status`` and ``report`` share."""
     p.add_argument("--config", help="TOML file (default: $KEYSHIFT_CONFIG or built-in)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("-v", "--verbose", action="count", default=0,
-                   help="Spark's own log lines: -v warnings, -vv info (default: errors only)")
+    add_log_options(p)
 
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser(
-        "status", help="list the runs in the warehouse, or one run's last batches",
+        "status", help=SUMMARY,
         description="Every run in the Delta warehouse, newest first: its operator and "
         "policy, first and last batch, events, dead letters, engines now, the controller's "
         "last decision, migrations, and whether it looks alive (a batch within the last "
@@ -41,6 +43,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return p
 
 
+@one_line_failure("status")
 def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)  # ConfigError: the CLI's one-line message
     if args.last < 1:
@@ -50,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         runs.check_warehouse(cfg)
-        spark = runs.open_spark(cfg, args.verbose)
+        spark = runs.open_spark(cfg, args.log_level)
         if args.run_id is None:
             result: dict[str, Any] = {"warehouse": cfg.warehouse_uri,
                                       "runs": runs.list_runs(spark, cfg)}

@@ -22,8 +22,11 @@ import signal
 import sys
 from typing import Any
 
-from keyshift.cli import UsageError
+from keyshift.cli import UsageError, add_log_options
 from keyshift.config import Config, load_config
+from streaming.logs import one_line_failure
+
+SUMMARY = "ingest a Kafka topic into Delta without an operator"
 
 DEFAULT_POLICY = "kg"  # ingestion measures loads; a hash plan never moves a group
 _RUN_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
@@ -33,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     from .run import POLICIES
 
     p = sub.add_parser(
-        "stream", help="ingestion only: Kafka → validated, routed, counted events → Delta",
+        "stream", help=SUMMARY,
         description="keyshift run without an operator: Structured Streaming from the Kafka "
         "topic; bad records go to dead_letter; each micro-batch writes key_loads and one "
         "metrics row to Delta. Stop with Ctrl-C/SIGTERM (between batches) or --duration; "
@@ -57,8 +60,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--no-routing", action="store_true",
                    help="one engine under kg: every group on engine 0 (benchmark baseline)")
     p.add_argument("--scope", help=argparse.SUPPRESS)  # removed: a clear error, not argparse's
-    p.add_argument("-v", "--verbose", action="count", default=0,
-                   help="Spark's own log lines: -v warnings, -vv info (default: errors only)")
+    add_log_options(p)
     p.set_defaults(func=run)
     return p
 
@@ -70,8 +72,8 @@ def ingest_options(args: argparse.Namespace, cfg: Config) -> tuple[Config, Any]:
     controller's window, so one statistic window is one micro-batch as the flag says; the
     engine scaler is off because its latency model is an operator's, and there is none.
     """
-    from keyshift.errors import FieldError
     from keyshift.apps import event_schema
+    from keyshift.errors import FieldError
     from streaming.job import JobOptions
 
     from .run import POLICIES
@@ -107,16 +109,17 @@ def ingest_options(args: argparse.Namespace, cfg: Config) -> tuple[Config, Any]:
     return cfg, opts
 
 
+@one_line_failure("stream")
 def run(args: argparse.Namespace) -> int:
     cfg, opts = ingest_options(args, load_config(args.config))  # ConfigError: one line
     from streaming.jars import JarResolutionError
 
-    from .run import check_topic, start_job, wait_and_stop
+    from .run import check_topic, query_failed, start_job, wait_and_stop
 
     check_topic(cfg, opts.topic)  # broker down or topic missing: UsageError, before Spark
     say = (lambda *a: print(*a, file=sys.stderr, flush=True))
     try:
-        job = start_job(cfg, opts, args.verbose, say)
+        job = start_job(cfg, opts, args.log_level, say)
     except JarResolutionError as exc:
         print(f"keyshift stream: {exc}", file=sys.stderr)
         return 1
@@ -129,8 +132,7 @@ def run(args: argparse.Namespace) -> int:
         f"dead letters; {s['events_per_s']:.0f} events/s busy, batch p50 "
         f"{s['batch_p50_s']:.2f} s")
     if failed:
-        print(f"keyshift stream: the query failed: {failed.splitlines()[0][:500]}",
-              file=sys.stderr)
+        print(f"keyshift stream: {query_failed(failed, job.run_id)}", file=sys.stderr)
         return 1
     from rich.console import Console
 
