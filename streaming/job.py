@@ -56,6 +56,7 @@ from .engines import (
     arrow_engine,
     work_seconds,
 )
+from .faults import kill_during, kill_point
 from .migration import Migration, record
 from .staging import StagedAppends
 from .storage import read_if_exists, write_atomically
@@ -297,6 +298,7 @@ class StreamJob:
                 raise JobStopping(f"batch {batch_id} not started: the job is stopping; "
                                   "a restart with the same run id takes it")
             self._process_batch(df, batch_id)
+            kill_point("after_batch", batch_id)
 
     # -- one micro-batch --------------------------------------------------------------
     def _parse(self, df: DataFrame) -> DataFrame:
@@ -403,6 +405,7 @@ class StreamJob:
                 {"batch_id": batch_id, "groups": len(migration),
                  "migration_id": migration.migration_id}))
 
+        kill_point("before_engines", batch_id)  # fault tests only (streaming.faults)
         t_engines = time.perf_counter()
         prep_s = t_engines - t0  # recovery, plan, building the engine stage
         result = (routed.repartition(slots, "pkey")
@@ -411,8 +414,9 @@ class StreamJob:
         try:
             from pyspark.sql import functions as F
 
-            small = (result.where(F.col("tag").isin(LOAD, TASK))
-                     .select("tag", "grp", "engine", "n", "size", "task").collect())
+            with kill_during("migration" if len(migration) else "engines", batch_id):
+                small = (result.where(F.col("tag").isin(LOAD, TASK))
+                         .select("tag", "grp", "engine", "n", "size", "task").collect())
             engines_s = time.perf_counter() - t_engines
             tasks = [json.loads(r["task"]) for r in small if r["tag"] == TASK]
             load_rows = [(r["grp"], r["engine"], r["n"], r["size"]) for r in small
@@ -443,11 +447,13 @@ class StreamJob:
                 t_ctl = time.perf_counter()
                 self.controller.end_of_batch(batch_id)
                 controller_s = time.perf_counter() - t_ctl
+                kill_point("controller", batch_id)
 
             writes = [*self._output_writes(result, batch_id, outs, dead), control]
             if len(migration):
                 record(self.appends, migration, moved, start_wall, ended)
-            concurrently(*writes)
+            with kill_during("writes", batch_id, after_s=0.05):
+                concurrently(*writes)
         finally:
             result.unpersist(blocking=False)
         if len(migration):

@@ -106,3 +106,71 @@ def test_broker_down_mid_run_is_said_and_loses_nothing(own_broker, spark) -> Non
     got, want = _outputs(spark, cfg, "broker-down"), _outputs(spark, cfg, "broker-up")
     assert got and got == want  # the same complex events, none of them twice
     assert max(got.values()) == 1
+
+
+def test_sigkill_at_random_points_of_a_batch_then_restart_gives_the_reference(
+        spark, platform_config, tmp_path) -> None:
+    """Ten kill points drawn at random (seed printed; KEYSHIFT_FAULT_SEED replays one), each
+    a phase of a batch (streaming.faults), hit one after the other by restarts of the same
+    run: DLB-H with migrations on a skew that shifts, so kills land before, during and after
+    engines, migrations, the controller and the writes. The restarted run ends with every
+    record once and exactly the complex events of one uninterrupted operator."""
+    import random
+
+    from engines_support import job_config, outputs, reference
+
+    from streaming.faults import ENV, PHASES
+
+    seed = int(os.environ.get("KEYSHIFT_FAULT_SEED", random.SystemRandom().randrange(10**6)))
+    print(f"kill points drawn with KEYSHIFT_FAULT_SEED={seed}")
+    rng = random.Random(seed)
+    points = sorted(((rng.randrange(0, 12), rng.choice(PHASES)) for _ in range(10)))
+    cfg = job_config(platform_config, policy="dlb-h", theta=10.0)
+    total, bad = 1500, 4
+    topic = new_topic(cfg.kafka.bootstrap)
+    events = produce_events(cfg.kafka.bootstrap, topic, "wordcount", total,
+                            skew="zipf:0.2@0,1.5@300", keys=300, malformed=bad)
+    run_id = f"kills-{topic}"
+    env = {**os.environ, "KEYSHIFT_HOME": str(cfg.home_path),
+           "KEYSHIFT_KAFKA__PORT": str(cfg.kafka.port),
+           "KEYSHIFT_KAFKA__CONTROLLER_PORT": str(cfg.kafka.controller_port),
+           "KEYSHIFT_GROUPS__COUNT": str(cfg.groups.count),
+           "KEYSHIFT_SPARK__TRIGGER_S": str(cfg.spark.trigger_s),
+           "KEYSHIFT_SPARK__SHUFFLE_PARTITIONS": str(cfg.spark.shuffle_partitions),
+           "KEYSHIFT_CONTROLLER__WINDOW_S": str(cfg.controller.window_s),
+           "KEYSHIFT_CONTROLLER__THETA": str(cfg.controller.theta),
+           "PYSPARK_PYTHON": sys.executable}
+    log = tmp_path / "job.log"
+
+    def run(fault: str | None) -> int:
+        with open(log, "a") as out:
+            out.write(f"\n=== {fault or 'no fault'} ===\n")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "keyshift.cli", "run", "--app", "wordcount", "--policy",
+             "dlb-h", "--run-id", run_id, "--topic", topic, "--engines", "4",
+             "--max-offsets", "100", "--params", '{"window_s": 1.0}', "--available-now"],
+            env={**env, **({ENV: fault} if fault else {})}, stdout=open(log, "a"),
+            stderr=subprocess.STDOUT, start_new_session=True)  # its own group: killpg
+        return proc.wait(timeout=900)
+
+    killed = []
+    for batch, phase in points:
+        rc = run(f"{phase}@{batch}")
+        assert rc in (0, -9), log.read_text()[-3000:]
+        if rc == -9:
+            killed.append(f"{phase}@{batch}")
+    assert run(None) == 0, log.read_text()[-3000:]
+    print(f"killed at {killed}")
+    assert len(killed) >= 5, (points, killed)  # most points fall inside the input
+
+    metrics = table_rows(spark, cfg, "metrics", run_id)
+    batch_ids = [r.batch_id for r in metrics]
+    assert len(batch_ids) == len(set(batch_ids)), "a batch was recorded twice"
+    assert sum(r.events_in for r in metrics) == total - bad
+    assert sum(r.dead_letter for r in metrics) == bad
+    mig = table_rows(spark, cfg, "migrations", run_id)
+    started = {r.migration_id for r in mig if r.status == "started"}
+    completed = [r.migration_id for r in mig if r.status == "completed"]
+    assert started == set(completed) and len(completed) == len(set(completed))
+    assert outputs(spark, cfg, run_id) == reference("wordcount", events, cfg.groups.count,
+                                                    {"window_s": 1.0})
