@@ -292,6 +292,10 @@ class Config(_Section):
     def mlflow_artifact_root(self) -> Path:
         return Path(self.mlflow.artifact_root or self.home_path / "mlartifacts").resolve()
 
+    def run_dir(self, run_id: str) -> Path:
+        """A run's local folder: its job description, batch timings, Spark log and report."""
+        return self.home_path / "runs" / run_id
+
     def table_path(self, table: str) -> str:
         """A Delta table's location, a URI handed to Spark and Delta verbatim."""
         return f"{self.warehouse_uri}/{table}"

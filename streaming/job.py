@@ -141,7 +141,7 @@ class StreamJob:
         self.engines = options.engines or cfg.engines.initial
         self.trigger_s = options.trigger_s or cfg.spark.trigger_s
         self.run_id = options.run_id
-        self.run_dir = cfg.home_path / "runs" / self.run_id
+        self.run_dir = cfg.run_dir(self.run_id)
         self.topic = options.topic or cfg.kafka.topic
         self.checkpoint = cfg.checkpoint_uri(self.run_id)
         self.state_uri = cfg.engine_state_uri(self.run_id)

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from keyshift.cli import LOG_LEVELS, UsageError
+from keyshift.config import Config
 from keyshift.errors import ConfigError, FieldError
 
 _LOG4J2 = """\
@@ -68,11 +69,11 @@ class _State:
     level: str | None = None
 
 
-def log_file(home: Path, command: str, run_id: str | None = None) -> Path:
+def log_file(cfg: Config, command: str, run_id: str | None = None) -> Path:
     """Where a command's Spark log goes: a run's folder (beside its batches and report) for
     the commands that run the job, ``<home>/logs/<command>.log`` for the others. Each
     invocation appends under a header line, so a resumed run keeps one log."""
-    return home / "runs" / run_id / "spark.log" if run_id else home / "logs" / f"{command}.log"
+    return cfg.run_dir(run_id) / "spark.log" if run_id else cfg.home_path / "logs" / f"{command}.log"
 
 
 def configure_spark_logging(log_file: Path, level: str | None = None) -> Path:

@@ -43,7 +43,7 @@ def open_spark(cfg: Config, log_level: str | None = None,
     from .logs import configure_spark_logging, log_file, set_session_level
     from .session import get_spark
 
-    configure_spark_logging(log_file(cfg.home_path, app_name.removeprefix("keyshift-")),
+    configure_spark_logging(log_file(cfg, app_name.removeprefix("keyshift-")),
                             log_level)
     spark = get_spark(cfg, app_name=app_name)
     set_session_level(spark, log_level)
@@ -217,7 +217,7 @@ def _apps(spark: SparkSession, cfg: Config, ids: set[str]) -> dict[str, str]:
     apps = {}
     for rid in ids:
         try:
-            apps[rid] = json.loads((cfg.home_path / "runs" / rid / "job.json").read_text())["app"]
+            apps[rid] = json.loads((cfg.run_dir(rid) / "job.json").read_text())["app"]
         except (OSError, ValueError, KeyError):
             pass
     rest = sorted(ids - set(apps))

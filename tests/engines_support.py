@@ -6,11 +6,11 @@ any correct placement, must produce)."""
 from __future__ import annotations
 
 import json
+import os
+import sys
 import time
 import uuid
 from typing import Any
-
-import numpy as np
 
 from keyshift.apps import make_operator
 from keyshift.control import MemoryControlStore
@@ -63,6 +63,23 @@ def reference(app: str, events: list[dict[str, Any]], groups: int,
     for e in events:
         out += [ce.identity() for ce in op.process(e, group_of(str(e["key"]), groups))]
     return sorted(out)
+
+
+def job_env(cfg, **extra: str) -> dict[str, str]:
+    """The environment of a ``keyshift run`` subprocess on the test config ``cfg``."""
+    return {
+        **os.environ,
+        "KEYSHIFT_HOME": str(cfg.home_path),
+        "KEYSHIFT_KAFKA__PORT": str(cfg.kafka.port),
+        "KEYSHIFT_KAFKA__CONTROLLER_PORT": str(cfg.kafka.controller_port),
+        "KEYSHIFT_GROUPS__COUNT": str(cfg.groups.count),
+        "KEYSHIFT_SPARK__TRIGGER_S": str(cfg.spark.trigger_s),
+        "KEYSHIFT_SPARK__SHUFFLE_PARTITIONS": str(cfg.spark.shuffle_partitions),
+        "KEYSHIFT_CONTROLLER__WINDOW_S": str(cfg.controller.window_s),
+        "KEYSHIFT_CONTROLLER__THETA": str(cfg.controller.theta),
+        "PYSPARK_PYTHON": sys.executable,
+        **extra,
+    }
 
 
 def new_topic(bootstrap: str, partitions: int = 2) -> str:

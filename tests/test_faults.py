@@ -16,7 +16,7 @@ import time
 from collections import Counter
 
 import pytest
-from engines_support import new_topic, produce_events, table_rows
+from engines_support import job_env, new_topic, produce_events, table_rows
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -43,11 +43,7 @@ class Run:
     """``keyshift run`` in a subprocess, its stderr lines collected as they come."""
 
     def __init__(self, cfg, topic: str, run_id: str, *extra: str) -> None:
-        env = {**os.environ, "KEYSHIFT_HOME": str(cfg.home_path),
-               "KEYSHIFT_KAFKA__PORT": str(cfg.kafka.port),
-               "KEYSHIFT_KAFKA__CONTROLLER_PORT": str(cfg.kafka.controller_port),
-               "KEYSHIFT_SPARK__SHUFFLE_PARTITIONS": "2", "KEYSHIFT_GROUPS__COUNT": "64",
-               "PYSPARK_PYTHON": sys.executable}
+        env = job_env(cfg)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "keyshift.cli", "run", "--app", "wordcount", "--topic",
              topic, "--engines", "2", "--run-id", run_id, "--available-now", "--json", *extra],
@@ -131,15 +127,7 @@ def test_sigkill_at_random_points_of_a_batch_then_restart_gives_the_reference(
     events = produce_events(cfg.kafka.bootstrap, topic, "wordcount", total,
                             skew="zipf:0.2@0,1.5@300", keys=300, malformed=bad)
     run_id = f"kills-{topic}"
-    env = {**os.environ, "KEYSHIFT_HOME": str(cfg.home_path),
-           "KEYSHIFT_KAFKA__PORT": str(cfg.kafka.port),
-           "KEYSHIFT_KAFKA__CONTROLLER_PORT": str(cfg.kafka.controller_port),
-           "KEYSHIFT_GROUPS__COUNT": str(cfg.groups.count),
-           "KEYSHIFT_SPARK__TRIGGER_S": str(cfg.spark.trigger_s),
-           "KEYSHIFT_SPARK__SHUFFLE_PARTITIONS": str(cfg.spark.shuffle_partitions),
-           "KEYSHIFT_CONTROLLER__WINDOW_S": str(cfg.controller.window_s),
-           "KEYSHIFT_CONTROLLER__THETA": str(cfg.controller.theta),
-           "PYSPARK_PYTHON": sys.executable}
+    env = job_env(cfg)
     log = tmp_path / "job.log"
 
     def run(fault: str | None) -> int:
@@ -174,3 +162,41 @@ def test_sigkill_at_random_points_of_a_batch_then_restart_gives_the_reference(
     assert started == set(completed) and len(completed) == len(set(completed))
     assert outputs(spark, cfg, run_id) == reference("wordcount", events, cfg.groups.count,
                                                     {"window_s": 1.0})
+
+
+def test_an_unwritable_table_mid_run_stops_cleanly_and_a_restart_resumes(
+        spark, platform_config, tmp_path) -> None:
+    """After the first batch, ``events_out``'s log directory becomes a regular file (the test
+    runs as root, so file modes would not stop a write): the batch that appends to it fails,
+    the job stops with one line naming the table's path and how to resume, and once the
+    table is back a restart of the same run id ends with every record once and the complex
+    events of one uninterrupted operator."""
+    from engines_support import outputs, reference
+
+    cfg = platform_config.model_copy(update={"home": str(tmp_path / "home")})
+    total = 1200
+    topic = new_topic(cfg.kafka.bootstrap)
+    events = produce_events(cfg.kafka.bootstrap, topic, "wordcount", total, skew="zipf:1.0",
+                            keys=200)
+    args = ["--max-offsets", "200", "--params", '{"window_s": 1.0}']
+    broken = Run(cfg, topic, "unwritable", *args)
+    assert broken.wait_for("batch ", 300), "\n".join(broken.lines[-40:])
+    log_dir = cfg.warehouse_path / "events_out" / "_delta_log"
+    assert log_dir.is_dir(), cfg.table_path("events_out")
+    log_dir.rename(log_dir.with_name("_delta_log.aside"))
+    log_dir.write_text("not a directory")
+    broken.proc.wait(timeout=600)
+    assert broken.proc.returncode not in (0, None)
+    said = [x for x in broken.lines if x.startswith("keyshift run:")]
+    assert len(said) == 1 and "events_out" in said[0] and "--run-id" in said[0], broken.lines
+    assert not any(x.lstrip().startswith(("at org.apache", "Traceback")) for x in broken.lines)
+
+    log_dir.unlink()
+    log_dir.with_name("_delta_log.aside").rename(log_dir)
+    summary = Run(cfg, topic, "unwritable", *args).finish()
+    assert summary["events_in"] + summary["dead_letter"] <= total  # the rest, not all again
+    metrics = table_rows(spark, cfg, "metrics", "unwritable")
+    assert len({r.batch_id for r in metrics}) == len(metrics)
+    assert sum(r.events_in for r in metrics) == total
+    assert outputs(spark, cfg, "unwritable") == reference("wordcount", events,
+                                                          cfg.groups.count, {"window_s": 1.0})

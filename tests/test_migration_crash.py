@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from engines_support import (
     job_config,
+    job_env,
     new_topic,
     outputs,
     produce_events,
@@ -31,19 +32,7 @@ PARAMS = '{"window_s": 1.0}'
 
 def _start(cfg, run_id: str, topic: str, log: Path, max_offsets: int = 300,
            extra_env: dict[str, str] | None = None) -> subprocess.Popen:
-    env = {
-        **os.environ,
-        "KEYSHIFT_HOME": str(cfg.home_path),
-        "KEYSHIFT_KAFKA__PORT": str(cfg.kafka.port),
-        "KEYSHIFT_KAFKA__CONTROLLER_PORT": str(cfg.kafka.controller_port),
-        "KEYSHIFT_GROUPS__COUNT": str(cfg.groups.count),
-        "KEYSHIFT_SPARK__TRIGGER_S": str(cfg.spark.trigger_s),
-        "KEYSHIFT_SPARK__SHUFFLE_PARTITIONS": str(cfg.spark.shuffle_partitions),
-        "KEYSHIFT_CONTROLLER__WINDOW_S": str(cfg.controller.window_s),
-        "KEYSHIFT_CONTROLLER__THETA": str(cfg.controller.theta),
-        "PYSPARK_PYTHON": sys.executable,
-        **(extra_env or {}),
-    }
+    env = job_env(cfg, **(extra_env or {}))
     return subprocess.Popen(
         [sys.executable, "-m", "streaming.commands.run", "--app", "wordcount", "--policy", "dlb-h",
          "--run-id", run_id, "--topic", topic, "--engines", "4", "--max-offsets", str(max_offsets),

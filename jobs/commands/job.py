@@ -84,6 +84,6 @@ def run(args: argparse.Namespace) -> int:
     from streaming.logs import configure_spark_logging, log_file
 
     cfg = load_config(args.config)  # ConfigError: the CLI's one-line message
-    configure_spark_logging(log_file(cfg.home_path, f"job-{args.job}"), args.log_level)
+    configure_spark_logging(log_file(cfg, f"job-{args.job}"), args.log_level)
     return run_job(f"keyshift job {args.job}", args, args.job_run, args.job_print,
                    args.job_errors())

@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
 
     _validate(args)
     cfg = load_config(args.config)  # ConfigError: the CLI's one-line message
-    configure_python_logging(log_file(cfg.home_path, "produce"), args.log_level)
+    configure_python_logging(log_file(cfg, "produce"), args.log_level)
     topic = args.topic or cfg.kafka.topic
     console = Console(stderr=True)
     try:

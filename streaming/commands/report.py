@@ -39,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 @one_line_failure("report")
 def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)  # ConfigError: the CLI's one-line message
-    folder = Path(args.out).expanduser() if args.out else cfg.home_path / "runs" / args.run_id
+    folder = Path(args.out).expanduser() if args.out else cfg.run_dir(args.run_id)
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"--out: {folder} is a file; give a folder for the report")
     from streaming.delta import TableSchemaError

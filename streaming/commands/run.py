@@ -151,7 +151,7 @@ def start_job(cfg, opts, log_level: str | None = None, say=None):
     from streaming.logs import configure_spark_logging, log_file, set_session_level
 
     say = say or (lambda *a: print(*a, file=sys.stderr, flush=True))
-    configure_spark_logging(log_file(cfg.home_path, "run", opts.run_id), log_level)
+    configure_spark_logging(log_file(cfg, "run", opts.run_id), log_level)
     from streaming.job import StreamJob
     from streaming.session import get_spark
 
