@@ -166,6 +166,7 @@ def run_engine(spec: BatchSpec, engine: int, rows: Iterable[tuple]) -> Iterator[
         t_fetch = time.perf_counter() - t_fetch0
         stage_snapshots(spec, engine, arrived)
         events: list[tuple[int, dict[str, Any]]] = []
+        origin: dict[tuple[int, int], tuple[float, str]] = {}  # what a rejection reports
         kafka_first, kafka_last = float("inf"), float("-inf")
         dead = 0
         clock = _InputClock(rows)
@@ -177,6 +178,7 @@ def run_engine(spec: BatchSpec, engine: int, rows: Iterable[tuple]) -> Iterator[
             e = json.loads(value)
             e["partition"], e["offset"] = partition, offset
             events.append((group, e))
+            origin[(partition, offset)] = (kts, raw)
             if kts:
                 kafka_first, kafka_last = min(kafka_first, kts), max(kafka_last, kts)
         events.sort(key=lambda ge: order_key(ge[1]))
@@ -188,7 +190,18 @@ def run_engine(spec: BatchSpec, engine: int, rows: Iterable[tuple]) -> Iterator[
             if data:
                 op.restore(g, data)
         t_load = time.perf_counter() - t_load0
-        outs = op.process_many((e for _, e in events), (g for g, _ in events))
+        rejected: dict[int, str] = {}  # event index → reason: a dead letter, not a failed task
+
+        def reject(i: int, exc: Exception) -> None:
+            rejected[i] = f"rejected by operator: {exc}"
+
+        outs = op.process_many((e for _, e in events), (g for g, _ in events), reject)
+        for i, reason in rejected.items():
+            p, o = events[i][1]["partition"], events[i][1]["offset"]
+            yield (DEAD, (p, o, *origin[(p, o)], reason))
+        if rejected:
+            dead += len(rejected)
+            events = [ge for i, ge in enumerate(events) if i not in rejected]
         t_save0 = time.perf_counter()
         snapshots = {g: op.snapshot(g) for g in sorted(set(touched) | set(arrived))}
         changes.update(snapshots)

@@ -18,40 +18,71 @@ if TYPE_CHECKING:
 
 RAW_KEEP = 4096  # characters of a bad record kept in dead_letter.raw
 _KAFKA_COLS = ("topic", "partition", "offset", "kafka_ts")
+_FLOATS = frozenset({"DOUBLE", "FLOAT", "REAL"})
 
 
 def classify(raw: DataFrame, app: str) -> DataFrame:
     """Kafka records → event columns plus ``reason`` (NULL for a valid event).
 
-    Two parses of the same text: as a map of strings (does the JSON parse, which fields are
-    present) and against the typed event schema (which present fields have the wrong type).
-    Spark's ``from_json`` keeps the fields it could convert and nulls the others, so "present
-    in the map, null in the typed struct" is exactly a wrong type.
+    Two parses of the same text. The strict one (Spark's VARIANT parser, of the record
+    wrapped in ``[...]``) decides whether the record is one JSON object and which fields
+    are present: it refuses what JSON does not allow and the lenient parser would take
+    silently (NaN and Infinity literals, single quotes, duplicate names whose value would
+    depend on the parser, lone surrogates it would turn into ``?``, text after the object,
+    a second object it would drop). The typed one (``from_json`` against the event schema)
+    gives the values; it keeps the fields it could convert and nulls the others, so
+    "present, yet null in the typed struct" is exactly a wrong type. Bytes that are not
+    UTF-8 are refused before either (they would reach the engines' Arrow input as strings
+    Python cannot decode, failing the task), and ``raw`` keeps valid UTF-8 for the same
+    reason. A DOUBLE must be finite: ``1e400`` parses to infinity, which no JSON number is.
+    A STRING field takes any non-null JSON value as its JSON text (Spark's rule; numeric
+    ids are common).
     """
     from pyspark.sql import functions as F
 
     schema = event_schema(app)
     size = F.octet_length("value")
-    text = F.when(size > MAX_EVENT_BYTES, F.lit(None)).otherwise(F.col("value").cast("string"))
+    string = F.col("value").cast("string")
+    utf8 = F.is_valid_utf8(string)
+    text = F.when((size > MAX_EVENT_BYTES) | ~utf8, F.lit(None)).otherwise(string)
     df = raw.select(
         "topic", "partition", "offset", F.col("timestamp").alias("kafka_ts"),
-        size.alias("_size"),
-        F.substring(F.col("value").cast("string"), 1, RAW_KEEP).alias("raw"),
-        F.from_json(text, "MAP<STRING,STRING>").alias("_m"),
+        size.alias("_size"), utf8.alias("_utf8"),
+        F.make_valid_utf8(F.substring(string, 1, RAW_KEEP)).alias("raw"),
+        F.try_parse_json(F.concat(F.lit("["), text, F.lit("]"))).alias("_v"),
+        # the parser stops at the end of the first value: the array wrap above catches any
+        # text after the object but a "]", which would close the array early; the object
+        # wrap catches that one (it fails on "]"), and is parsed only for a record with a "]"
+        F.when(F.instr(text, "]") == 0, F.lit(True))
+        .otherwise(F.try_parse_json(F.concat(F.lit('{"":'), text, F.lit("}"))).isNotNull())
+        .alias("_closed"),
+        F.regexp_like(text, F.lit(r"^[ \t\r\n]*\{")).alias("_object"),
         F.from_json(text, schema.ddl()).alias("_t"),
     )
+
+    def present(name: str) -> Column:
+        value = F.try_variant_get("_v", f"$[0].{name}", "variant")
+        return value.isNotNull() & ~F.is_variant_null(value)
+
+    # presence once per field (a column, not an expression repeated in each branch below)
+    df = df.select("*", *[present(c.name).alias(f"_p{i}") for i, c in enumerate(schema.columns)])
+    one_object = (F.col("_v").isNotNull() & F.col("_object") & F.col("_closed")
+                  & F.try_variant_get("_v", "$[1]", "variant").isNull())
     reason: Column = F.when(
         F.col("_size") > MAX_EVENT_BYTES,
         F.format_string(f"oversized: %d bytes > {MAX_EVENT_BYTES}", F.col("_size")),
-    ).when(F.col("_m").isNull(), F.lit("malformed json"))
-    for c in schema.columns:
+    ).when(~F.col("_utf8"), F.lit("malformed json: not UTF-8")
+    ).when(~one_object, F.lit("malformed json"))
+    for i, c in enumerate(schema.columns):
         if not c.nullable:
-            reason = reason.when(F.col("_m")[c.name].isNull(), F.lit(f"missing field: {c.name}"))
-    for c in schema.columns:
-        reason = reason.when(
-            F.col("_m")[c.name].isNotNull() & F.col(f"_t.{c.name}").isNull(),
-            F.lit(f"wrong type: {c.name} (expected {c.type})"),
-        )
+            reason = reason.when(~F.col(f"_p{i}"), F.lit(f"missing field: {c.name}"))
+    for i, c in enumerate(schema.columns):
+        typed = F.col(f"_t.{c.name}")
+        wrong = typed.isNull()
+        if c.type.upper() in _FLOATS:
+            wrong = wrong | F.isnan(typed) | (F.abs(typed) == float("inf"))
+        reason = reason.when(F.col(f"_p{i}") & wrong,
+                             F.lit(f"wrong type: {c.name} (expected {c.type})"))
     return df.select(
         *_KAFKA_COLS, "raw", reason.alias("reason"),
         *[F.col(f"_t.{c}").alias(c) for c in schema.names],

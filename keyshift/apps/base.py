@@ -27,7 +27,11 @@ The contract a subclass must keep:
 - **round trip**: per-key state is picklable and ``restore(g, snapshot(g))`` on a fresh
   operator continues exactly as the original would (``drop`` then forgets the group);
 - **declared payload**: every field ``_on_event`` reads is in ``required`` (checked for
-  presence before the rule runs) and declared in ``event_columns`` (typed by ingestion).
+  presence before the rule runs) and declared in ``event_columns`` (typed by ingestion);
+- **refuse before mutating**: an event the rule cannot use (a value out of its range)
+  raises :class:`OperatorInputError` naming the field before the state changes; the engine
+  makes it a dead letter with that reason and goes on with the batch. Any other exception
+  is a bug of the operator and fails the query.
 
 Optional, for key splitting (``dc``, ``wc``, ``pkg``): an operator whose per-key state is an
 associative aggregate sets ``mergeable = True`` and implements :meth:`Operator.merge`, which
@@ -41,7 +45,7 @@ from __future__ import annotations
 import json
 import pickle
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -160,12 +164,24 @@ class Operator(ABC):
         return self._on_event(state, event)
 
     def process_many(
-        self, events: Iterable[Mapping[str, Any]], groups: Iterable[int]
+        self, events: Iterable[Mapping[str, Any]], groups: Iterable[int],
+        rejected: Callable[[int, OperatorInputError], None] | None = None,
     ) -> list[tuple[int, ComplexEvent]]:
-        """Feed events already in :func:`order_key` order; outputs tagged with their group."""
+        """Feed events already in :func:`order_key` order; outputs tagged with their group.
+
+        With ``rejected``, an event the operator refuses (:class:`OperatorInputError`) is
+        reported by its position and skipped, and the others go on: the engine makes it a
+        dead letter, where raising would fail the Spark task, then the query, on every retry
+        of the same input.
+        """
         out: list[tuple[int, ComplexEvent]] = []
-        for event, group in zip(events, groups, strict=True):
-            out.extend((group, ce) for ce in self.process(event, group))
+        for i, (event, group) in enumerate(zip(events, groups, strict=True)):
+            try:
+                out.extend((group, ce) for ce in self.process(event, group))
+            except OperatorInputError as exc:
+                if rejected is None:
+                    raise
+                rejected(i, exc)
         return out
 
     # -- explicit state (streammine3g §3) --------------------------------------------

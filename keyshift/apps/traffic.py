@@ -82,13 +82,19 @@ class TrafficAnomaly(Operator):
         return {"buses": {}, "close_ts": None, "firing": False}
 
     def _on_event(self, state: dict[str, Any], event: Mapping[str, Any]) -> list[ComplexEvent]:
+        lon, lat = float(event["lon"]), float(event["lat"])
+        # a position off the globe is refused before the state changes: its distance to
+        # another bus would be meaningless, or no number at all (cos of an infinite angle)
+        if not -180.0 <= lon <= 180.0:
+            raise OperatorInputError("lon", f"must be in [-180, 180], got {lon}")
+        if not -90.0 <= lat <= 90.0:
+            raise OperatorInputError("lat", f"must be in [-90, 90], got {lat}")
         ts = int(event["ts"])
         horizon = ts - int(self.window_s * 1000)
         buses: dict[str, list] = state["buses"]
         for vid in [v for v, b in buses.items() if b[1] < horizon]:
             del buses[vid]
         vid = str(event["vehicle_id"])
-        lon, lat = float(event["lon"]), float(event["lat"])
         high = float(event["delay_s"]) >= self.high_delay_s
         prev = buses.get(vid)
         streak = (prev[0] + 1 if prev else 1) if high else 0

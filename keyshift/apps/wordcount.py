@@ -27,8 +27,8 @@ class WindowedWordCount(Operator):
 
     def __init__(self, window_s: float = 10.0, min_count: int = 1) -> None:
         super().__init__()
-        if window_s <= 0:
-            raise OperatorInputError("window_s", f"must be > 0, got {window_s}")
+        if not 0.001 <= window_s < float("inf"):  # windows are whole milliseconds of ts
+            raise OperatorInputError("window_s", f"must be >= 0.001 and finite, got {window_s}")
         if min_count < 1:
             raise OperatorInputError("min_count", f"must be >= 1, got {min_count}")
         self.window_s = window_s
