@@ -212,6 +212,9 @@ class PlannerConfig(_Section):
     # q-quantile of the input's one-window rises; 0 = off (the paper's plain planner).
     reserve_quantile: float = Field(0.0, ge=0, le=1)
     reserve_history: int = Field(0, ge=0)  # 0 = every rise seen; else the most recent ones
+    # The running job looks at the registry's alias every this many windows and loads a
+    # champion that moved (streaming.scaling.JobForecaster); a store down at start is retried
+    registry_check_windows: int = Field(10, ge=1, le=1_000_000)
 
 
 class AirflowConfig(_Section):

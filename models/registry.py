@@ -196,6 +196,19 @@ def load_version(cfg: Config, which: Which, version: str) -> Forecaster:
         return _load(f"models:/{name}/{version}", name, str(version))
 
 
+def _champion_version(client: MlflowClient, cfg: Config, name: str) -> str:
+    alias = cfg.mlflow.alias
+    try:
+        client.get_registered_model(name)
+    except MlflowException:
+        raise RegistryError(f"no registered model {name!r} at {cfg.mlflow_tracking_uri}; "
+                            "run the nightly retrain first") from None
+    version = alias_version(client, name, alias)
+    if version is None:
+        raise RegistryError(f"registered model {name!r} has no alias {alias!r}")
+    return version
+
+
 def load_champion(cfg: Config, which: Which) -> Forecaster:
     """The version of ``which`` behind ``cfg.mlflow.alias`` (default ``champion``).
 
@@ -203,14 +216,16 @@ def load_champion(cfg: Config, which: Which) -> Forecaster:
     alias is not set, or the artifact cannot be read — the caller falls back.
     """
     name = model_name(cfg, which)
-    alias = cfg.mlflow.alias
     with tracking(cfg) as client:
-        try:
-            client.get_registered_model(name)
-        except MlflowException:
-            raise RegistryError(f"no registered model {name!r} at {cfg.mlflow_tracking_uri}; "
-                                "run the nightly retrain first") from None
-        version = alias_version(client, name, alias)
-        if version is None:
-            raise RegistryError(f"registered model {name!r} has no alias {alias!r}")
-        return _load(f"models:/{name}@{alias}", name, version)
+        version = _champion_version(client, cfg, name)
+        # the version just read, not the alias again: the alias may move in between, and
+        # the label of every decision must name the version that made it
+        return _load(f"models:/{name}/{version}", name, version)
+
+
+def champion_versions(cfg: Config) -> tuple[str, ...]:
+    """The versions behind the alias, in :data:`WHICH` order, without downloading a model:
+    the running job's cheap look at whether the champions moved (the same RegistryError as
+    :func:`load_champion` when it cannot tell)."""
+    with tracking(cfg) as client:
+        return tuple(_champion_version(client, cfg, model_name(cfg, w)) for w in WHICH)

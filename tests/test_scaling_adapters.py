@@ -38,6 +38,10 @@ def synthetic_metrics(rows: int = 60, rate: float = 50.0, lat_ms: float = 2.0) -
 
 @pytest.fixture(scope="module")
 def trained() -> tuple[bytes, bytes]:
+    return train_gps()
+
+
+def train_gps() -> tuple[bytes, bytes]:
     """Both GPs trained through models/ (features from the one builder), as stored."""
     from models.features import build_features
     from models.gp import InputRateGP, LatencyGP

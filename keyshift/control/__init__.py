@@ -31,17 +31,23 @@ from keyshift.control.scaling import (
     FunctionForecaster,
     NoForecast,
     ScalerStep,
+    SourceChange,
     fallback_forecast,
     scale_plan,
 )
-from keyshift.control.store import ControlRecord, ControlStore, MemoryControlStore, ScalerState
+from keyshift.control.store import (
+    ControlRecord,
+    ControlStore,
+    MemoryControlStore,
+    ScalerState,
+)
 from keyshift.control.window import WindowSample, WindowStats
 
 __all__ = [
     "ACTIONS", "MIN_FALLBACK_WINDOWS", "MODES", "ControlDecision", "ControlLoop",
     "ControlRecord", "ControlStore", "Evaluation", "FallbackForecaster", "Forecaster",
     "FunctionForecaster", "LoopSettings", "MemoryControlStore", "NoForecast", "Realizer",
-    "ScalerState", "ScalerStep", "WindowSample", "WindowStats", "evaluate",
+    "ScalerState", "ScalerStep", "SourceChange", "WindowSample", "WindowStats", "evaluate",
     "fallback_forecast", "loop_from_config", "min_gain_veto", "plan_action", "plan_diff",
     "policy_params", "scale_plan",
 ]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import numpy as np
@@ -38,10 +39,23 @@ class NoForecast(RuntimeError):
     """No source can forecast; the scaler keeps N and says why."""
 
 
+@dataclass(frozen=True)
+class SourceChange:
+    """What happened to a forecaster's source since the last window (a new model loaded, a
+    failed load that kept the old one), said once in the next decision's reason.
+    ``replan``: the source changed, so a path planned from the old one is dropped and the
+    window plans afresh with the new one."""
+
+    text: str
+    replan: bool = False
+
+
 class Forecaster(Protocol):
     """Where the planner's forecasts come from. ``forecast`` returns the forecast of
     ``horizon`` windows from window ``window`` (starting at epoch ``t0``) for 1..``k``
-    engines and a label naming its source; it raises :class:`NoForecast` when it cannot."""
+    engines and a label naming its source; it raises :class:`NoForecast` when it cannot.
+    A forecaster whose source can change while the loop runs (the job's registry) also has
+    ``follow(window) -> SourceChange | None``, called once per decided window first."""
 
     def observe(self, sample: WindowSample) -> None: ...
 
@@ -240,6 +254,13 @@ class ScalerStep:
         now = self.clock()
         used: list[str] = []
         forecast = None
+        note = ""
+        follow = getattr(self.forecaster, "follow", None)
+        change = follow(index) if follow is not None else None
+        if change is not None:
+            note = f"{change.text}; "
+            if change.replan and getattr(self.scaler, "path_", None) is not None:
+                self.scaler.path_ = None  # planned from the old source: plan again
         if self.forecaster is not None:
             forecaster = self.forecaster
 
@@ -251,19 +272,19 @@ class ScalerStep:
         try:
             d = self.scaler.decide(index, engines_now, observed, forecast)
         except NoForecast as exc:
-            return self.keep(index, engines_now, f"kept {engines_now} engines: {exc}")
+            return self.keep(index, engines_now, f"{note}kept {engines_now} engines: {exc}")
         except Exception as exc:
             if not self.keep_on_error:
                 raise
-            return self.keep(index, engines_now,
-                             f"kept {engines_now} engines: planner failed: {one_line(exc)}")
+            return self.keep(index, engines_now, f"{note}kept {engines_now} engines: "
+                                                 f"planner failed: {one_line(exc)}")
         if self.forecaster is None:
             return d
         if used:
             self.plan_source = used[-1]
         source = (f"forecast: {used[-1]}" if used else
                   f"following the path planned from {self.plan_source or 'an earlier forecast'}")
-        return _with_reason(d, f"{source}; {d.reason}")
+        return replace(d, reason=f"{note}{source}; {d.reason}")
 
     def keep(self, index: int, engines_now: int, reason: str) -> ScalingDecision:
         return ScalingDecision(window=index, policy=self.name, engines_before=engines_now,
@@ -295,9 +316,3 @@ class ScalerStep:
         return ScalerState(tuple(int(e) for e in path) if path is not None else (), pos,
                            getattr(s, "since_change_", None), fc_in, fc_lat, d.proposed,
                            d.engines_after, reason)
-
-
-def _with_reason(d: ScalingDecision, reason: str) -> ScalingDecision:
-    from dataclasses import replace
-
-    return replace(d, reason=reason)
