@@ -228,3 +228,25 @@ def test_catching_up_at_once_forecasts_like_window_by_window() -> None:
     np.testing.assert_allclose(b.in_mean, a.in_mean, rtol=1e-6)
     np.testing.assert_allclose(b.lat_mean, a.lat_mean, rtol=1e-6)
     assert b.in_mean[0] > fresh().forecast(T0 + 60.0, 3, 4, 10.0).in_mean[0] * 2  # it moved
+
+
+def test_a_path_restored_after_a_restart_names_the_models_of_its_later_windows(tmp_path) -> None:
+    reg = FakeRegistry()
+    first = follower(tmp_path, reg)
+    rows, _ = run_windows(first, [300] * 4)
+    planned = [i for i, r in enumerate(rows) if r["reason"].startswith(f"forecast: {V1}")]
+    assert planned and any("following the path" in r["reason"] for r in rows), rows
+    cut = next(i for i in range(1, 4) if "following the path" in rows[i]["reason"])
+    log = MemoryControlLog()  # the store as a crash right after window `cut` left it
+    for rec in first.log.records():
+        if rec.batch_id < cut:
+            log.write_record(rec)
+    log.plans_written = list(first.log.plans_written)
+    again = Controller(first.cfg, "r", "kg", groups=24, engines=2, batches_per_window=1,
+                       log=log, forecaster=JobForecaster(first.cfg, reg.load, reg.versions,
+                                                         background=False), clock=Clock())
+    again.recover(cut)
+    rerun, _ = run_windows(again, [300], first_batch=cut)
+    assert rerun[0]["reason"].startswith(
+        f"following the path planned from a forecast made before a restart, later windows "
+        f"from {V1}; "), rerun[0]["reason"]

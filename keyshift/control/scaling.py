@@ -219,8 +219,10 @@ class ScalerStep:
         # window needs only the entry of the window just entered (stored); later windows
         # are forecast again from the current source.
         rest = len(path) - pos
+        source = "a forecast made before a restart"
         try:
-            later = self.forecaster.forecast(0, self.clock() + self.window_s, rest, k)[0]
+            later, label = self.forecaster.forecast(0, self.clock() + self.window_s, rest, k)
+            source += f", later windows from {label}"  # the decisions name their models
             in_mean = np.concatenate([np.full(pos, state.fc_in), later.in_mean])
             in_std = np.concatenate([np.zeros(pos), later.in_std])
             lat_mean = np.vstack([np.full((pos, k), state.fc_lat), later.lat_mean])
@@ -231,7 +233,7 @@ class ScalerStep:
             lat_std = np.zeros((len(path), k))
         self.scaler.resume(state.since_change, np.asarray(path, dtype=np.int64), pos,
                            Forecast(in_mean, in_std, lat_mean, lat_std))
-        self.plan_source = "a forecast made before a restart"
+        self.plan_source = source
 
     # -- the decision -----------------------------------------------------------------------
     def expected(self) -> tuple[float, float] | None:
