@@ -145,7 +145,17 @@ def append_frame(df: DataFrame, cfg: Config, name: str, txn_app: str | None = No
     w = df.select(*[f"`{c}`" for c in schema.names]).write.format("delta").mode("append")
     if txn_app is not None and txn_version is not None:
         w = w.option("txnAppId", txn_app).option("txnVersion", int(txn_version))
-    w.save(cfg.table_path(name))
+    try:
+        w.save(cfg.table_path(name))
+    except Exception as exc:  # py4j's text names a JVM object; a person needs the table
+        from .logs import failure_line
+
+        raise TableWriteError(f"cannot append to table {name} at {cfg.table_path(name)}: "
+                              f"{failure_line(str(exc))}") from exc
+
+
+class TableWriteError(RuntimeError):
+    """An append that Delta refused, with the table, its location and the root cause."""
 
 
 def append_rows(
