@@ -1,0 +1,147 @@
+"""The job's scaler follows a real MLflow registry (SQLite store) while it decides (issue 14
+item 5; issue 16 item 1, the registry faults): the alias moves mid-run and the next decisions
+name the new version; a champion whose artifact was overwritten with garbage is refused and
+the model in use kept; a registry that stops answering mid-run keeps the model, and one that
+was down at start, then empty, is loaded at the check after the first retrain. The checks run on the forecaster's own thread
+as in the job; the test waits for each one (``join``) instead of sleeping."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from engines_support import MemoryControlLog
+from test_scaling_adapters import Clock, config, run_windows, synthetic_metrics
+
+from streaming.controller import Controller
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+K = 2  # planner.registry_check_windows: a check before every even window
+
+
+def settings(tmp_path: Path, uri: str | None = None):
+    """The adapters' planner settings with a private store (``uri``: another one)."""
+    cfg = config(tmp_path, registry_check_windows=K)
+    return cfg.model_copy(update={"mlflow": cfg.mlflow.model_copy(update={
+        "tracking_uri": uri or f"sqlite:///{tmp_path / 'mlflow.db'}",
+        "artifact_root": str(tmp_path / "artifacts")})})
+
+
+def register(cfg, tmp_path: Path) -> set[Path]:
+    """One nightly retrain (a new version of both models); the files of its stored GPs."""
+    from models.training import train_and_register
+
+    before = set((tmp_path / "artifacts").rglob("gp/*"))
+    out = train_and_register(synthetic_metrics(), cfg, min_rows=20, kernel="ard", iters=5)
+    assert "models" in out, out
+    return set((tmp_path / "artifacts").rglob("gp/*")) - before
+
+
+def point_alias(cfg, rate: str, latency: str) -> None:
+    from mlflow import MlflowClient
+
+    from models.registry import tracking
+
+    with tracking(cfg):
+        client = MlflowClient()
+        client.set_registered_model_alias(cfg.mlflow.input_rate_model, "champion", rate)
+        client.set_registered_model_alias(cfg.mlflow.latency_model, "champion", latency)
+
+
+def controller(cfg) -> Controller:
+    """The job's controller with its default forecaster (the real registry, checks on a
+    thread), one batch per window, in memory."""
+    c = Controller(cfg, "r", "kg", groups=24, engines=2, batches_per_window=1,
+                   log=MemoryControlLog(), clock=Clock())
+    c.recover(0)
+    return c
+
+
+def windows(c: Controller, first: int, count: int) -> list[dict]:
+    """``count`` windows from batch ``first``; a check started in one of them is waited for
+    before the next, so its outcome lands at the next window."""
+    rows = []
+    for b in range(first, first + count):
+        rows += run_windows(c, [300], first_batch=b)[0]
+        c.forecaster.join(120)
+    return rows
+
+
+def label(rate: str, latency: str) -> str:
+    return f"champion GPs keyshift-input-rate v{rate}, keyshift-latency v{latency}"
+
+
+def test_alias_moves_corrupt_champion_and_registry_down_mid_run(tmp_path) -> None:
+    cfg = settings(tmp_path)
+    register(cfg, tmp_path)            # v1, champion
+    register(cfg, tmp_path)            # v2
+    corrupt = register(cfg, tmp_path)  # v3
+    point_alias(cfg, "1", "1")
+    c = controller(cfg)
+    rows = windows(c, 0, 2)
+    assert all(label("1", "1") in r["reason"] for r in rows), [r["reason"] for r in rows]
+
+    # the nightly retrain moves the input-rate alias: the next check loads it, the next
+    # decisions name it, and the unmoved latency model is v1 still
+    point_alias(cfg, "2", "1")
+    rows = windows(c, 2, 4)  # batch b decides window b + 1: window 4 checks, 5 swaps
+    moved = [r for r in rows if "loaded" in r["reason"]]
+    print(*(r["reason"][:400] for r in rows), sep="\n")
+    assert len(moved) == 1, [r["reason"] for r in rows]
+    assert moved[0]["reason"].startswith(
+        f"registry check at window 4: loaded {label('2', '1')} (was {label('1', '1')}); "
+        f"forecast: {label('2', '1')}"), moved[0]["reason"]
+    after = rows[rows.index(moved[0]) + 1:]
+    assert after and all(label("2", "1") in r["reason"] and label("1", "1") not in r["reason"]
+               for r in after)
+
+    # a champion whose artifact is garbage: refused, the model in use kept, the row says so
+    assert corrupt
+    for f in corrupt:
+        f.write_bytes(b"\x00garbage\xff" * 64)
+    point_alias(cfg, "3", "3")
+    rows = windows(c, 6, 3)  # window 8 checks, 9 says it failed
+    failed = [r for r in rows if "failed" in r["reason"]]
+    print(*(r["reason"][:400] for r in failed), sep="\n")
+    assert failed and failed[0]["reason"].startswith(
+        f"registry check at window 8 failed, kept {label('2', '1')}: cannot load "
+        "models:/keyshift-input-rate/3"), [r["reason"] for r in rows]
+    assert all(label("2", "1") in r["reason"] for r in rows)
+    assert c.forecaster.models.versions == ("2", "1")
+
+    # the registry stops answering: the check says so, the model is kept, decisions go on
+    point_alias(cfg, "2", "1")
+    c.forecaster.cfg = settings(tmp_path, "http://127.0.0.1:9")  # a port nobody serves
+    rows = windows(c, 9, 2)  # window 10 checks, 11 says it failed
+    down = [r for r in rows if "unreachable" in r["reason"]]
+    print(*(r["reason"][:400] for r in down), sep="\n")
+    assert down and down[0]["reason"].startswith(
+        f"registry check at window 10 failed, kept {label('2', '1')}: MLflow tracking store "
+        "http://127.0.0.1:9 is unreachable"), [r["reason"] for r in rows]
+    assert len(rows) == 2 and all(label("2", "1") in r["reason"] for r in rows)
+
+    # back: the alias did not move, so nothing changes and nothing is said
+    c.forecaster.cfg = cfg
+    rows = windows(c, 11, 3)  # windows 12 and 14 check
+    assert not any("registry check" in r["reason"] for r in rows)
+    assert all(label("2", "1") in r["reason"] for r in rows)
+
+
+def test_registry_down_at_start_is_loaded_at_the_next_check(tmp_path) -> None:
+    cfg = settings(tmp_path)
+    c = controller(settings(tmp_path, "http://127.0.0.1:9"))  # down at start
+    assert c.forecaster.models is None
+    rows = windows(c, 0, 1)
+    assert "no champion: MLflow tracking store http://127.0.0.1:9 is unreachable" \
+        in rows[0]["reason"]
+    c.forecaster.cfg = cfg  # up again, but nothing registered yet: the fallback goes on
+    rows = windows(c, 1, 2)  # window 2 retries, 3 hears of it
+    assert "no champion: no registered model 'keyshift-input-rate'" in rows[1]["reason"]
+    assert "(registry check at window 2)" in rows[1]["reason"]
+    register(cfg, tmp_path)  # the first nightly retrain
+    rows = windows(c, 3, 3)  # window 4 checks, 5 swaps
+    loaded = [r for r in rows if "loaded" in r["reason"]]
+    assert len(loaded) == 1 and loaded[0]["reason"].startswith(
+        f"registry check at window 4: loaded {label('1', '1')} (was the fallback)")
+    assert label("1", "1") in rows[-1]["reason"] and "no champion" not in rows[-1]["reason"]
