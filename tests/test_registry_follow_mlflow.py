@@ -68,6 +68,15 @@ def windows(c: Controller, first: int, count: int) -> list[dict]:
     return rows
 
 
+def saying(rows: list[dict], words: str, start: str) -> dict:
+    """The one row whose reason has ``words``; its reason must start with ``start``."""
+    found = [r for r in rows if words in r["reason"]]
+    print(*(r["reason"][:400] for r in found), sep="\n")
+    assert len(found) == 1, [r["reason"] for r in rows]
+    assert found[0]["reason"].startswith(start), found[0]["reason"]
+    return found[0]
+
+
 def label(rate: str, latency: str) -> str:
     return f"champion GPs keyshift-input-rate v{rate}, keyshift-latency v{latency}"
 
@@ -86,13 +95,10 @@ def test_alias_moves_corrupt_champion_and_registry_down_mid_run(tmp_path) -> Non
     # decisions name it, and the unmoved latency model is v1 still
     point_alias(cfg, "2", "1")
     rows = windows(c, 2, 4)  # batch b decides window b + 1: window 4 checks, 5 swaps
-    moved = [r for r in rows if "loaded" in r["reason"]]
-    print(*(r["reason"][:400] for r in rows), sep="\n")
-    assert len(moved) == 1, [r["reason"] for r in rows]
-    assert moved[0]["reason"].startswith(
-        f"registry check at window 4: loaded {label('2', '1')} (was {label('1', '1')}); "
-        f"forecast: {label('2', '1')}"), moved[0]["reason"]
-    after = rows[rows.index(moved[0]) + 1:]
+    moved = saying(rows, "loaded",
+                   f"registry check at window 4: loaded {label('2', '1')} (was "
+                   f"{label('1', '1')}); forecast: {label('2', '1')}")
+    after = rows[rows.index(moved) + 1:]
     assert after and all(label("2", "1") in r["reason"] and label("1", "1") not in r["reason"]
                for r in after)
 
@@ -102,11 +108,8 @@ def test_alias_moves_corrupt_champion_and_registry_down_mid_run(tmp_path) -> Non
         f.write_bytes(b"\x00garbage\xff" * 64)
     point_alias(cfg, "3", "3")
     rows = windows(c, 6, 3)  # window 8 checks, 9 says it failed
-    failed = [r for r in rows if "failed" in r["reason"]]
-    print(*(r["reason"][:400] for r in failed), sep="\n")
-    assert failed and failed[0]["reason"].startswith(
-        f"registry check at window 8 failed, kept {label('2', '1')}: cannot load "
-        "models:/keyshift-input-rate/3"), [r["reason"] for r in rows]
+    saying(rows, "failed", f"registry check at window 8 failed, kept {label('2', '1')}: "
+                           "cannot load models:/keyshift-input-rate/3")
     assert all(label("2", "1") in r["reason"] for r in rows)
     assert c.forecaster.models.versions == ("2", "1")
 
@@ -114,11 +117,8 @@ def test_alias_moves_corrupt_champion_and_registry_down_mid_run(tmp_path) -> Non
     point_alias(cfg, "2", "1")
     c.forecaster.cfg = settings(tmp_path, "http://127.0.0.1:9")  # a port nobody serves
     rows = windows(c, 9, 2)  # window 10 checks, 11 says it failed
-    down = [r for r in rows if "unreachable" in r["reason"]]
-    print(*(r["reason"][:400] for r in down), sep="\n")
-    assert down and down[0]["reason"].startswith(
-        f"registry check at window 10 failed, kept {label('2', '1')}: MLflow tracking store "
-        "http://127.0.0.1:9 is unreachable"), [r["reason"] for r in rows]
+    saying(rows, "unreachable", f"registry check at window 10 failed, kept {label('2', '1')}: "
+                                "MLflow tracking store http://127.0.0.1:9 is unreachable")
     assert len(rows) == 2 and all(label("2", "1") in r["reason"] for r in rows)
 
     # back: the alias did not move, so nothing changes and nothing is said
@@ -141,7 +141,6 @@ def test_registry_down_at_start_is_loaded_at_the_next_check(tmp_path) -> None:
     assert "(registry check at window 2)" in rows[1]["reason"]
     register(cfg, tmp_path)  # the first nightly retrain
     rows = windows(c, 3, 3)  # window 4 checks, 5 swaps
-    loaded = [r for r in rows if "loaded" in r["reason"]]
-    assert len(loaded) == 1 and loaded[0]["reason"].startswith(
-        f"registry check at window 4: loaded {label('1', '1')} (was the fallback)")
+    saying(rows, "loaded", f"registry check at window 4: loaded {label('1', '1')} "
+                           "(was the fallback)")
     assert label("1", "1") in rows[-1]["reason"] and "no champion" not in rows[-1]["reason"]
