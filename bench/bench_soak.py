@@ -2,10 +2,10 @@
 
 Issue 16 item 5. A private broker (free ports, temporary home) gets one topic; ``keyshift
 produce`` sends wordcount events to it at ``--rate`` events/s for ``--duration`` seconds,
-with a Zipf exponent that alternates between 0.2 and 1.5 every ``--shift-s`` seconds (the
-same hot keys grow and fade, so DLB-H keeps migrating groups). ``keyshift run --policy
-dlb-h`` reads it with a ``--trigger-s`` trigger, a subprocess as a user starts it. Every
-``--sample-s`` seconds the bench records, from outside the job:
+with a Zipf exponent that alternates between 0.2 and 1.5 every ``--shift-s`` seconds, each
+1.5 phase on another hot set (the skew's ``+R`` rotation), so DLB-H keeps migrating
+groups. ``keyshift run --policy dlb-h`` reads it with a ``--trigger-s`` trigger, a
+subprocess as a user starts it. Every ``--sample-s`` seconds the bench records, from outside the job:
 
 * driver RSS: the ``keyshift run`` process and its JVM (in ``local[*]`` the executors live
   in that JVM too), and Python worker RSS: the ``pyspark.daemon`` / worker processes of its
@@ -54,21 +54,26 @@ from bench_stream import config_env, keyshift_exe, parse_run_json, percentile
 
 PARTITIONS = 4
 LOW, HIGH = 0.2, 1.5  # the alternating Zipf exponents
+ROTATE = 97  # keys the hot set moves on between two high phases
 # series that only grow while the job runs (Delta files until maintenance compacts them)
 GROWING = ("batches", "events", "migrations")
 
 
 # --- pure helpers (tests/test_bench_soak.py) --------------------------------------------
 def shifting_skew(duration_s: float, shift_s: float, low: float = LOW,
-                  high: float = HIGH) -> str:
+                  high: float = HIGH, rotate: int = ROTATE) -> str:
     """A ``--skew`` schedule that alternates ``low`` and ``high`` every ``shift_s`` seconds
-    over ``duration_s``: each switch changes the groups' loads, which is what makes DLB-H
-    migrate again and again in one run."""
+    over ``duration_s``, each ``high`` phase on another hot set (ranks rotated ``rotate``
+    keys further each time): each switch changes which groups are loaded, so DLB-H has to
+    migrate again and again in one run (with one hot set, one rebalance serves every phase)."""
     if shift_s <= 0 or duration_s <= 0:
         raise ValueError(f"shift_s and duration_s must be > 0, got {shift_s}, {duration_s}")
     steps, t, i = [], 0.0, 0
     while t < duration_s:
-        steps.append(f"{low if i % 2 == 0 else high:g}@{t:g}")
+        if i % 2 == 0:
+            steps.append(f"{low:g}@{t:g}")
+        else:
+            steps.append(f"{high:g}@{t:g}" + (f"+{rotate * (i // 2)}" if i // 2 else ""))
         t += shift_s
         i += 1
     return "zipf:" + ",".join(steps)

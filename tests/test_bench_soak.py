@@ -85,10 +85,11 @@ def test_judge_marks_delta_and_counters_by_design(soak):
 def test_shifting_skew_alternates_and_parses(soak):
     from keyshift.workloads.skew import SkewSchedule
 
-    spec = soak.shifting_skew(600, 180)
-    assert spec == "zipf:0.2@0,1.5@180,0.2@360,1.5@540"
+    spec = soak.shifting_skew(600, 180, rotate=97)
+    assert spec == "zipf:0.2@0,1.5@180,0.2@360,1.5@540+97"
     sched = SkewSchedule.parse(spec)
     assert [sched.exponent_at(t) for t in (0, 179, 180, 400, 599)] == [0.2, 0.2, 1.5, 0.2, 1.5]
+    assert [sched.rotation_at(t) for t in (180, 599)] == [0, 97]  # another hot set
     with pytest.raises(ValueError, match="must be > 0"):
         soak.shifting_skew(600, 0)
 

@@ -27,6 +27,23 @@ def test_schedule_parse_and_lookup():
     assert str(s) == "zipf:0.2@0,1.5@300,0.2@900"
 
 
+def test_a_rotation_moves_the_hot_set_to_other_keys():
+    """``+R`` on a step: the same exponent, but rank r is held by the key R places on, so the
+    hottest keys of one phase are cold in the next (a balancer has to move groups again)."""
+    s = SkewSchedule.parse("zipf:1.5@0,1.5@180+50,0.2@360")
+    assert [s.rotation_at(t) for t in (0, 179, 180, 359, 360)] == [0, 0, 50, 50, 0]
+    assert str(s) == "zipf:1.5@0,1.5@180+50,0.2@360"
+    assert SkewSchedule.parse("zipf:1.2").rotations == ()
+    sampler = KeySampler(100, s, seed=3)
+    before, after = sampler.pmf(1.5), sampler.pmf(1.5, 50)
+    assert sorted(before) == pytest.approx(sorted(after))  # the same skew ...
+    hot = set(np.argsort(before)[-5:])
+    assert hot.isdisjoint(set(np.argsort(after)[-5:]))  # ... on other keys
+    rng = np.random.default_rng(0)
+    late = np.bincount(sampler.sample(20_000, 200, rng), minlength=100)
+    assert int(np.argmax(late)) == int(np.argmax(after))
+
+
 @pytest.mark.parametrize("bad, why", [
     ("", "expected"), ("pareto:1", "expected"), ("zipf:", "expected"),
     ("zipf:1@5", "start at 0"), ("zipf:1@0,2@10,3@10", "increase"),

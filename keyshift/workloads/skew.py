@@ -5,9 +5,12 @@ Schedule syntax (``--skew``)::
     uniform                      every key equally likely
     zipf:1.2                     Zipf exponent 1.2 all the time
     zipf:0.2@0,1.5@300,0.2@900   exponent 0.2 from 0 s, 1.5 from 300 s, 0.2 again from 900 s
+    zipf:1.5@0,1.5@180+500       from 180 s the ranks move 500 keys on: other keys are hot
 
 Times are seconds since the producer started; steps hold until the next one (the dlb paper's
-experiments switch the exponent abruptly, which is what stresses a balancer). A schedule must
+experiments switch the exponent abruptly, which is what stresses a balancer). A step's
+``+R`` rotates which key holds which rank by R places, so a hot set can move to other keys
+(a new trend) instead of only growing and fading on the same ones. A schedule must
 start at 0 s and its times must increase. ``zipf:0`` equals ``uniform``.
 """
 
@@ -20,7 +23,8 @@ import numpy as np
 
 from keyshift.errors import FieldError
 
-_STEP = re.compile(r"^\s*(?P<v>[0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?)\s*(?:@\s*(?P<t>[0-9]*\.?[0-9]+)\s*)?$")
+_STEP = re.compile(r"^\s*(?P<v>[0-9]*\.?[0-9]+(?:[eE][-+]?\d+)?)\s*(?:@\s*(?P<t>[0-9]*\.?[0-9]+)\s*)?"
+                   r"(?:\+\s*(?P<r>\d{1,9})\s*)?$")
 MAX_EXPONENT = 10.0
 
 
@@ -33,6 +37,7 @@ class SkewSchedule:
     """Piecewise-constant Zipf exponent over time: ``steps`` are (start_s, exponent)."""
 
     steps: tuple[tuple[float, float], ...]
+    rotations: tuple[int, ...] = ()  # per step: ranks moved this many keys on (none: 0)
 
     def __post_init__(self) -> None:
         if not self.steps:
@@ -42,6 +47,8 @@ class SkewSchedule:
             raise WorkloadInputError("skew", f"the first step must start at 0 s, got {times[0]}")
         if any(b <= a for a, b in zip(times, times[1:], strict=False)):
             raise WorkloadInputError("skew", f"step times must increase, got {times}")
+        if self.rotations and len(self.rotations) != len(self.steps):
+            raise WorkloadInputError("skew", "one rotation per step")
         for _, s in self.steps:
             if not 0.0 <= s <= MAX_EXPONENT:
                 raise WorkloadInputError(
@@ -57,26 +64,34 @@ class SkewSchedule:
         if kind != "zipf" or not sep or not rest.strip():
             raise WorkloadInputError(
                 "skew", f"expected 'uniform' or 'zipf:S[@T],S@T,...', got {text!r}")
-        steps = []
+        steps, rotations = [], []
         for i, part in enumerate(rest.split(",")):
             m = _STEP.match(part)
             if not m:
-                raise WorkloadInputError("skew", f"step {part.strip()!r} is not EXPONENT@SECONDS")
+                raise WorkloadInputError("skew", f"step {part.strip()!r} is not EXPONENT@SECONDS[+ROTATION]")
             t = m.group("t")
             if t is None and i > 0:
                 raise WorkloadInputError("skew", f"step {part.strip()!r} needs @SECONDS")
             steps.append((float(t) if t is not None else 0.0, float(m.group("v"))))
-        return cls(tuple(steps))
+            rotations.append(int(m.group("r") or 0))
+        return cls(tuple(steps), tuple(rotations) if any(rotations) else ())
+
+    def _step(self, t_s: float) -> int:
+        times = np.fromiter((t for t, _ in self.steps), dtype=float)
+        return max(int(np.searchsorted(times, t_s, side="right")) - 1, 0)
 
     def exponent_at(self, t_s: float) -> float:
-        times = np.fromiter((t for t, _ in self.steps), dtype=float)
-        i = int(np.searchsorted(times, t_s, side="right")) - 1
-        return self.steps[max(i, 0)][1]
+        return self.steps[self._step(t_s)][1]
+
+    def rotation_at(self, t_s: float) -> int:
+        return self.rotations[self._step(t_s)] if self.rotations else 0
 
     def __str__(self) -> str:
         if self.steps == ((0.0, 0.0),):
             return "uniform"
-        return "zipf:" + ",".join(f"{s:g}@{t:g}" for t, s in self.steps)
+        rot = self.rotations or (0,) * len(self.steps)
+        return "zipf:" + ",".join(f"{s:g}@{t:g}" + (f"+{r}" if r else "")
+                                  for (t, s), r in zip(self.steps, rot, strict=True))
 
 
 class KeySampler:
@@ -96,22 +111,22 @@ class KeySampler:
         self.schedule = schedule
         self.seed = seed
         self.order = order
-        self._cdf: dict[float, np.ndarray] = {}
+        self._cdf: dict[tuple[float, int], np.ndarray] = {}
 
-    def pmf(self, exponent: float) -> np.ndarray:
-        """Probability of each key index for one exponent."""
+    def pmf(self, exponent: float, rotation: int = 0) -> np.ndarray:
+        """Probability of each key index for one exponent (ranks rotated ``rotation`` keys on)."""
         order = self.order if self.order is not None else (
             np.random.default_rng(self.seed).permutation(self.n))
         ranks = np.empty(self.n)
-        ranks[order] = np.arange(1, self.n + 1)
+        ranks[np.roll(order, -(rotation % self.n))] = np.arange(1, self.n + 1)
         w = ranks ** (-exponent)
         return w / w.sum()
 
     def sample(self, count: int, t_s: float, rng: np.random.Generator) -> np.ndarray:
-        s = self.schedule.exponent_at(t_s)
-        cdf = self._cdf.get(s)
+        key = (self.schedule.exponent_at(t_s), self.schedule.rotation_at(t_s))
+        cdf = self._cdf.get(key)
         if cdf is None:
-            cdf = np.cumsum(self.pmf(s))
+            cdf = np.cumsum(self.pmf(*key))
             cdf /= cdf[-1]
-            self._cdf[s] = cdf
+            self._cdf[key] = cdf
         return np.minimum(np.searchsorted(cdf, rng.random(count), side="right"), self.n - 1)
