@@ -34,6 +34,7 @@ from typing import Any
 from keyshift.config import Config, KafkaConfig
 from keyshift.errors import ConfigError
 
+from .broker_watch import reachable
 from .jars import JarResolutionError, cache_dir, resolve
 
 log = logging.getLogger(__name__)
@@ -159,18 +160,10 @@ def auth_hint(exc: BaseException, bootstrap: str, security: Mapping[str, Any]) -
     secured = security.get("security_protocol", "PLAINTEXT") != "PLAINTEXT"
     # the TCP probe only for a secured client: a PLAINTEXT health check runs in loops (and
     # against ports that must not get extra connections, see Broker.start's port check)
-    if re.search(r"(?i)sasl|authenticat", text) or (secured and _accepts_tcp(bootstrap)):
+    if re.search(r"(?i)sasl|authenticat", text) or (secured and reachable(bootstrap, timeout_s=1.0)):
         return (f"the broker accepts connections but refuses this client's handshake: "
                 f"authentication failed or the security settings do not match (check {keys})")
     return text
-
-
-def _accepts_tcp(bootstrap: str) -> bool:
-    host, _, port = bootstrap.split(",")[0].strip().rpartition(":")
-    try:
-        return port.isdigit() and _port_in_use(host or "127.0.0.1", int(port))
-    except OSError:
-        return False
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import cache
+from functools import cache, cached_property
 from typing import Any
 
 from keyshift.apps import make_operator, order_key
@@ -103,6 +103,11 @@ class BatchSpec:
     plan_version: int = 0  # the plan routing this batch
     migration_id: str | None = None  # the plan change this batch realizes, if any
 
+    @cached_property
+    def sources(self) -> dict[int, int]:
+        """Moving group → the engine it leaves (the receiving task reads its state there)."""
+        return {g: e for e, gs in self.moves_out.items() for g in gs}
+
     def stage(self, name: str, engine: int, rows: list[dict[str, Any]]) -> None:
         """Stage a task's bookkeeping rows for the run's next commit (streaming.staging)."""
         if self.staging is not None and rows:
@@ -123,18 +128,16 @@ def fetch_arrivals(spec: BatchSpec, engine: int, op: Any) -> dict[int, bytes]:
     """Migration, receiving side: the state of the groups arriving at ``engine`` in this
     batch, as of the batch before, read from each source engine (:func:`read_moved`); a
     group that never had state arrives as the operator's empty snapshot."""
-    arriving = spec.moves_in.get(engine, [])
-    if not arriving:
-        return {}
-    wanted = set(arriving)
+    arriving = sorted(spec.moves_in.get(engine, []))
+    by_source: dict[int, list[int]] = {}
+    for g in arriving:
+        by_source.setdefault(spec.sources[g], []).append(g)
     root = cache_root(spec.run_key)
     got: dict[int, bytes] = {}
-    for src, leaving in sorted(spec.moves_out.items()):
-        mine = [g for g in leaving if g in wanted]
-        if mine:
-            got.update(read_moved(root, spec.durable, src, spec.batch_id,
-                                  spec.caches.get(src), mine))
-    return {g: got.get(g) or op.snapshot(g) for g in sorted(wanted)}
+    for src, groups in sorted(by_source.items()):
+        got.update(read_moved(root, spec.durable, src, spec.batch_id, spec.caches.get(src),
+                              groups))
+    return {g: got.get(g) or op.snapshot(g) for g in arriving}
 
 
 def run_engine(spec: BatchSpec, engine: int, rows: Iterable[tuple]) -> Iterator[tuple]:
@@ -165,8 +168,8 @@ def run_engine(spec: BatchSpec, engine: int, rows: Iterable[tuple]) -> Iterator[
         arrived = fetch_arrivals(spec, engine, op)
         t_fetch = time.perf_counter() - t_fetch0
         stage_snapshots(spec, engine, arrived)
-        events: list[tuple[int, dict[str, Any]]] = []
-        origin: dict[tuple[int, int], tuple[float, str]] = {}  # what a rejection reports
+        # (group, event, kafka ts, raw): a rejection's dead letter reports the last two
+        events: list[tuple[int, dict[str, Any], float, str]] = []
         kafka_first, kafka_last = float("inf"), float("-inf")
         dead = 0
         clock = _InputClock(rows)
@@ -177,12 +180,11 @@ def run_engine(spec: BatchSpec, engine: int, rows: Iterable[tuple]) -> Iterator[
                 continue
             e = json.loads(value)
             e["partition"], e["offset"] = partition, offset
-            events.append((group, e))
-            origin[(partition, offset)] = (kts, raw)
+            events.append((group, e, kts, raw))
             if kts:
                 kafka_first, kafka_last = min(kafka_first, kts), max(kafka_last, kts)
         events.sort(key=lambda ge: order_key(ge[1]))
-        touched = sorted({g for g, _ in events} - set(arrived))
+        touched = sorted({ge[0] for ge in events} - set(arrived))
         t_load0 = time.perf_counter()
         for g, data in store.load(touched, spec.batch_id).items():
             op.restore(g, data)
@@ -195,10 +197,10 @@ def run_engine(spec: BatchSpec, engine: int, rows: Iterable[tuple]) -> Iterator[
         def reject(i: int, exc: Exception) -> None:
             rejected[i] = f"rejected by operator: {exc}"
 
-        outs = op.process_many((e for _, e in events), (g for g, _ in events), reject)
+        outs = op.process_many((ge[1] for ge in events), (ge[0] for ge in events), reject)
         for i, reason in rejected.items():
-            p, o = events[i][1]["partition"], events[i][1]["offset"]
-            yield (DEAD, (p, o, *origin[(p, o)], reason))
+            _, e, kts, raw = events[i]
+            yield (DEAD, (e["partition"], e["offset"], kts, raw, reason))
         if rejected:
             dead += len(rejected)
             events = [ge for i, ge in enumerate(events) if i not in rejected]
@@ -216,7 +218,7 @@ def run_engine(spec: BatchSpec, engine: int, rows: Iterable[tuple]) -> Iterator[
         for g, ce in outs:
             yield (OUT, (engine, g, ce.key, ce.ts, ce.kind, ce.detail, ce.event_id))
         counts: dict[int, int] = {}
-        for g, _ in events:
+        for g, *_ in events:
             counts[g] = counts.get(g, 0) + 1
         for g, n in counts.items():
             size = len(snapshots[g]) if g in snapshots else 0
@@ -293,10 +295,9 @@ def stage_snapshots(spec: BatchSpec, engine: int, arrived: Mapping[int, bytes]) 
     """The arriving groups' state, staged by the receiving task as the migration's
     ``state_snapshots`` rows: the record of what moved (a re-executed batch reads the same
     state again from the source, so the record is the same too)."""
-    src = {g: e for e, gs in spec.moves_out.items() for g in gs}
     spec.stage("state_snapshots", engine,
                [{"run_id": spec.run_key, "migration_id": spec.migration_id,
-                 "plan_version": spec.plan_version, "group": g, "from_engine": src[g],
+                 "plan_version": spec.plan_version, "group": g, "from_engine": spec.sources[g],
                  "to_engine": engine, "state": state, "bytes": len(state),
                  "batch_id": spec.batch_id, "created_at": spec.started}
                 for g, state in sorted(arrived.items())])
