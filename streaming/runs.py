@@ -22,6 +22,7 @@ from keyshift.config import Config
 from keyshift.schemas import table
 
 from .delta import read_table, table_exists
+from .staging import is_staged
 from .staging import ROW_KEY, arrow_schema
 from .storage import filesystem, read_if_exists
 
@@ -70,7 +71,7 @@ def _listing(cfg: Config) -> tuple[set[str], dict[tuple[str, str], list[str]]]:
         if info.type == FileType.Directory and len(parts) == 1:
             runs.add(parts[0])
         elif (info.type == FileType.File and len(parts) == 4 and parts[1] == "staged"
-              and parts[3].endswith(".parquet") and not parts[3].startswith(".")):
+              and is_staged(parts[3])):
             staged.setdefault((parts[0], parts[2]), []).append(info.path)
     return runs, staged
 

@@ -56,6 +56,11 @@ BOOKKEEPING = tuple(ROW_KEY)
 _FILE = re.compile(r"^b(-?\d{11,12})-(driver|e\d+)\.parquet$")  # batch -1: the initial plan
 
 
+def is_staged(name: str) -> bool:
+    """Whether a file name is a staged batch file (a temporary one being written is not)."""
+    return _FILE.match(name) is not None
+
+
 def stage_uri(root: str, name: str, batch_id: int, part: str) -> str:
     """Where batch ``batch_id``'s rows of table ``name`` from ``part`` are staged."""
     return f"{root}/{name}/b{batch_id:012d}-{part}.parquet"
