@@ -12,10 +12,11 @@ broker has been unreachable for ``after_s`` seconds and one when it answers agai
 from __future__ import annotations
 
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable
+
+from .logs import say as say_line
 
 
 def reachable(bootstrap: str, timeout_s: float = 2.0) -> bool:
@@ -32,15 +33,11 @@ def reachable(bootstrap: str, timeout_s: float = 2.0) -> bool:
     return False
 
 
-def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
-
 class BrokerWatch:
     """Probes ``bootstrap`` every ``every_s`` seconds on a daemon thread until :meth:`stop`."""
 
     def __init__(self, bootstrap: str, after_s: float = 10.0, every_s: float = 2.0,
-                 say: Callable[[str], None] = _stderr,
+                 say: Callable[[str], None] = say_line,
                  probe: Callable[[str], bool] = reachable,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.bootstrap = bootstrap

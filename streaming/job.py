@@ -57,6 +57,7 @@ from .engines import (
     work_seconds,
 )
 from .faults import kill_during, kill_point
+from .logs import say
 from .migration import Migration, record
 from .staging import StagedAppends
 from .storage import read_if_exists, write_atomically
@@ -283,7 +284,7 @@ class StreamJob:
                     if self.staging.pending:
                         self.staging.commit()
                 except Exception as exc:  # the next batch or stop() retries; say why
-                    print(f"keyshift: bookkeeping rows not committed yet ({exc})", flush=True)
+                    say(f"keyshift: bookkeeping rows not committed yet ({exc})")
                 finally:
                     self._batch_lock.release()
 

@@ -20,6 +20,7 @@ import logging
 import os
 import re
 import sys
+import threading
 import time
 import traceback
 import warnings
@@ -28,6 +29,21 @@ from pathlib import Path
 
 from keyshift.cli import LOG_LEVELS, UsageError
 from keyshift.config import Config
+
+_LINE_LOCK = threading.Lock()
+
+
+def say(*parts: object, file=None) -> None:
+    """Write one whole line (flushed) to ``file`` (stderr by default).
+
+    A running job speaks from several threads at once: the batch callback, the broker watch,
+    the bookkeeping committer. ``print`` writes the text and its newline as two writes, so
+    two threads' lines could run together and a reader splitting on newlines lost one; one
+    write of the whole line under a lock cannot."""
+    out = file if file is not None else sys.stderr
+    with _LINE_LOCK:
+        out.write(" ".join(str(p) for p in parts) + "\n")
+        out.flush()
 from keyshift.errors import ConfigError, FieldError
 
 _LOG4J2 = """\

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from keyshift.schemas import SCHEMA_VERSION, table
 
+from .logs import say
 from .storage import filesystem, write_atomically
 
 if TYPE_CHECKING:
@@ -214,8 +215,7 @@ class StagedAppends:
                 concurrently(*calls)
             except Exception as exc:  # the files stay: retried when due again, or at stop
                 self._since.setdefault(before - 1, float("-inf"))
-                print(f"keyshift: bookkeeping rows not committed yet ({exc}); trying again",
-                      flush=True)
+                say(f"keyshift: bookkeeping rows not committed yet ({exc}); trying again")
 
         self._behind = threading.Thread(target=run, name="keyshift-staged-commit", daemon=True)
         self._behind.start()

@@ -65,7 +65,10 @@ class Run:
         return any(x.startswith(prefix) for x in self.lines)
 
     def finish(self, timeout_s: float = 600) -> dict:
-        out, _ = self.proc.communicate(timeout=timeout_s)
+        # stdout alone: communicate() would also read stderr, racing the reader thread for
+        # lines (a run once lost its "is back" line that way)
+        out = self.proc.stdout.read()
+        self.proc.wait(timeout=timeout_s)
         self._reader.join(timeout=10)
         assert self.proc.returncode == 0, "\n".join(self.lines[-40:])
         return json.loads(out.strip().splitlines()[-1])

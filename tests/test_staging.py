@@ -97,7 +97,7 @@ def test_a_commit_behind_the_stream_blocks_the_next_and_a_failed_one_is_due_agai
     st._commit = broken
     st.commit_behind(2)
     st.wait()
-    assert "not committed yet" in capsys.readouterr().out
+    assert "not committed yet" in capsys.readouterr().err
     assert st.due(3) and sorted(st.files()["metrics"]) == [0, 1]  # nothing lost
     st._commit = slow
     assert st.commit() == 3  # at stop: batch 0's decisions, 0 and 1's metrics

@@ -9,6 +9,7 @@ balancing policy, then a summary and an HTML report in the run folder.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import threading
@@ -19,6 +20,7 @@ from typing import Any
 from keyshift.cli import UsageError, add_log_options
 from keyshift.config import load_config
 from streaming.logs import one_line_failure
+from streaming.logs import say as say_line
 
 SUMMARY = "see the balancer at work on a skewed stream, with a report"
 
@@ -89,8 +91,8 @@ def run(args: argparse.Namespace) -> int:
     policy, app = _validate(args, cfg)
     if args.planner:
         cfg = cfg.model_copy(update={"planner": cfg.planner.model_copy(update={"enabled": True})})
-    say = (lambda *a: print(*a, file=sys.stderr)) if args.json else print
-    say_err = (lambda *a: print(*a, file=sys.stderr, flush=True))  # per-batch lines
+    say = say_line if args.json else functools.partial(say_line, file=sys.stdout)
+    say_err = say_line  # per-batch lines
     skew = args.skew or f"zipf:0.2@0,1.5@{args.duration / 3:g}"
     run_id = time.strftime("demo-%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
 

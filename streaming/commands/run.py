@@ -29,6 +29,7 @@ from typing import Any
 from keyshift.cli import UsageError, add_log_options
 from keyshift.config import load_config
 from streaming.logs import log_hint, one_line_failure
+from streaming.logs import say as say_line
 
 SUMMARY = "run your operator on a Kafka topic, kept balanced"
 
@@ -150,7 +151,7 @@ def start_job(cfg, opts, log_level: str | None = None, say=None):
     from streaming.live_metrics import live_metrics_for
     from streaming.logs import configure_spark_logging, log_file, set_session_level
 
-    say = say or (lambda *a: print(*a, file=sys.stderr, flush=True))
+    say = say or say_line
     configure_spark_logging(log_file(cfg, "run", opts.run_id), log_level)
     from streaming.job import StreamJob
     from streaming.session import get_spark
@@ -216,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
         cfg = cfg.model_copy(update={"planner": cfg.planner.model_copy(update={"enabled": True})})
     opts = options_from(args, cfg)
     check_topic(cfg, opts.topic)
-    say = (lambda *a: print(*a, file=sys.stderr, flush=True))
+    say = say_line
     job = start_job(cfg, opts, args.log_level, say)
     mode = "available now" if opts.available_now else (
         f"for {args.duration:g} s" if args.duration else "until Ctrl-C")

@@ -25,6 +25,7 @@ from typing import Any
 from keyshift.cli import UsageError, add_log_options
 from keyshift.config import Config, load_config
 from streaming.logs import one_line_failure
+from streaming.logs import say as say_line
 
 SUMMARY = "ingest a Kafka topic into Delta without an operator"
 
@@ -117,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
     from .run import check_topic, query_failed, start_job, wait_and_stop
 
     check_topic(cfg, opts.topic)  # broker down or topic missing: UsageError, before Spark
-    say = (lambda *a: print(*a, file=sys.stderr, flush=True))
+    say = say_line
     try:
         job = start_job(cfg, opts, args.log_level, say)
     except JarResolutionError as exc:
