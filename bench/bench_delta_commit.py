@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     from keyshift.config import load_config
-    from streaming.session import get_spark
+    from keyshift.lakehouse.session import get_spark
 
     home = Path(tempfile.mkdtemp(prefix="keyshift-bench-delta-"))
     cfg = load_config(env={}, home=str(home), spark={"master": "local[2]",

@@ -76,7 +76,7 @@ def stage_bound(skew: str, records: int, engines: int, groups: int) -> tuple[flo
 
 def one_run(spark, cfg, topic: str, policy: str, records: int, engines: int,
             batch: int) -> dict:
-    from streaming.job import JobOptions, StreamJob
+    from keyshift.streaming.job import JobOptions, StreamJob
 
     job = StreamJob(spark, cfg, JobOptions(app="fsd", policy=policy, topic=topic,
                                            engines=engines, max_offsets_per_trigger=batch,
@@ -124,9 +124,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from keyshift.config import load_config
     from keyshift.workloads.events import make_generator
-    from streaming.broker import Broker, create_topic, free_port
-    from streaming.producer import connect, produce
-    from streaming.session import get_spark
+    from keyshift.streaming.broker import Broker, create_topic, free_port
+    from keyshift.streaming.producer import connect, produce
+    from keyshift.lakehouse.session import get_spark
 
     home = Path(tempfile.mkdtemp(prefix="keyshift-bench-"))
     cfg = load_config(env={}, home=str(home), groups={"count": 4096},

@@ -30,8 +30,8 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from models.evaluation import DEFAULT_NAMES, backtest, default_models  # noqa: E402
-from models.features import to_epoch_seconds  # noqa: E402
+from keyshift.models.evaluation import DEFAULT_NAMES, backtest, default_models  # noqa: E402
+from keyshift.models.features import to_epoch_seconds  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
 DAY_S = 86_400.0

@@ -18,7 +18,7 @@ training time and RMSE to the baseline's.
 
 ``--online`` (default 30 windows) also times the serving step of the planner — one window
 added, ten forecast — the old way (GPyTorch refactorises at every prediction) against the
-cached Cholesky factor of models.gp.
+cached Cholesky factor of keyshift.models.gp.
 """
 
 from __future__ import annotations
@@ -38,10 +38,10 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from models.baselines import NNForecaster, SeasonalNaive, SVMForecaster  # noqa: E402
-from models.evaluation import score  # noqa: E402
-from models.features import rate_features, to_epoch_seconds  # noqa: E402
-from models.gp import InputRateGP  # noqa: E402
+from keyshift.models.baselines import NNForecaster, SeasonalNaive, SVMForecaster  # noqa: E402
+from keyshift.models.evaluation import score  # noqa: E402
+from keyshift.models.features import rate_features, to_epoch_seconds  # noqa: E402
+from keyshift.models.gp import InputRateGP  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
 TARGET_S = 5.0
@@ -69,12 +69,12 @@ def online_step(console: Console, X_tr, y_tr, X_te, y_te, windows: int, kernel: 
     """The serving loop of the planner: one new window in (``add_observations``), a forecast
     of the next 10 out (``predict``). Before: GPyTorch refactorises K + σ²I at the first
     prediction after every change of its training data, O(n³). Now: the exact posterior's
-    Cholesky factor grows by one row, O(n²) (models.gp._OnlinePosterior). Same fitted GP,
+    Cholesky factor grows by one row, O(n²) (keyshift.models.gp._OnlinePosterior). Same fitted GP,
     same rows; the predictions are compared too."""
     import gpytorch
     import torch
 
-    from models.gp import _MAX_CHOLESKY, _ONLINE_SLACK
+    from keyshift.models.gp import _MAX_CHOLESKY, _ONLINE_SLACK
 
     if windows > _ONLINE_SLACK:  # before any fit: the comparison holds within one trim period
         raise SystemExit(f"--online: at most {_ONLINE_SLACK} windows (one trim period)")

@@ -53,11 +53,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from keyshift.config import load_config
     from keyshift.workloads import make_generator
-    from streaming.broker import Broker, create_topic, free_port
-    from streaming.job import JobOptions, StreamJob
-    from streaming.producer import connect, produce
-    from streaming.delta import read_table
-    from streaming.session import get_spark
+    from keyshift.streaming.broker import Broker, create_topic, free_port
+    from keyshift.streaming.job import JobOptions, StreamJob
+    from keyshift.streaming.producer import connect, produce
+    from keyshift.lakehouse.delta import read_table
+    from keyshift.lakehouse.session import get_spark
 
     os.environ.setdefault("KEYSHIFT_CACHE", str(ROOT / ".keyshift" / "cache"))
     console = Console()

@@ -153,7 +153,7 @@ def tree_bytes(root: Path) -> tuple[int, int]:
 def cache_folders(spark_local: Path, run_id: str) -> list[Path]:
     """The executors' engine caches of the run: ``keyshift-engines/<run>`` under Spark's
     per-application files folder (inside ``spark.local.dir``), or under the temp dir where
-    a task ran without one (streaming.engine_state.cache_root)."""
+    a task ran without one (keyshift.streaming.engine_state.cache_root)."""
     found = [Path(folder) / run_id for folder, dirs, _ in os.walk(spark_local)
              if Path(folder).name == "keyshift-engines" and run_id in dirs]
     fallback = Path(tempfile.gettempdir()) / "keyshift-engines" / run_id
@@ -370,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
 
     from keyshift.config import load_config
-    from streaming.broker import Broker, create_topic, free_port
+    from keyshift.streaming.broker import Broker, create_topic, free_port
 
     console = Console(width=200)
     home = Path(tempfile.mkdtemp(prefix="keyshift-bench-soak-"))

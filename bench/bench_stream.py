@@ -119,8 +119,8 @@ def produce_topic(cfg, topic: str, events: int, *, window_s: float, seed: int = 
     ``rate`` (events/s) spreads event times: the default sends as fast as the client can.
     """
     from keyshift.workloads import make_generator
-    from streaming.broker import create_topic
-    from streaming.producer import connect, produce
+    from keyshift.streaming.broker import create_topic
+    from keyshift.streaming.producer import connect, produce
 
     if events < 1:
         raise ValueError(f"events must be >= 1, got {events}")
@@ -658,7 +658,7 @@ def peer_main(argv: list[str]) -> int:
     args = ap.parse_args(argv)
 
     from keyshift.config import load_config
-    from streaming.session import get_spark
+    from keyshift.lakehouse.session import get_spark
 
     cfg = load_config(env={}, **json.loads(args.overrides))
     ref = pickle.loads(Path(args.reference).read_bytes()) if args.reference else None
@@ -735,7 +735,7 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
 
     from keyshift.config import load_config
-    from streaming.broker import Broker, free_port
+    from keyshift.streaming.broker import Broker, free_port
 
     console = Console(width=220)
     window_s = WindowedWordCount().window_s  # what `keyshift run --app wordcount` uses

@@ -2,7 +2,7 @@
 
 Runs when the nightly retrain has succeeded (the ``keyshift://models/champions`` asset it emits), or on
 demand with params (``{"engines": 8, "days": 3}``). Scheduling only: the work is
-``jobs.baseline_partitions``.
+``keyshift.jobs.baseline_partitions``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 from airflow.sdk import Asset, Param, dag, get_current_context, task
 
-from jobs.airflow_tasks import MODELS_ASSET_URI, default_args, job_timeout
+from keyshift.jobs.airflow_tasks import MODELS_ASSET_URI, default_args, job_timeout
 
 MODELS = Asset(MODELS_ASSET_URI)
 
@@ -37,7 +37,7 @@ MODELS = Asset(MODELS_ASSET_URI)
 def keyshift_baseline_partitions():
     @task(execution_timeout=job_timeout("baselines_timeout_min"))
     def baseline_partitions() -> dict:
-        from jobs.airflow_tasks import baselines, run_date_of
+        from keyshift.jobs.airflow_tasks import baselines, run_date_of
 
         ctx = get_current_context()
         run_date = run_date_of(ctx)
@@ -46,7 +46,7 @@ def keyshift_baseline_partitions():
 
     @task
     def report(result: dict) -> str:
-        from jobs.airflow_tasks import report as summarise
+        from keyshift.jobs.airflow_tasks import report as summarise
 
         return summarise(result)
 

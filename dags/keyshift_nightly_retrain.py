@@ -1,6 +1,6 @@
 """Nightly retrain of the input-rate and latency GPs on the Delta ``metrics`` history.
 
-Scheduling only: the work is ``jobs.retrain_models`` (see ``jobs.airflow_tasks``). A
+Scheduling only: the work is ``keyshift.jobs.retrain_models`` (see ``keyshift.jobs.airflow_tasks``). A
 successful retrain emits the ``keyshift://models/champions`` asset, which schedules
 ``keyshift_baseline_partitions``.
 Trigger with config ``{"days": 7, "to": "2026-11-25", "kernel": "ard+daily"}`` to retrain
@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 
 from airflow.sdk import Asset, Param, dag, get_current_context, task
 
-from jobs.airflow_tasks import MODELS_ASSET_URI, default_args, job_timeout
+from keyshift.jobs.airflow_tasks import MODELS_ASSET_URI, default_args, job_timeout
 
 MODELS = Asset(MODELS_ASSET_URI)
 
@@ -40,7 +40,7 @@ MODELS = Asset(MODELS_ASSET_URI)
 def keyshift_nightly_retrain():
     @task(outlets=[MODELS], execution_timeout=job_timeout("retrain_timeout_min"))
     def retrain_models() -> dict:
-        from jobs.airflow_tasks import retrain, run_date_of
+        from keyshift.jobs.airflow_tasks import retrain, run_date_of
 
         ctx = get_current_context()
         run_date = run_date_of(ctx)
@@ -49,7 +49,7 @@ def keyshift_nightly_retrain():
 
     @task
     def report(result: dict) -> str:
-        from jobs.airflow_tasks import report as summarise
+        from keyshift.jobs.airflow_tasks import report as summarise
 
         return summarise(result)
 

@@ -4,7 +4,7 @@ Every micro-batch of the streaming job appends small files to each table; this D
 them into a few large files and deletes the files removed longer ago than
 ``warehouse.vacuum_retention_hours`` (at least 168 h). Trigger with config
 ``{"tables": ["metrics", "key_loads"], "retention_hours": 336}`` to maintain some tables or
-keep files longer. Scheduling only: the work is ``jobs.table_maintenance``.
+keep files longer. Scheduling only: the work is ``keyshift.jobs.table_maintenance``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 
 from airflow.sdk import Param, dag, get_current_context, task
 
-from jobs.airflow_tasks import default_args, job_timeout
+from keyshift.jobs.airflow_tasks import default_args, job_timeout
 from keyshift.schemas import TABLES
 
 
@@ -39,7 +39,7 @@ from keyshift.schemas import TABLES
 def keyshift_table_maintenance():
     @task(execution_timeout=job_timeout("maintenance_timeout_min"))
     def compact_and_vacuum() -> dict:
-        from jobs.airflow_tasks import maintenance
+        from keyshift.jobs.airflow_tasks import maintenance
 
         p = get_current_context()["params"]
         return maintenance(p["tables"], p["retention_hours"])
@@ -48,7 +48,7 @@ def keyshift_table_maintenance():
     def report(result: dict) -> str:
         import logging
 
-        from jobs.table_maintenance import summary_line
+        from keyshift.jobs.table_maintenance import summary_line
 
         line = summary_line(result)
         logging.getLogger("keyshift.dags").info("%s", line)

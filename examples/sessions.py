@@ -8,8 +8,8 @@ event time, never a global watermark or the wall clock: a global clock would mak
 output depend on other users' arrival, hence on placement and batching, and break the
 Operator API's determinism rule.
 
-Load it with ``--app examples.sessions:SessionOperator``; :func:`generate` makes valid
-events for it (``python -m examples.sessions --count 1000`` prints them as JSON lines).
+Load it with ``--app keyshift.examples.sessions:SessionOperator``; :func:`generate` makes valid
+events for it (``python -m keyshift.examples.sessions --count 1000`` prints them as JSON lines).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 from keyshift.apps import ComplexEvent, Operator, OperatorInputError, detail_json
 from keyshift.schemas import Column
 
-SPEC = "examples.sessions:SessionOperator"
+SPEC = "keyshift.examples.sessions:SessionOperator"
 
 PAGES = ("home", "search", "product", "cart", "checkout", "help")
 
@@ -121,7 +121,7 @@ def generate(n: int, keys: int = 50, seed: int = 0, *, start_ms: int = 1_700_000
 
 def main(argv: list[str] | None = None) -> int:
     """Print generated events as JSON lines (pipe them to any Kafka producer)."""
-    p = argparse.ArgumentParser(prog="python -m examples.sessions", description=main.__doc__)
+    p = argparse.ArgumentParser(prog="python -m keyshift.examples.sessions", description=main.__doc__)
     p.add_argument("--count", type=int, default=1000)
     p.add_argument("--keys", type=int, default=50)
     p.add_argument("--seed", type=int, default=0)

@@ -17,7 +17,7 @@ import logging
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from jobs.history import DayRange, HistoryError, parse_day
+from keyshift.jobs.history import DayRange, HistoryError, parse_day
 from keyshift.config import ConfigError, load_config
 
 log = logging.getLogger(__name__)
@@ -65,7 +65,7 @@ def retrain(
     run_date: datetime | date, days: int, last: str | None = None, kernel: str = "auto"
 ) -> dict[str, Any]:
     """The nightly retrain over the look-back window; returns the job's summary (XCom)."""
-    from jobs import retrain_models
+    from keyshift.jobs import retrain_models
 
     span = nightly_range(run_date, days, last)
     return _run("retrain_models",
@@ -76,7 +76,7 @@ def baselines(
     run_date: datetime | date, days: int, engines: int | None = None, last: str | None = None
 ) -> dict[str, Any]:
     """LPTF and CLB plans over the look-back window; returns the job's summary (XCom)."""
-    from jobs import baseline_partitions
+    from keyshift.jobs import baseline_partitions
 
     span = nightly_range(run_date, days, last)
     return _run(
@@ -88,9 +88,9 @@ def baselines(
 def maintenance(
     tables: list[str] | None = None, retention_hours: float | None = None
 ) -> dict[str, Any]:
-    """OPTIMIZE + VACUUM of keyshift's Delta tables (``jobs.table_maintenance``); returns the
+    """OPTIMIZE + VACUUM of keyshift's Delta tables (``keyshift.jobs.table_maintenance``); returns the
     job's summary (XCom). A retention under 168 h is a config error naming the key."""
-    from jobs import table_maintenance
+    from keyshift.jobs import table_maintenance
 
     def call() -> dict[str, Any]:
         over = ({"warehouse": {"vacuum_retention_hours": retention_hours}}

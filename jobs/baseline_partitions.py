@@ -12,7 +12,7 @@ already stored (same policy, source range, engines and assignment) and adds noth
 
 Run by hand::
 
-    python -m jobs.baseline_partitions --from 2026-11-01 --to 2026-11-25 [--engines 8]
+    python -m keyshift.jobs.baseline_partitions --from 2026-11-01 --to 2026-11-25 [--engines 8]
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from jobs.history import (
+from keyshift.jobs.history import (
     DayRange,
     HistoryError,
     LoadHistory,
@@ -38,7 +38,7 @@ from jobs.history import (
 from keyshift.config import Config, load_config
 from keyshift.plan import Plan
 from keyshift.policies import Window, make_policy
-from streaming.delta import append_rows, plan_of, plan_row, read_table, table_exists
+from keyshift.lakehouse.delta import append_rows, plan_of, plan_row, read_table, table_exists
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -137,7 +137,7 @@ def run(
 
     ``status`` is ``written`` (at least one new version), ``unchanged`` (all already
     stored) or ``skipped`` (no key-load windows in the range). A missing ``key_loads``
-    table raises :class:`jobs.history.HistoryError`.
+    table raises :class:`keyshift.jobs.history.HistoryError`.
     """
     engines = cfg.engines.initial if engines is None else int(engines)
     if not 1 <= engines <= cfg.engines.max:
@@ -146,7 +146,7 @@ def run(
     if unknown:
         raise ValueError(f"policies: unknown {', '.join(unknown)}; choose from lptf, clb")
     if spark is None:
-        from streaming.session import get_spark
+        from keyshift.lakehouse.session import get_spark
 
         spark = get_spark(cfg, app_name="keyshift-baseline-partitions")
     history = read_key_loads(spark, cfg, days, bucket_s=bucket_s)
@@ -262,9 +262,9 @@ def run_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from jobs.report import run_job
+    from keyshift.jobs.report import run_job
 
-    p = argparse.ArgumentParser(prog="python -m jobs.baseline_partitions",
+    p = argparse.ArgumentParser(prog="python -m keyshift.jobs.baseline_partitions",
                                 description=__doc__.split("\n")[0])
     add_arguments(p)
     return run_job("baseline_partitions", p.parse_args(argv), run_from_args, print_summary,

@@ -117,7 +117,7 @@ def range_from_args(args: argparse.Namespace, default_days: int) -> DayRange:
 def read_history(spark: SparkSession, cfg: Config, name: str) -> DataFrame:
     """The Delta table ``name`` (the gateway's checked read); a missing table or one without
     the contract's columns is the batch layer's :class:`HistoryError`, which fails the task."""
-    from streaming.delta import TableMissingError, TableSchemaError, read_table
+    from keyshift.lakehouse.delta import TableMissingError, TableSchemaError, read_table
 
     try:
         return read_table(spark, cfg, name)
@@ -370,7 +370,7 @@ def write_synthetic_history(
     spark: SparkSession, cfg: Config, last_day: date, spec: SyntheticHistory = SyntheticHistory()
 ) -> dict[str, Any]:
     """Write a synthetic ``metrics`` + ``key_loads`` history; re-running replaces it."""
-    from streaming.delta import replace_runs
+    from keyshift.lakehouse.delta import replace_runs
 
     metrics, key_loads = synthetic_frames(cfg, last_day, spec)
     return {

@@ -3,7 +3,7 @@
 The nightly half of elastic-cep §III: the GPs for input rate and latency are refitted on the
 recent windows the speed layer wrote, logged to MLflow, registered, and the ``champion``
 alias moves only when the new version beats the current one on the same held-out tail
-(that rule lives in :func:`models.training.train_and_register`; this job feeds it).
+(that rule lives in :func:`keyshift.models.training.train_and_register`; this job feeds it).
 
 Three outcomes an operator can tell apart: ``trained`` (new versions registered);
 ``skipped`` with the reason (an empty range or too little history — a quiet night, not a
@@ -13,7 +13,7 @@ Spark reads and the GPs train, so a broken MLflow costs seconds, not a training 
 
 Run by hand::
 
-    python -m jobs.retrain_models --from 2026-11-01 --to 2026-11-25 [--config F]
+    python -m keyshift.jobs.retrain_models --from 2026-11-01 --to 2026-11-25 [--config F]
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from jobs.history import (
+from keyshift.jobs.history import (
     DayRange,
     HistoryError,
     add_range_arguments,
@@ -111,7 +111,7 @@ def run(
     """
     if not 0.0 < test_fraction < 1.0:
         raise ValueError(f"test_fraction: must be in (0, 1), got {test_fraction}")
-    from models.gp import KERNELS
+    from keyshift.models.gp import KERNELS
 
     if kernel not in (*KERNELS, "auto"):
         raise ValueError(f"kernel: {kernel!r} is not one of auto, {', '.join(KERNELS)}")
@@ -119,7 +119,7 @@ def run(
                                "tracking_uri": cfg.mlflow_tracking_uri, "kernel": kernel}
     check_tracking_store(cfg.mlflow_tracking_uri)
     if spark is None:
-        from streaming.session import get_spark
+        from keyshift.lakehouse.session import get_spark
 
         spark = get_spark(cfg, app_name="keyshift-retrain-models")
     metrics, version = read_metrics(spark, cfg, days)
@@ -128,8 +128,8 @@ def run(
     if metrics.empty:
         return {**summary, "status": "skipped",
                 "reason": f"metrics holds no windows in {days}: nothing to train on"}
-    from models.review import DeltaSource
-    from models.training import train_and_register
+    from keyshift.models.review import DeltaSource
+    from keyshift.models.training import train_and_register
 
     kwargs: dict[str, Any] = {"test_fraction": test_fraction, "kernel": kernel,
                               "source": DeltaSource("metrics", cfg.table_path("metrics"),
@@ -202,7 +202,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def runtime_errors() -> tuple[type[BaseException], ...]:
     """What fails a run without being the caller's input (status 1); MLflow loads lazily."""
-    from models.registry import RegistryError
+    from keyshift.models.registry import RegistryError
 
     return (HistoryError, TrackingStoreError, RegistryError)
 
@@ -215,9 +215,9 @@ def run_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from jobs.report import run_job
+    from keyshift.jobs.report import run_job
 
-    p = argparse.ArgumentParser(prog="python -m jobs.retrain_models",
+    p = argparse.ArgumentParser(prog="python -m keyshift.jobs.retrain_models",
                                 description=__doc__.split("\n")[0])
     add_arguments(p)
     return run_job("retrain_models", p.parse_args(argv), run_from_args, print_summary,

@@ -14,7 +14,7 @@ running reader or a time-travel query still needs, e.g. the table version an MLf
 records as its training data. So compaction shows at once (fewer active files) while the
 disk space of the compacted files comes back a week later.
 
-By hand: ``python -m jobs.table_maintenance [--tables metrics,key_loads]
+By hand: ``python -m keyshift.jobs.table_maintenance [--tables metrics,key_loads]
 [--retention-hours 336] [--json]`` or ``keyshift job maintenance ...``; nightly: the
 ``keyshift_table_maintenance`` DAG. Idempotent: a compacted table is left as it is.
 """
@@ -104,8 +104,8 @@ def run(cfg: Config, tables: Sequence[str] | str | None = None,
     result is ``skipped`` (a fresh warehouse is not an error). A table that fails does not
     stop the others; :class:`MaintenanceError` names every failed table at the end.
     """
-    from streaming.delta import table_exists
-    from streaming.session import get_spark
+    from keyshift.lakehouse.delta import table_exists
+    from keyshift.lakehouse.session import get_spark
 
     names = parse_tables(tables)
     retention = cfg.warehouse.vacuum_retention_hours
@@ -189,9 +189,9 @@ def run_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from jobs.report import run_job
+    from keyshift.jobs.report import run_job
 
-    p = argparse.ArgumentParser(prog="python -m jobs.table_maintenance",
+    p = argparse.ArgumentParser(prog="python -m keyshift.jobs.table_maintenance",
                                 description="Compact (OPTIMIZE) and vacuum keyshift's Delta "
                                             "tables.")
     add_arguments(p)

@@ -62,7 +62,7 @@ class _MoreVerbose(argparse.Action):
 
 def add_log_options(p: argparse.ArgumentParser) -> None:
     """``-v`` and ``--log-level`` of every command that drives Spark or Kafka clients: their
-    log lines go to a log file unless asked for on the terminal (``streaming.logs``)."""
+    log lines go to a log file unless asked for on the terminal (``keyshift.lakehouse.logs``)."""
     g = p.add_argument_group("log output")
     g.add_argument("-v", "--verbose", dest="log_level", nargs=0, action=_MoreVerbose,
                    default=None, help="show the log lines of Spark and the Kafka client "

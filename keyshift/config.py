@@ -56,7 +56,7 @@ class KafkaConfig(_Section):
     # the way out in one line; false skips them, as Spark's failOnDataLoss=false does.
     fail_on_data_loss: bool = True
     # Security (docs/platform.md "Kafka security"): the client side of the Spark source, the
-    # producer and the admin client (streaming.broker.client_options / spark_options). The
+    # producer and the admin client (keyshift.streaming.broker.client_options / spark_options). The
     # password is a SecretStr: printed as ********** by `keyshift config` and in any repr.
     security_protocol: Literal["PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL", "SSL"] = "PLAINTEXT"
     sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "PLAIN"
@@ -128,7 +128,7 @@ class SparkConfig(_Section):
 
 class WarehouseConfig(_Section):
     root: str = ""
-    # VACUUM keeps files removed less than this long ago (jobs.table_maintenance). Delta's
+    # VACUUM keeps files removed less than this long ago (keyshift.jobs.table_maintenance). Delta's
     # own floor is 168 h: a shorter one can delete files a running reader or a time-travel
     # query (the table version a model was trained on) still needs, so it is refused here.
     vacuum_retention_hours: float = Field(168.0, le=24 * 3650)
@@ -159,7 +159,7 @@ class EnginesConfig(_Section):
     min: int = Field(1, ge=1, le=4096)
     max: int = Field(16, ge=1, le=4096)
     # every this many batches an engine writes a base file of its whole state and prunes the
-    # changelog before the previous base (streaming.engine_state); 0 = never compact
+    # changelog before the previous base (keyshift.streaming.engine_state); 0 = never compact
     compact_every: int = Field(100, ge=0, le=1_000_000)
 
     @model_validator(mode="after")
@@ -213,7 +213,7 @@ class PlannerConfig(_Section):
     reserve_quantile: float = Field(0.0, ge=0, le=1)
     reserve_history: int = Field(0, ge=0)  # 0 = every rise seen; else the most recent ones
     # The running job looks at the registry's alias every this many windows and loads a
-    # champion that moved (streaming.scaling.JobForecaster); a store down at start is retried
+    # champion that moved (keyshift.streaming.scaling.JobForecaster); a store down at start is retried
     registry_check_windows: int = Field(10, ge=1, le=1_000_000)
 
 
@@ -227,7 +227,7 @@ class AirflowConfig(_Section):
 
 
 class MetricsConfig(_Section):
-    """The running job's Prometheus endpoint (streaming.live_metrics): 0 = off."""
+    """The running job's Prometheus endpoint (keyshift.streaming.live_metrics): 0 = off."""
 
     port: int = Field(9464, ge=0, le=65535)
     host: str = Field("127.0.0.1", min_length=1, pattern=r"^[A-Za-z0-9.:_\[\]-]+$")
@@ -279,7 +279,7 @@ class Config(_Section):
         return f"{self.warehouse_uri}/_checkpoints/{run_id}"
 
     def engine_state_uri(self, run_id: str) -> str:
-        """The durable changelog of a run's engines (streaming.engine_state)."""
+        """The durable changelog of a run's engines (keyshift.streaming.engine_state)."""
         return f"{self.warehouse_uri}/_engine_state/{run_id}"
 
     @property

@@ -5,7 +5,7 @@ and the planner's own seasonal profile (:class:`keyshift.elastic.forecast.Season
 slot means with an AR(1) deviation), which the GP must beat to earn its cost.
 
 All share the GP's interface: ``fit(X, y)`` and ``predict(X) -> (mean, std)`` on the same
-feature vectors (``models.features``), so the comparison runs every model on the same split.
+feature vectors (``keyshift.models.features``), so the comparison runs every model on the same split.
 The std of the non-probabilistic models is their training-residual std: a constant band,
 reported for a uniform interface, not a calibrated uncertainty. Fits run with one BLAS thread,
 like the GPs, so that the comparison of training times is like for like.
@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from models.features import TIMESTAMP_COLUMN
-from models.gp import ModelInputError, _check_xy
+from keyshift.models.features import TIMESTAMP_COLUMN
+from keyshift.models.gp import ModelInputError, _check_xy
 
 _SEASONS_S = (7 * 86_400.0, 86_400.0)
 

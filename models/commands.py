@@ -1,5 +1,5 @@
 """``keyshift forecast``: the elastic-cep Table II comparison on any series, as a
-rolling-origin backtest (:func:`models.evaluation.backtest`).
+rolling-origin backtest (:func:`keyshift.models.evaluation.backtest`).
 
 Fits the structured GP, an RBF SVM, a neural network, seasonal naive and the seasonal profile
 before each of ``--origins`` origins of a CSV series and prints, pooled over the origins, MAE,
@@ -18,7 +18,7 @@ from keyshift.cli import UsageError
 
 SUMMARY = "compare the GP forecaster with other models on your series"
 
-KERNELS = ("ard", "ard+daily", "ard+weekly", "ard+daily+weekly")  # models.gp.KERNELS, without
+KERNELS = ("ard", "ard+daily", "ard+weekly", "ard+daily+weekly")  # keyshift.models.gp.KERNELS, without
 # importing torch to build the parser
 
 
@@ -57,8 +57,8 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from models.evaluation import SeriesError, backtest, default_models, read_series_csv
-    from models.gp import ModelInputError
+    from keyshift.models.evaluation import SeriesError, backtest, default_models, read_series_csv
+    from keyshift.models.gp import ModelInputError
 
     if args.iters < 1:
         raise UsageError(f"--iters: must be >= 1, got {args.iters}")

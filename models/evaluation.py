@@ -27,15 +27,15 @@ import numpy as np
 import pandas as pd
 
 from keyshift.errors import FieldError
-from models.baselines import (
+from keyshift.models.baselines import (
     NNForecaster,
     RecentRows,
     SeasonalNaive,
     SeasonalProfileForecaster,
     SVMForecaster,
 )
-from models.features import FeatureError, rate_features, to_epoch_seconds
-from models.gp import Z_90, InputRateGP
+from keyshift.models.features import FeatureError, rate_features, to_epoch_seconds
+from keyshift.models.gp import Z_90, InputRateGP
 
 METRICS = ("mae", "rmse", "mase", "cc", "coverage_90", "train_s")
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.features import rate_features
-from models.gp import InputRateGP
+from keyshift.models.features import rate_features
+from keyshift.models.gp import InputRateGP
 
 
 class GPRateForecaster:

@@ -5,7 +5,7 @@ likelihood, and hyper-parameters fitted by maximising the exact marginal likelih
 
 Mean (``mean=``), the structure of the series (issue 14):
 - ``"profile"`` (the input-rate default): the GP models the residual of the seasonal slot
-  profile of :mod:`models.seasonal` — the daily/weekly shape and its spread, estimated from ALL
+  profile of :mod:`keyshift.models.seasonal` — the daily/weekly shape and its spread, estimated from ALL
   the history — standardised per slot. Far from its data a GP reverts to its mean; with this
   mean it reverts to the profile instead of to a constant, and its interval follows the
   spread of the hour. Near the data the GP carries the current deviation (a storm, a trend).
@@ -40,7 +40,7 @@ costs); on raw seconds the GP's mean, conditioned online on such windows, went b
 engine counts it had no data for, and the planner cannot use a negative Lat. In log space
 every forecast is positive, and ``predict`` returns the log-normal's mean and standard
 deviation in seconds, the expectation Eq. 9 multiplies by the input. It also sees the window's
-size (log tuples per engine, :mod:`models.features`), so a nearly empty window — whose per-tuple
+size (log tuples per engine, :mod:`keyshift.models.features`), so a nearly empty window — whose per-tuple
 latency is all fixed cost — does not read as slow engines.
 """
 
@@ -58,9 +58,9 @@ from typing import Any
 import numpy as np
 
 from keyshift.errors import FieldError
-from models.features import LATENCY_FEATURES, RATE_FEATURES, TIMESTAMP_COLUMN
-from models.gp_predictor import PREDICTOR_FORMAT, PREDICTOR_PARTS, to_target_units
-from models.seasonal import SlotProfile
+from keyshift.models.features import LATENCY_FEATURES, RATE_FEATURES, TIMESTAMP_COLUMN
+from keyshift.models.gp_predictor import PREDICTOR_FORMAT, PREDICTOR_PARTS, to_target_units
+from keyshift.models.seasonal import SlotProfile
 
 KERNELS = ("ard", "ard+daily", "ard+weekly", "ard+daily+weekly")
 METHODS = ("exact", "sgpr", "auto")
@@ -690,8 +690,8 @@ class GPForecaster:
         return _write_parts(path, self.to_parts())
 
     def predictor_parts(self) -> dict[str, bytes]:
-        """The posterior as :class:`models.gp_predictor.GPPredictor` reads it, with numpy
-        alone (:data:`models.gp_predictor.PREDICTOR_PARTS`): the kernel's hyper-parameters,
+        """The posterior as :class:`keyshift.models.gp_predictor.GPPredictor` reads it, with numpy
+        alone (:data:`keyshift.models.gp_predictor.PREDICTOR_PARTS`): the kernel's hyper-parameters,
         the scaling and profile, the rows the posterior conditions on and its weights
         (α for the exact GP; Σ⁻¹b and the factors of K_uu and Σ for the sparse one).
 

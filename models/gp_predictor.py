@@ -3,13 +3,13 @@
 A registry version must be usable by an MLflow client that has neither keyshift nor torch
 (issue 15 item 5): this module is packaged with each version (pyfunc ``code_paths``) and
 imports nothing but numpy and the standard library. It evaluates the posterior of a fitted
-:class:`models.gp.GPForecaster` from what the forecaster exported at training time
-(:meth:`models.gp.GPForecaster.predictor_parts`) — the kernel's hyper-parameters, the
+:class:`keyshift.models.gp.GPForecaster` from what the forecaster exported at training time
+(:meth:`keyshift.models.gp.GPForecaster.predictor_parts`) — the kernel's hyper-parameters, the
 standardised rows the posterior conditions on and its precomputed weights — instead of
 re-running GPyTorch. Nothing in the export is pickled: ``predictor.json`` plus
 ``predictor.npz`` read with ``allow_pickle=False``.
 
-The equations are those of :mod:`models.gp`, in the model's standardised space:
+The equations are those of :mod:`keyshift.models.gp`, in the model's standardised space:
 
 - covariance: ``Σ_k outputscale_k · base_k`` with the ARD squared exponential
   ``exp(−½ Σ_d ((a_d − b_d)/ℓ_d)²)`` (elastic-cep Eq. 8) and the periodic terms
@@ -23,7 +23,7 @@ The equations are those of :mod:`models.gp`, in the model's standardised space:
 then back to the target's units: the frozen target scaling, the seasonal slot profile
 (mean m + s·μ_z, std s·σ_z) and, for a log target, the log-normal's mean and std.
 :func:`slot_index` and :func:`to_target_units` are the only implementation of those steps;
-:mod:`models.gp` and :mod:`models.seasonal` call them too.
+:mod:`keyshift.models.gp` and :mod:`keyshift.models.seasonal` call them too.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def to_target_units(t: np.ndarray, mean: np.ndarray, std: np.ndarray,
 
 
 def cholesky(k: np.ndarray) -> np.ndarray:
-    """Lower Cholesky factor of ``k``, with the growing diagonal jitter :mod:`models.gp`
+    """Lower Cholesky factor of ``k``, with the growing diagonal jitter :mod:`keyshift.models.gp`
     uses when rounding makes a kernel matrix indefinite."""
     jitter = 0.0
     for _ in range(_JITTER_TRIES):
@@ -110,7 +110,7 @@ class LowerSolve:
 
 class GPPredictor:
     """The posterior of one exported GP; ``predict(X) -> (mean, std)`` of a new observation
-    in the target's units, as :meth:`models.gp.GPForecaster.predict` returns them."""
+    in the target's units, as :meth:`keyshift.models.gp.GPForecaster.predict` returns them."""
 
     def __init__(self, description: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
         self.description = description
@@ -211,7 +211,7 @@ class GPPredictor:
 
     @staticmethod
     def load(path: str | os.PathLike) -> GPPredictor:
-        """Read the directory :meth:`models.gp.GPForecaster.save_predictor` wrote."""
+        """Read the directory :meth:`keyshift.models.gp.GPForecaster.save_predictor` wrote."""
         path = Path(path)
         return GPPredictor.from_parts({name: (path / name).read_bytes()
                                        for name in PREDICTOR_PARTS if (path / name).is_file()})

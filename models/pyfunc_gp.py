@@ -5,8 +5,8 @@ unpickles it, and whoever can write a version could run code there. Logging this
 stores no pickle. It is self-contained on purpose: an MLflow client serving the model needs
 mlflow, numpy and pandas (the version's pinned requirements) and the ``gp_predictor`` module
 packaged with the version (``code_paths``) — neither keyshift's ``models`` package nor torch.
-The ``predictor`` artifact is :meth:`models.gp.GPForecaster.predictor_parts` (JSON and .npz).
-keyshift itself never loads the pyfunc: :mod:`models.registry` reads the ``gp`` artifact.
+The ``predictor`` artifact is :meth:`keyshift.models.gp.GPForecaster.predictor_parts` (JSON and .npz).
+keyshift itself never loads the pyfunc: :mod:`keyshift.models.registry` reads the ``gp`` artifact.
 """
 
 import pandas as pd
@@ -16,7 +16,7 @@ from mlflow.pyfunc import PythonModel
 try:  # the copy packaged with the version: MLflow puts its code/ folder on sys.path
     from gp_predictor import GPPredictor
 except ImportError:  # logging from keyshift, where MLflow runs this file to check it
-    from models.gp_predictor import GPPredictor
+    from keyshift.models.gp_predictor import GPPredictor
 
 
 class GPPyfuncModel(PythonModel):

@@ -1,14 +1,14 @@
 """MLflow side of the forecasters: the pyfunc wrapper, logging, the registry and the champion.
 
 A GP is logged as an ``mlflow.pyfunc`` model whose artifact ``gp`` is the forecaster's stored
-form (:meth:`models.gp.GPForecaster.save`: a JSON description, .npz arrays and a tensors-only
+form (:meth:`keyshift.models.gp.GPForecaster.save`: a JSON description, .npz arrays and a tensors-only
 state dict; an exact GP needs its training rows to predict) and whose artifact ``predictor``
-is the posterior for numpy (:meth:`models.gp.GPForecaster.predictor_parts`). Nothing in a
+is the posterior for numpy (:meth:`keyshift.models.gp.GPForecaster.predictor_parts`). Nothing in a
 version is pickled and nothing is unpickled from one (issue 16 item 3): the pyfunc is logged
-as code (:mod:`models.pyfunc_gp`, with :mod:`models.gp_predictor` packaged beside it), and
+as code (:mod:`keyshift.models.pyfunc_gp`, with :mod:`keyshift.models.gp_predictor` packaged beside it), and
 keyshift reads a version by downloading its files and reading the ``gp`` artifact with
 ``GPForecaster.load``, never through ``mlflow.pyfunc.load_model``. The pyfunc takes a
-DataFrame of the feature columns of ``models.features`` and returns ``mean`` and ``std``
+DataFrame of the feature columns of ``keyshift.models.features`` and returns ``mean`` and ``std``
 columns, so any MLflow client can serve it with mlflow, numpy and pandas alone (issue 15
 item 5; the version's requirements pin them).
 
@@ -34,7 +34,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.models import infer_signature
 
 from keyshift.config import Config
-from models.gp import GPForecaster, ModelInputError
+from keyshift.models.gp import GPForecaster, ModelInputError
 
 EXPERIMENT = "keyshift-forecasters"
 Which = Literal["input_rate", "latency"]
@@ -134,7 +134,7 @@ def feature_frame(gp: GPForecaster, X: np.ndarray) -> pd.DataFrame:
 
 def serving_requirements() -> list[str]:
     """What the pyfunc needs, pinned to the versions that logged it: the predictor is numpy
-    (:mod:`models.gp_predictor`), the pyfunc's frames pandas; no torch, no keyshift."""
+    (:mod:`keyshift.models.gp_predictor`), the pyfunc's frames pandas; no torch, no keyshift."""
     return [f"mlflow=={mlflow.__version__}", f"numpy=={np.__version__}",
             f"pandas=={pd.__version__}"]
 

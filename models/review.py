@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from models.features import METRICS_COLUMNS
+from keyshift.models.features import METRICS_COLUMNS
 
 if TYPE_CHECKING:
     import pandas as pd

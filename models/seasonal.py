@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.gp_predictor import slot_index, to_target_units
+from keyshift.models.gp_predictor import slot_index, to_target_units
 
 DAY_S = 86_400.0
 WEEK_S = 7 * DAY_S

@@ -19,10 +19,10 @@ import numpy as np
 import pandas as pd
 
 from keyshift.config import Config
-from models.evaluation import score, split_tail
-from models.features import TIMESTAMP_COLUMN, build_features
-from models.gp import GPForecaster, InputRateGP, LatencyGP
-from models.registry import (
+from keyshift.models.evaluation import score, split_tail
+from keyshift.models.features import TIMESTAMP_COLUMN, build_features
+from keyshift.models.gp import GPForecaster, InputRateGP, LatencyGP
+from keyshift.models.registry import (
     EXPERIMENT,
     RegistryError,
     alias_version,
@@ -32,7 +32,7 @@ from models.registry import (
     model_name,
     tracking,
 )
-from models.review import (
+from keyshift.models.review import (
     DeltaSource,
     log_held_out_plots,
     log_training_data,

@@ -35,7 +35,7 @@ from keyshift.config import Config, KafkaConfig
 from keyshift.errors import ConfigError
 
 from .broker_watch import reachable
-from .jars import JarResolutionError, cache_dir, resolve
+from keyshift.lakehouse.jars import JarResolutionError, cache_dir, resolve
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from .logs import say as say_line
+from keyshift.lakehouse.logs import say as say_line
 
 
 def reachable(bootstrap: str, timeout_s: float = 2.0) -> bool:

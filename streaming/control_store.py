@@ -9,7 +9,7 @@
 * ``decisions``: the audit log, appended once per window and never read here.
 
 In the job every write here is staged with the run's bookkeeping and committed once per
-``warehouse.commit_interval_s`` (:mod:`streaming.staging`); a restart commits what is staged
+``warehouse.commit_interval_s`` (:mod:`keyshift.streaming.staging`); a restart commits what is staged
 before it reads. Either way a re-executed batch writes nothing twice.
 """
 
@@ -24,7 +24,7 @@ from keyshift.config import Config
 from keyshift.control import ControlRecord, ScalerState, WindowSample
 from keyshift.plan import Plan
 
-from .delta import RunAppends, ensure_tables, plan_of, plan_row, read_run, read_table
+from keyshift.lakehouse.delta import RunAppends, ensure_tables, plan_of, plan_row, read_run, read_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -105,7 +105,7 @@ class ControlLog:
 
     def write_decisions(self, rows: list[dict], batch_id: int) -> None:
         """A window's rows (scaler, balancer) in one idempotent append; in the job, staged
-        and committed with the run's other bookkeeping (streaming.staging)."""
+        and committed with the run's other bookkeeping (keyshift.streaming.staging)."""
         self.appends.defer("decisions", rows, batch_id)
 
 

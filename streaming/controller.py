@@ -5,15 +5,15 @@ The job calls, per micro-batch: :meth:`Controller.plan_for` (which plan routes t
 and :meth:`Controller.end_of_batch`; when the batch closes a statistic window
 (``batches_per_window`` consecutive batches, round(Δ / trigger)) that is one
 :meth:`keyshift.control.ControlLoop.step`. A realized decision is a new plan version in Delta
-``plans``; the engines migrate in the next batch (:mod:`streaming.migration`).
+``plans``; the engines migrate in the next batch (:mod:`keyshift.streaming.migration`).
 
-State lives in Delta behind :class:`~streaming.control_store.ControlLog` (plans, the typed
+State lives in Delta behind :class:`~keyshift.streaming.control_store.ControlLog` (plans, the typed
 ``control_state``, the executors' ``key_loads``); :meth:`Controller.recover` rebuilds the loop
 from it at start and after a crash, so a re-executed batch is routed, and decided, as its
 first attempt was. Fixed-plan policies (kg, and the batch layer's lptf / clb / uhlb from
 ``plans`` scope ``baseline``) never rebalance; online ones (dlb-h, dlb-l, elb) decide every
 window. With ``[planner] enabled`` the scaler decides the engine count first
-(:mod:`streaming.scaling` supplies its forecasts).
+(:mod:`keyshift.streaming.scaling` supplies its forecasts).
 """
 
 from __future__ import annotations

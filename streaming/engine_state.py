@@ -38,7 +38,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from .storage import filesystem, write_atomically
+from keyshift.lakehouse.storage import filesystem, write_atomically
 
 _MAGIC = b"KSST\x01"
 _REC = struct.Struct(">iq")  # group, length (-1: the group was dropped)

@@ -7,7 +7,7 @@ Why this shape (numbers in docs/engines.md):
   an identity partitioner over engine slots, so partition *e* is engine *e*: exactly one task
   per engine, and the task index is the engine id (the ``TASK`` record proves it per batch).
 * An engine's state is durable in a per-engine changelog on the warehouse filesystem and
-  cached on the executor that ran it last (:mod:`streaming.engine_state`). A batch loads only
+  cached on the executor that ran it last (:mod:`keyshift.streaming.engine_state`). A batch loads only
   the groups it touches, runs the operator, and writes back only those groups, locally and
   to the changelog, under the batch's version. A re-executed batch (task retry, the query
   restarting after a crash, the task landing on another executor) starts from exactly the
@@ -22,7 +22,7 @@ Why this shape (numbers in docs/engines.md):
 * Everything a task produces goes back into Spark as rows (complex events, dead letters, key
   loads, one task record); the executors write them to Delta, and the driver collects only
   the key loads and the task records (O(groups + engines) per batch). The task also stages
-  its key loads for the run's next bookkeeping commit (:mod:`streaming.staging`).
+  its key loads for the run's next bookkeeping commit (:mod:`keyshift.streaming.staging`).
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ class BatchSpec:
     moves_in: dict[int, list[int]] = field(default_factory=dict)  # engine → groups arriving
     caches: dict[int, str] = field(default_factory=dict)  # engine → cache id of batch − 1
     ingest_only: bool = False  # count and validate only: no operator, no state (keyshift stream)
-    staging: str | None = None  # where tasks stage bookkeeping rows (streaming.staging)
+    staging: str | None = None  # where tasks stage bookkeeping rows (keyshift.streaming.staging)
     started: datetime | None = None  # the batch's start (key_loads, state_snapshots)
     plan_version: int = 0  # the plan routing this batch
     migration_id: str | None = None  # the plan change this batch realizes, if any
@@ -109,7 +109,7 @@ class BatchSpec:
         return {g: e for e, gs in self.moves_out.items() for g in gs}
 
     def stage(self, name: str, engine: int, rows: list[dict[str, Any]]) -> None:
-        """Stage a task's bookkeeping rows for the run's next commit (streaming.staging)."""
+        """Stage a task's bookkeeping rows for the run's next commit (keyshift.streaming.staging)."""
         if self.staging is not None and rows:
             from .staging import stage_rows
 
@@ -327,7 +327,7 @@ def arrow_engine(spec: BatchSpec) -> Callable[[Iterator[Any]], Iterator[Any]]:
 
 def stage_loads(spec: BatchSpec, engine: int, loads: list[tuple[int, int, int, int]]) -> None:
     """The task's ``key_loads`` rows, staged for the run's next bookkeeping commit
-    (:mod:`streaming.staging`) by the executor itself: no Spark job, no Delta commit."""
+    (:mod:`keyshift.streaming.staging`) by the executor itself: no Spark job, no Delta commit."""
     head = {"run_id": spec.run_key, "batch_id": spec.batch_id, "window_start": spec.started,
             "plan_version": spec.plan_version}
     spec.stage("key_loads", engine, [{**head, "group": g, "engine": e, "load": n,

@@ -1,7 +1,7 @@
 """Validation of Kafka records: the platform's one rule for what a good event is.
 
 :func:`classify` is the first step of every micro-batch of the speed layer
-(:meth:`streaming.job.StreamJob._parse`), in both of its modes: ``keyshift run`` (engines
+(:meth:`keyshift.streaming.job.StreamJob._parse`), in both of its modes: ``keyshift run`` (engines
 run the operator) and ``keyshift stream`` (ingestion only: the engines count). A bad record
 is not an error of the job: it goes to ``dead_letter`` with its reason, the job goes on.
 """

@@ -5,15 +5,15 @@ One ``foreachBatch`` function composes the speed layer for micro-batch b:
 1. validate the records (bad ones → ``dead_letter`` with the reason, the job goes on);
 2. route: key → group (xxHash64, in the JVM) → engine through the plan in force for b;
 3. when the plan changed since b−1, each moving group's new engine reads the group's state
-   as of b−1 from its old engine before it runs the group's events (:mod:`streaming.migration`);
-4. engines: one task per engine slot (:func:`streaming.engines.run_engine`), state durable
-   off the executor (:mod:`streaming.engine_state`);
+   as of b−1 from its old engine before it runs the group's events (:mod:`keyshift.streaming.migration`);
+4. engines: one task per engine slot (:func:`keyshift.streaming.engines.run_engine`), state durable
+   off the executor (:mod:`keyshift.streaming.engine_state`);
 5. the executors append ``events_out`` and ``dead_letter`` straight from the engine stage's
    result and stage ``key_loads`` (and a migration's ``state_snapshots``); the driver
    collects only per-group loads and one record per task, stages ``metrics``, and runs the
    controller (collect, and at a window's end evaluate, decide, realize, record). The staged
    bookkeeping is committed once per ``warehouse.commit_interval_s``
-   (:mod:`streaming.staging`).
+   (:mod:`keyshift.streaming.staging`).
 
 No driver in the data path: the driver handles O(groups + engines) numbers per batch, never
 an event, an output or a byte of state.
@@ -45,7 +45,7 @@ from keyshift.schemas import SCHEMA_VERSION
 
 from .broker_watch import BrokerWatch
 from .controller import Controller, ControlLog
-from .delta import RunAppends, concurrently
+from keyshift.lakehouse.delta import RunAppends, concurrently
 from .engines import (
     DEAD,
     ENGINE_OUTPUT,
@@ -57,10 +57,10 @@ from .engines import (
     work_seconds,
 )
 from .faults import kill_during, kill_point
-from .logs import say
+from keyshift.lakehouse.logs import say
 from .migration import Migration, record
 from .staging import StagedAppends
-from .storage import read_if_exists, write_atomically
+from keyshift.lakehouse.storage import read_if_exists, write_atomically
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -173,14 +173,14 @@ class StreamJob:
 
     # -- query ------------------------------------------------------------------------
     def source(self) -> DataFrame:
-        from streaming.broker import spark_options
+        from keyshift.streaming.broker import spark_options
 
         return (
             self.spark.readStream.format("kafka")
             .option("kafka.bootstrap.servers", self.cfg.kafka.bootstrap)
             .option("subscribe", self.topic)
             .option("startingOffsets", self.opt.starting_offsets)
-            # records deleted before they were read stop the query (streaming.commands.run
+            # records deleted before they were read stop the query (keyshift.streaming.commands.run
             # says so in one line); kafka.fail_on_data_loss = false skips them
             .option("failOnDataLoss", str(self.cfg.kafka.fail_on_data_loss).lower())
             .option("maxOffsetsPerTrigger",
@@ -190,7 +190,7 @@ class StreamJob:
         )
 
     def start(self) -> StreamingQuery:
-        from streaming.delta import ensure_tables
+        from keyshift.lakehouse.delta import ensure_tables
 
         ensure_tables(self.spark, self.cfg, TABLES_WRITTEN)
         # a run no process started before has written nothing: its first batch need not look
@@ -406,7 +406,7 @@ class StreamJob:
                 {"batch_id": batch_id, "groups": len(migration),
                  "migration_id": migration.migration_id}))
 
-        kill_point("before_engines", batch_id)  # fault tests only (streaming.faults)
+        kill_point("before_engines", batch_id)  # fault tests only (keyshift.streaming.faults)
         t_engines = time.perf_counter()
         prep_s = t_engines - t0  # recovery, plan, building the engine stage
         result = (routed.repartition(slots, "pkey")
@@ -484,7 +484,7 @@ class StreamJob:
             "latency_s": engine_s / valid if valid else 0.0, "batch_duration_s": duration,
             "plan_version": plan.version, "policy": self.opt.policy,
         }
-        # the metrics row is staged with the run's other bookkeeping (streaming.staging):
+        # the metrics row is staged with the run's other bookkeeping (keyshift.streaming.staging):
         # batch_duration_s then covers all of the batch's own writes, and a restarted
         # driver on any host finds the row beside the warehouse
         t_metrics = time.perf_counter()

@@ -5,7 +5,7 @@ a person can read only with Spark and after the fact. A running job should be wa
 every other service is: Prometheus scrapes ``http://HOST:PORT/metrics`` (``[metrics] host`` and
 ``port``; port 0 turns it off) and Grafana plots it (``docker/grafana``).
 
-The driver already holds every number needed: the :class:`streaming.job.BatchReport` of each
+The driver already holds every number needed: the :class:`keyshift.streaming.job.BatchReport` of each
 micro-batch, the controller's :class:`~keyshift.control.ControlDecision` at a window's end and
 the query's ``lastProgress`` (Kafka offsets). :func:`start_job` in ``streaming/commands/run.py``
 feeds them to :meth:`LiveMetrics.observe` after every batch; nothing here touches the data path.
@@ -147,7 +147,7 @@ class LiveMetrics:
                                                      "topic": topic})
 
     def observe_batch(self, report: Any) -> None:
-        """A :class:`streaming.job.BatchReport`: counters, imbalance, engines, plan."""
+        """A :class:`keyshift.streaming.job.BatchReport`: counters, imbalance, engines, plan."""
         f, r = self.families, self.run_id
         self._events.inc(report.events)
         self._dead.inc(report.dead_letter)
@@ -186,7 +186,7 @@ class LiveMetrics:
             self.families.lag.labels(self.run_id).set(lag)
 
     def observe(self, job: Any, report: Any) -> None:
-        """Everything after one micro-batch of ``job`` (a :class:`streaming.job.StreamJob`)."""
+        """Everything after one micro-batch of ``job`` (a :class:`keyshift.streaming.job.StreamJob`)."""
         self.observe_batch(report)
         self.observe_decision(getattr(job.controller, "last_decision", None))
         query = getattr(job, "query", None)

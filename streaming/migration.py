@@ -3,7 +3,7 @@
 A plan change takes effect at a batch boundary, inside the batch's one engine stage:
 
 1. each engine task that receives groups reads their state as of the batch before from the
-   groups' old engines (:func:`streaming.engines.fetch_arrivals`: the old engine's executor
+   groups' old engines (:func:`keyshift.streaming.engines.fetch_arrivals`: the old engine's executor
    cache when this executor holds it, else its durable changelog), stages it as the
    migration's ``state_snapshots`` rows, and installs it before it processes the groups'
    events of the batch;
@@ -13,10 +13,10 @@ A plan change takes effect at a batch boundary, inside the batch's one engine st
 
 Nothing waits in a buffer, no extra stage or task runs for a migration, the driver never
 holds the bytes, and no Delta commit stands between the plan change and the engines. A crash
-recovers from the engines' durable changelog (:mod:`streaming.engine_state`): a batch
+recovers from the engines' durable changelog (:mod:`keyshift.streaming.engine_state`): a batch
 re-executed after a crash reads the same state again (as of the batch before, which
 compaction keeps), and the staged records of an unfinished batch are staged again
-(:mod:`streaming.staging`).
+(:mod:`keyshift.streaming.staging`).
 
 All moves of one plan change form one migration (several groups at once). ELB's changes of
 the engine count are the same thing: new slots receive groups, removed slots hand theirs
@@ -34,7 +34,7 @@ import numpy as np
 from keyshift.plan import Plan
 
 if TYPE_CHECKING:
-    from .delta import RunAppends
+    from keyshift.lakehouse.delta import RunAppends
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ Everything here is read back from the warehouse (``metrics``, ``decisions``, ``m
 ``events_out``) rather than from the job's memory, so the report of a run that was
 interrupted and restarted still tells the whole story, and any run can be reported, live or
 not: the rows a live job has staged but not committed yet are included
-(:func:`streaming.runs.current`).
+(:func:`keyshift.streaming.runs.current`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import numpy as np
 
 from keyshift.apps import TopK
 
-from .delta import read_run
+from keyshift.lakehouse.delta import read_run
 from .runs import current
 
 if TYPE_CHECKING:

@@ -3,7 +3,7 @@
 
 A running job stages its bookkeeping rows (``metrics``, ``decisions``, ``migrations``, ...)
 beside the warehouse and commits them to Delta every ``warehouse.commit_interval_s``
-(:mod:`streaming.staging`), so Delta alone trails a live run by up to that interval. The
+(:mod:`keyshift.streaming.staging`), so Delta alone trails a live run by up to that interval. The
 readers here add the staged rows, read-only, so a live run is seen up to its last batch. The
 staged files are read *before* the Delta snapshot is taken: a file the job commits and deletes
 in between is then in that snapshot, and a row found in both is taken from Delta.
@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 from keyshift.config import Config
 from keyshift.schemas import table
 
-from .delta import read_table, table_exists
+from keyshift.lakehouse.delta import read_table, table_exists
 from .staging import is_staged
 from .staging import ROW_KEY, arrow_schema
-from .storage import filesystem, read_if_exists
+from keyshift.lakehouse.storage import filesystem, read_if_exists
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -40,9 +40,9 @@ class RunLookupError(LookupError):
 def open_spark(cfg: Config, log_level: str | None = None,
                app_name: str = "keyshift-status") -> SparkSession:
     """A session for reading the warehouse, with Spark's log lines kept off the terminal
-    (a person asked for a table, not for Spark's WARN lines): :mod:`streaming.logs`."""
-    from .logs import configure_spark_logging, log_file, set_session_level
-    from .session import get_spark
+    (a person asked for a table, not for Spark's WARN lines): :mod:`keyshift.lakehouse.logs`."""
+    from keyshift.lakehouse.logs import configure_spark_logging, log_file, set_session_level
+    from keyshift.lakehouse.session import get_spark
 
     configure_spark_logging(log_file(cfg, app_name.removeprefix("keyshift-")),
                             log_level)

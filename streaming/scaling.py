@@ -6,7 +6,7 @@ The window's sample (:class:`~keyshift.control.WindowSample`) is measured by the
 * ``in_tuples`` (In of Eq. 9) = the valid events routed to the engines in the window, the
   sum of the per-group loads (``key_loads``), buffered events of arriving groups included;
 * ``lat_s`` (Lat of Eq. 9, seconds one engine spends per tuple) = the seconds the engine
-  tasks of the window's batches worked (``streaming.engines.work_seconds``: every engine
+  tasks of the window's batches worked (``keyshift.streaming.engines.work_seconds``: every engine
   and restore task's ``duration_s`` without its wait for the first input row; state
   load/save and hand-over included, because they are part of what an engine does per
   batch) divided by the tuples those batches took. Then Δt · N / Lat is the window's
@@ -19,7 +19,7 @@ The window's sample (:class:`~keyshift.control.WindowSample`) is measured by the
 Δt) and Lat for 1..K engines from the champion ``keyshift-latency`` GP (which sees the
 forecast In spread over each candidate engine count, so a small window is not read as slow
 engines), both through
-``models.features`` (the feature builder the nightly training uses), conditioned online on
+``keyshift.models.features`` (the feature builder the nightly training uses), conditioned online on
 every finished window (``add_observations``, no hyper-parameter refit). When the registry,
 the alias or a model is missing or unreadable, or a GP fails, the forecast comes from the
 pure core instead (:class:`~keyshift.control.FallbackForecaster` fitted on this run's
@@ -76,7 +76,7 @@ class ChampionForecast:
     def observe_many(self, samples: Sequence[WindowSample], window_s: float) -> None:
         """Condition both GPs on finished windows at once (a newly loaded champion catches
         up on the run's windows in one step, not one GP update per window)."""
-        from models.features import latency_features, rate_features
+        from keyshift.models.features import latency_features, rate_features
 
         if not samples:
             return
@@ -90,7 +90,7 @@ class ChampionForecast:
                 [samples[i].lat_s for i in timed])
 
     def forecast(self, t0: float, horizon: int, k: int, window_s: float) -> Forecast:
-        from models.features import latency_features, rate_features
+        from keyshift.models.features import latency_features, rate_features
 
         ts = t0 + window_s * np.arange(horizon, dtype=np.float64)
         mean, std = self.rate.predict(rate_features(ts))
@@ -113,14 +113,14 @@ def _registry() -> Any:
     """The model layer's registry module; a failure to import it is reported like any
     other registry failure (the model layer is optional at run time)."""
     try:
-        from models import registry
+        from keyshift.models import registry
     except ImportError as exc:
         raise RuntimeError(f"the model layer cannot be imported ({exc})") from exc
     return registry
 
 
 def load_champions(cfg: Config) -> ChampionForecast:
-    """Both champion GPs, or :class:`models.registry.RegistryError`."""
+    """Both champion GPs, or :class:`keyshift.models.registry.RegistryError`."""
     registry = _registry()
     return ChampionForecast(registry.load_champion(cfg, "input_rate"),
                             registry.load_champion(cfg, "latency"), cfg.mlflow.alias)

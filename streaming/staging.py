@@ -19,7 +19,7 @@ Files are ``<table>/b<batch:012d>-<part>.parquet`` with part ``driver`` (rows th
 made; one put per table and batch, a batch run again replaces them) or ``e<engine>`` (an
 engine or release task's rows), written through a temporary name and a rename. A row lands
 in Delta once: a commit that includes batches a predecessor process may have committed
-(:meth:`streaming.delta.RunAppends.may_exist`) appends only the rows whose key
+(:meth:`keyshift.lakehouse.delta.RunAppends.may_exist`) appends only the rows whose key
 (:data:`ROW_KEY`) the table does not have yet.
 """
 
@@ -34,14 +34,14 @@ from typing import TYPE_CHECKING, Any
 
 from keyshift.schemas import SCHEMA_VERSION, table
 
-from .logs import say
-from .storage import filesystem, write_atomically
+from keyshift.lakehouse.logs import say
+from keyshift.lakehouse.storage import filesystem, write_atomically
 
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import SparkSession
 
-    from .delta import RunAppends
+    from keyshift.lakehouse.delta import RunAppends
 
 # each staged table with the columns that identify one of its rows (the first names the run)
 ROW_KEY = {
@@ -192,7 +192,7 @@ class StagedAppends:
         """Commit what is staged now (before batch ``before``), table by table at once,
         after any commit running behind the stream; returns the (table, batch) pairs
         committed."""
-        from .delta import concurrently
+        from keyshift.lakehouse.delta import concurrently
 
         self.wait()
         return sum(concurrently(*self.commits(before)))
@@ -209,7 +209,7 @@ class StagedAppends:
             return
 
         def run() -> None:
-            from .delta import concurrently
+            from keyshift.lakehouse.delta import concurrently
 
             try:
                 concurrently(*calls)
@@ -243,7 +243,7 @@ class StagedAppends:
     def _commit(self, name: str, batches: Mapping[int, list[str]]) -> int:
         from pyspark.sql import functions as F
 
-        from .delta import append_frame
+        from keyshift.lakehouse.delta import append_frame
 
         cfg = self.appends.cfg
         uris = [u for _, us in sorted(batches.items()) for u in us]

@@ -41,8 +41,8 @@ def cluster_app_env(cluster, home: Path, warehouse: Path, **spark: object) -> di
 
 @pytest.fixture(scope="session")
 def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
-    """A started :class:`streaming.cluster.LocalCluster` (2 workers, 1 core, 2g each)."""
-    from streaming.cluster import LocalCluster
+    """A started :class:`keyshift.streaming.cluster.LocalCluster` (2 workers, 1 core, 2g each)."""
+    from keyshift.streaming.cluster import LocalCluster
 
     folder = tmp_path_factory.mktemp("spark-cluster")
     with LocalCluster(folder, workers=2, cores=1, memory="2g") as cluster:

@@ -23,7 +23,7 @@ def produce_events(bootstrap: str, topic: str, app: str, count: int, skew: str, 
     """Send ``count`` generated events (plus ``malformed`` bad records); returns the good ones
     in production order."""
     from keyshift.workloads.events import make_generator
-    from streaming.producer import connect, produce
+    from keyshift.streaming.producer import connect, produce
 
     sent: list[dict[str, Any]] = []
 
@@ -49,7 +49,7 @@ def produce_events(bootstrap: str, topic: str, app: str, count: int, skew: str, 
     if not malformed:
         return sent
     # the producer replaced evenly spread records by bad ones: those are not good events
-    from streaming.producer import _bad_slots
+    from keyshift.streaming.producer import _bad_slots
 
     is_bad = _bad_slots(count, malformed)
     return [e for i, e in enumerate(sent) if not is_bad(i)]
@@ -83,7 +83,7 @@ def job_env(cfg, **extra: str) -> dict[str, str]:
 
 
 def new_topic(bootstrap: str, partitions: int = 2) -> str:
-    from streaming.broker import create_topic
+    from keyshift.streaming.broker import create_topic
 
     name = f"t-{uuid.uuid4().hex[:8]}"
     create_topic(bootstrap, name, partitions)
@@ -99,7 +99,7 @@ def job_config(base, **controller: Any):
 def start_job(spark, cfg, app: str, policy: str, topic: str,
               params: dict[str, Any] | None = None, engines: int = 4, max_offsets: int = 400,
               run_id: str | None = None, policy_params: dict[str, Any] | None = None):
-    from streaming.job import JobOptions, StreamJob
+    from keyshift.streaming.job import JobOptions, StreamJob
 
     job = StreamJob(spark, cfg, JobOptions(
         app=app, policy=policy, topic=topic, engines=engines, app_params=params or {},
@@ -143,4 +143,4 @@ def wait_until(pred, timeout_s: float, poll_s: float = 0.5) -> bool:
 
 class MemoryControlLog(MemoryControlStore):
     """The control loop's in-memory store standing in for the Delta-backed
-    ``streaming.control_store.ControlLog`` (``loads[batch_id]``: what ``key_loads`` holds)."""
+    ``keyshift.streaming.control_store.ControlLog`` (``loads[batch_id]``: what ``key_loads`` holds)."""

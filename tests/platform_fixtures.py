@@ -27,7 +27,7 @@ def platform_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def kafka_broker(platform_home: Path) -> Iterator:
     """A running single-node broker on free ports; stopped at the end of the session."""
     from keyshift.config import load_config
-    from streaming.broker import Broker, free_port
+    from keyshift.streaming.broker import Broker, free_port
 
     port = free_port()
     controller = free_port()
@@ -65,7 +65,7 @@ def platform_config(spark_config, kafka_broker):
 @pytest.fixture(scope="session")
 def spark(spark_config) -> Iterator:
     """One local Spark session (with Kafka and Delta) for the whole test session."""
-    from streaming.session import get_spark
+    from keyshift.lakehouse.session import get_spark
 
     session = get_spark(spark_config, app_name="keyshift-tests")
     try:

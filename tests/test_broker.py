@@ -10,8 +10,8 @@ import pytest
 
 from keyshift.cli import main
 from keyshift.config import load_config
-from streaming.broker import Broker, BrokerError, create_topic, free_port, metadata
-from streaming.jars import JarResolutionError, resolve
+from keyshift.streaming.broker import Broker, BrokerError, create_topic, free_port, metadata
+from keyshift.lakehouse.jars import JarResolutionError, resolve
 
 
 def _broker(tmp_path, port=None, controller=None) -> Broker:
@@ -105,13 +105,13 @@ def test_port_taken_by_another_process_is_a_clear_error(tmp_path):
 
 
 def test_missing_java_is_a_clear_error(tmp_path, monkeypatch):
-    monkeypatch.setattr("streaming.broker.shutil.which", lambda name: None)
+    monkeypatch.setattr("keyshift.streaming.broker.shutil.which", lambda name: None)
     with pytest.raises(BrokerError, match="Java 17"):
         _broker(tmp_path).start()
 
 
 def test_missing_maven_without_cache_is_a_clear_error(tmp_path, monkeypatch):
-    monkeypatch.setattr("streaming.jars.shutil.which", lambda name: None)
+    monkeypatch.setattr("keyshift.lakehouse.jars.shutil.which", lambda name: None)
     with pytest.raises(JarResolutionError, match="Maven"):
         resolve(["org.example:nothing:1.0"], tmp_path / "jars")
 
@@ -129,7 +129,7 @@ def test_unreachable_maven_fails_fast_with_a_message(tmp_path):
 
 def test_cluster_ids_never_look_like_an_option():
     """Regression: a random id starting with '-' made `kafka-storage format -t ID` fail."""
-    from streaming.broker import new_cluster_id
+    from keyshift.streaming.broker import new_cluster_id
 
     ids = [new_cluster_id() for _ in range(5000)]
     assert all(len(c) == 22 and not c.startswith("-") for c in ids)

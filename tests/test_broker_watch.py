@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import socket
 
-from streaming.broker_watch import BrokerWatch, reachable
+from keyshift.streaming.broker_watch import BrokerWatch, reachable
 
 
 class Clock:

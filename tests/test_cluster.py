@@ -1,4 +1,4 @@
-"""The standalone cluster harness (streaming.cluster) and get_spark on a real cluster.
+"""The standalone cluster harness (keyshift.streaming.cluster) and get_spark on a real cluster.
 
 Applications on the cluster run as subprocesses (this test process owns a local session);
 each writes what its tasks saw (the executor's work dir tells which worker ran a task) to a
@@ -25,7 +25,7 @@ cluster_test = [pytest.mark.integration, pytest.mark.slow]
 APP = textwrap.dedent('''
     import glob, json, os, sys, time
     from keyshift.config import load_config
-    from streaming.session import ClusterUnreachableError, get_spark, wait_for_executors
+    from keyshift.lakehouse.session import ClusterUnreachableError, get_spark, wait_for_executors
 
     mode, out = sys.argv[1], sys.argv[2]
     cfg = load_config()  # KEYSHIFT_SPARK__MASTER etc. from the environment
@@ -93,7 +93,7 @@ def worker_of(cwd: str) -> str:
 # --- pure parts: settings for a shared cluster ---------------------------------------------
 
 def test_cluster_conf_only_what_is_configured() -> None:
-    from streaming.session import cluster_conf, is_local
+    from keyshift.lakehouse.session import cluster_conf, is_local
 
     cfg = load_config(env={}, spark={"master": "spark://127.0.0.1:7077"})
     conf = cluster_conf(cfg)
@@ -130,7 +130,7 @@ def test_bad_cluster_settings_name_the_key(key: str, value: object, needle: str)
 
 
 def test_harness_bad_arguments(tmp_path: Path) -> None:
-    from streaming.cluster import ClusterError, LocalCluster
+    from keyshift.streaming.cluster import ClusterError, LocalCluster
 
     with pytest.raises(ValueError, match="workers"):
         LocalCluster(tmp_path, workers=0)
@@ -147,7 +147,7 @@ def test_harness_bad_arguments(tmp_path: Path) -> None:
 @pytest.mark.integration
 @pytest.mark.slow
 def test_harness_starts_workers_and_stop_leaves_nothing(tmp_path: Path) -> None:
-    from streaming.cluster import LocalCluster
+    from keyshift.streaming.cluster import LocalCluster
 
     cluster = LocalCluster(tmp_path / "c", workers=2, cores=1, memory="1g")
     with cluster:
@@ -168,7 +168,7 @@ def test_harness_starts_workers_and_stop_leaves_nothing(tmp_path: Path) -> None:
 def test_harness_reports_a_daemon_that_does_not_start(tmp_path: Path) -> None:
     """A worker that cannot start (memory Spark does not parse) ends in a ClusterError with
     the log tail, within the timeout, and leaves no process behind."""
-    from streaming.cluster import ClusterError, LocalCluster
+    from keyshift.streaming.cluster import ClusterError, LocalCluster
 
     cluster = LocalCluster(tmp_path / "c", workers=1, memory="lots", startup_timeout_s=60)
     t0 = time.monotonic()
@@ -251,7 +251,7 @@ def test_job_survives_a_killed_worker(spark_cluster, tmp_path: Path) -> None:
 @pytest.mark.integration
 @pytest.mark.slow
 def test_master_that_does_not_answer_is_a_clear_error(tmp_path: Path) -> None:
-    from streaming.broker import free_port
+    from keyshift.streaming.broker import free_port
 
     class Nowhere:
         master_url = f"spark://127.0.0.1:{free_port()}"
@@ -306,7 +306,7 @@ def test_cluster_command_start_status_stop(tmp_path: Path) -> None:
     import os
     import signal
 
-    from streaming.cluster import group_is_spark, group_members
+    from keyshift.streaming.cluster import group_is_spark, group_members
 
     folder = tmp_path / "c"
     res = keyshift("cluster", "start", "--workers", "2", "--cores", "1", "--memory", "1g",

@@ -12,7 +12,7 @@ from keyshift.control import FallbackForecaster
 from keyshift.elastic.sim_bridge import SimulatorDriver
 from keyshift.sim import SimConfig, Simulator, SyntheticWorkload, ZipfKeys
 from keyshift.sim.workload import Schedule
-from streaming.controller import Controller
+from keyshift.streaming.controller import Controller
 
 WINDOW_S = 10.0
 LAT_S = 2.0 ** -7  # a power of two: the job's Lat (engine s / tuples) comes out exact

@@ -75,7 +75,7 @@ def test_nightly_retrain_dag(bag: dict) -> None:
 
 
 def test_baseline_partitions_dag_runs_on_the_retrains_asset_and_takes_params(bag: dict) -> None:
-    from jobs.airflow_tasks import MODELS_ASSET_URI
+    from keyshift.jobs.airflow_tasks import MODELS_ASSET_URI
 
     d = bag["dags"]["keyshift_baseline_partitions"]
     assert d["tasks"] == ["baseline_partitions", "report"]
@@ -115,7 +115,7 @@ def test_every_task_has_a_timeout_and_the_failure_callback(bag: dict) -> None:
     seen = 0
     for dag_id, d in bag["dags"].items():
         for task_id in d["tasks"]:
-            assert d["callbacks"][task_id] == ["jobs.airflow_tasks.log_failure"], task_id
+            assert d["callbacks"][task_id] == ["keyshift.jobs.airflow_tasks.log_failure"], task_id
             expected = job_minutes.get((dag_id, task_id), 5)
             assert d["timeouts"][task_id] == expected * 60, (dag_id, task_id)
             seen += 1
@@ -127,11 +127,11 @@ def test_failure_callback_logs_one_line_with_task_run_and_error(
 ) -> None:
     from types import SimpleNamespace
 
-    from jobs.airflow_tasks import log_failure
+    from keyshift.jobs.airflow_tasks import log_failure
 
     ti = SimpleNamespace(dag_id="keyshift_table_maintenance", task_id="compact_and_vacuum",
                          run_id="scheduled__2026-11-26T04:00:00+00:00", try_number=3)
-    with caplog.at_level("ERROR", logger="jobs.airflow_tasks"):
+    with caplog.at_level("ERROR", logger="keyshift.jobs.airflow_tasks"):
         log_failure({"ti": ti, "exception": RuntimeError("metrics: conflict\nstack...")})
     (record,) = caplog.records
     assert record.getMessage() == (
@@ -145,4 +145,4 @@ def test_dag_files_hold_no_business_logic() -> None:
         text = path.read_text()
         for heavy in ("pyspark", "mlflow", "numpy", "delta", "gpytorch"):
             assert f"import {heavy}" not in text and f"from {heavy}" not in text, path.name
-        assert "from jobs.airflow_tasks import" in text, path.name
+        assert "from keyshift.jobs.airflow_tasks import" in text, path.name

@@ -25,8 +25,8 @@ from datetime import date, datetime, timezone
 from airflow.dag_processing.dagbag import DagBag
 from airflow.utils.session import create_session
 from keyshift.config import load_config
-from jobs.history import SyntheticHistory, write_synthetic_history
-from streaming.session import get_spark
+from keyshift.jobs.history import SyntheticHistory, write_synthetic_history
+from keyshift.lakehouse.session import get_spark
 
 bag = DagBag(dag_folder=sys.argv[1])
 assert not bag.import_errors, bag.import_errors
@@ -63,7 +63,7 @@ plans = [r.asDict() for r in spark.read.format("delta").load(cfg.table_path("pla
                  "expected_var", "source_from", "source_to", "reason").collect()]
 print("PLANS " + json.dumps(plans, default=str), flush=True)
 from airflow.models.asset import AssetEvent, AssetModel
-from jobs.airflow_tasks import MODELS_ASSET_URI
+from keyshift.jobs.airflow_tasks import MODELS_ASSET_URI
 with create_session() as s:
     events = (s.query(AssetEvent.source_dag_id, AssetEvent.source_task_id, AssetEvent.source_run_id)
               .join(AssetModel, AssetModel.id == AssetEvent.asset_id)

@@ -10,7 +10,7 @@ import pytest
 
 from keyshift.plan import Plan
 from keyshift.schemas import TABLES
-from streaming.delta import plan_of, plan_row
+from keyshift.lakehouse.delta import plan_of, plan_row
 
 
 def test_plan_row_round_trips_a_plan_with_a_dead_slot() -> None:
@@ -61,8 +61,8 @@ def test_plan_of_names_a_missing_column() -> None:
 @pytest.mark.integration
 def test_missing_table_is_a_clear_error_and_plans_round_trip(spark, spark_config,
                                                              tmp_path) -> None:
-    from jobs.history import HistoryError, read_history
-    from streaming.delta import (
+    from keyshift.jobs.history import HistoryError, read_history
+    from keyshift.lakehouse.delta import (
         TableMissingError,
         append_rows,
         ensure_tables,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from keyshift.cli import main
-from streaming.broker import free_port
+from keyshift.streaming.broker import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 

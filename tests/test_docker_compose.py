@@ -92,8 +92,11 @@ def test_a_misspelt_key_would_be_caught() -> None:
 
 def test_dockerfile_copies_every_package_the_services_import() -> None:
     text = (DOCKER / "Dockerfile").read_text()
-    for pkg in ("keyshift", "models", "streaming", "jobs", "dags"):
-        assert f"COPY {pkg} ./{pkg}" in text
+    import tomllib
+
+    setup = tomllib.loads((DOCKER.parent / "pyproject.toml").read_text())["tool"]["setuptools"]
+    for folder in ["keyshift", "dags", *setup["package-dir"].values()]:
+        assert f"COPY {folder} ./{folder}" in text, folder
 
 
 def test_keyshift_commands_in_the_compose_file_parse_with_the_real_cli(compose: dict) -> None:
@@ -115,7 +118,7 @@ def test_the_stream_service_runs_the_balancer_with_valid_arguments(compose: dict
     import argparse
     import re
 
-    from streaming.commands.run import add_arguments, options_from
+    from keyshift.streaming.commands.run import add_arguments, options_from
 
     cmd = compose["services"]["keyshift-stream"]["command"]
     assert cmd[:2] == ["keyshift", "run"]
@@ -239,7 +242,7 @@ def _exprs(dashboard: dict) -> list[tuple[str, str]]:
 
 
 def test_grafana_dashboard_shows_only_metrics_the_exporter_defines(compose: dict) -> None:
-    from streaming.live_metrics import METRICS, series_names
+    from keyshift.streaming.live_metrics import METRICS, series_names
 
     dashboard = _dashboard(compose)
     datasource = yaml.safe_load((_grafana_mounts(compose)["/etc/grafana/provisioning"]
@@ -280,7 +283,7 @@ def test_grafana_dashboard_queries_are_valid_promql(compose: dict, tmp_path: Pat
 
 def test_a_dashboard_query_naming_an_unknown_metric_would_be_caught() -> None:
     """The name check above can fail: a misspelt series is not among the exporter's."""
-    from streaming.live_metrics import series_names
+    from keyshift.streaming.live_metrics import series_names
 
     assert "keyshift_event_total" not in series_names()
     assert "keyshift_events_total" in series_names()

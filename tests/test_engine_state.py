@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from streaming.engine_state import (
+from keyshift.streaming.engine_state import (
     DurableState,
     EngineStore,
     StateFormatError,
@@ -17,7 +17,7 @@ from streaming.engine_state import (
     open_store,
     read_moved,
 )
-from streaming.engines import LOAD, OUT, TASK, BatchSpec, run_engine, work_seconds
+from keyshift.streaming.engines import LOAD, OUT, TASK, BatchSpec, run_engine, work_seconds
 
 T0 = 1_700_000_000_000
 
@@ -123,7 +123,7 @@ def _task(records):
 def test_engine_task_state_survives_a_move_to_another_executor(tmp_path, monkeypatch) -> None:
     """The same input through one executor, or with every batch on a fresh executor, gives
     the same complex events: nothing depends on where the task ran."""
-    import streaming.engines as engines
+    import keyshift.streaming.engines as engines
 
     def run(batches: int, fresh: bool) -> list:
         outs, caches = [], {}
@@ -157,7 +157,7 @@ def test_receiving_engine_reads_a_moving_group_from_its_old_engine(tmp_path, mon
     of the batch before, from the old engine's cache (same executor) or its durable
     changelog (any other executor), whether the old engine's task of the same batch has run
     yet or not; the result is the same and the old engine no longer owns the group."""
-    import streaming.engines as engines
+    import keyshift.streaming.engines as engines
 
     monkeypatch.setattr(engines, "cache_root", lambda _key: tmp_path / "cache")
     first = list(run_engine(_spec(tmp_path, 0), 0, _event_rows(30)))
@@ -198,7 +198,7 @@ def test_read_moved_trusts_only_the_reported_cache(tmp_path) -> None:
 def test_engine_task_separates_the_wait_for_input_from_its_work(tmp_path, monkeypatch) -> None:
     """Lat counts engine work only: rows that arrive late (a shuffle fetch) are waited for,
     and that wait is recorded apart from the task's duration."""
-    import streaming.engines as engines
+    import keyshift.streaming.engines as engines
 
     monkeypatch.setattr(engines, "cache_root", lambda _key: tmp_path / "cache")
 
@@ -222,8 +222,8 @@ def test_arrow_engine_reads_and_writes_the_stage_schemas(tmp_path, monkeypatch) 
     tuple path out, as Arrow batches of exactly ENGINE_OUTPUT."""
     import pyarrow as pa
 
-    import streaming.engines as engines
-    from streaming.engines import (
+    import keyshift.streaming.engines as engines
+    from keyshift.streaming.engines import (
         ENGINE_INPUT,
         ENGINE_OUTPUT,
         _arrow_schema,

@@ -22,7 +22,7 @@ CASES = {
 
 
 def test_replay_real_data(spark, platform_config, shared_data) -> None:
-    from streaming.producer import connect, replay
+    from keyshift.streaming.producer import connect, replay
 
     cfg = job_config(platform_config, theta=10.0)
     jobs, inputs = {}, {}

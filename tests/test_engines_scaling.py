@@ -49,7 +49,7 @@ def register_champions(cfg) -> dict:
     minutes, and a per-tuple latency of a fixed 2 ms per window plus 15 µs per tuple. A GP
     trained on a history that varies learns to follow the recent windows (one trained on a
     flat history takes a ramp for noise). Both models take the alias 'champion'."""
-    from models.training import train_and_register
+    from keyshift.models.training import train_and_register
 
     rng = np.random.default_rng(0)
     n, spacing = 48, 15.0
@@ -68,7 +68,7 @@ def register_champions(cfg) -> dict:
 
 
 def start(spark, cfg, topic: str, max_offsets: int, run_id: str | None = None):
-    from streaming.job import JobOptions, StreamJob
+    from keyshift.streaming.job import JobOptions, StreamJob
 
     job = StreamJob(spark, cfg, JobOptions(
         app="wordcount", policy="dlb-h", topic=topic, engines=2, app_params=PARAMS,

@@ -17,7 +17,7 @@ from engines_support import (
     table_rows,
 )
 
-from streaming.engine_state import DurableState
+from keyshift.streaming.engine_state import DurableState
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -9,8 +9,8 @@ from engines_support import MemoryControlLog
 
 from keyshift.config import load_config
 from keyshift.plan import Plan
-from streaming.controller import Controller, ControllerError, policy_params
-from streaming.migration import Migration
+from keyshift.streaming.controller import Controller, ControllerError, policy_params
+from keyshift.streaming.migration import Migration
 
 
 def test_migration_between_plans_groups_moves_by_engine() -> None:

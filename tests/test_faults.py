@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 @pytest.fixture()
 def own_broker(tmp_path, spark_config):
-    from streaming.broker import Broker, free_port
+    from keyshift.streaming.broker import Broker, free_port
 
     port = free_port()
     controller = free_port()
@@ -110,7 +110,7 @@ def test_broker_down_mid_run_is_said_and_loses_nothing(own_broker, spark) -> Non
 def test_sigkill_at_random_points_of_a_batch_then_restart_gives_the_reference(
         spark, platform_config, tmp_path) -> None:
     """Ten kill points drawn at random (seed printed; KEYSHIFT_FAULT_SEED replays one), each
-    a phase of a batch (streaming.faults), hit one after the other by restarts of the same
+    a phase of a batch (keyshift.streaming.faults), hit one after the other by restarts of the same
     run: DLB-H with migrations on a skew that shifts, so kills land before, during and after
     engines, migrations, the controller and the writes. The restarted run ends with every
     record once and exactly the complex events of one uninterrupted operator."""
@@ -118,7 +118,7 @@ def test_sigkill_at_random_points_of_a_batch_then_restart_gives_the_reference(
 
     from engines_support import job_config, outputs, reference
 
-    from streaming.faults import ENV, PHASES
+    from keyshift.streaming.faults import ENV, PHASES
 
     seed = int(os.environ.get("KEYSHIFT_FAULT_SEED", random.SystemRandom().randrange(10**6)))
     print(f"kill points drawn with KEYSHIFT_FAULT_SEED={seed}")

@@ -13,7 +13,7 @@ would fail the Spark task, its retries and then the query: a stuck job).
 The Spark part is one session for the module and one Spark job per operator for all the
 generated records (drawn with hypothesis from a printed seed: ``KEYSHIFT_FUZZ_SEED`` replays
 a run, ``KEYSHIFT_FUZZ_EVENTS`` draws more); the engine part without Spark runs hypothesis
-directly on :func:`streaming.engines.run_engine`.
+directly on :func:`keyshift.streaming.engines.run_engine`.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from test_fuzz_commands import _mutated, json_values
 from keyshift.apps import SHIPPED, event_schema
 from keyshift.groups import group_of
 from keyshift.schemas import MAX_EVENT_BYTES, Column
-from streaming.engines import (
+from keyshift.streaming.engines import (
     DEAD,
     ENGINE_OUTPUT,
     LOAD,
@@ -250,9 +250,9 @@ def test_every_record_is_valid_or_has_its_reason_and_no_engine_task_fails(spark,
                                                                            app):
     from pyspark.sql import functions as F
 
-    from streaming.engines import arrow_engine
-    from streaming.ingest import classify
-    from streaming.job import StreamJob
+    from keyshift.streaming.engines import arrow_engine
+    from keyshift.streaming.ingest import classify
+    from keyshift.streaming.job import StreamJob
 
     drawn = draw_records(app, COUNT, SEED)
     where = f"(KEYSHIFT_FUZZ_SEED={SEED})"

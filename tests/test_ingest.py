@@ -29,7 +29,7 @@ def _kafka_frame(spark, values: list[bytes | None]):
 
 
 def _ingest_job(spark, cfg, run_id: str, topic: str, policy: str = "kg", **over):
-    from streaming.job import JobOptions, StreamJob
+    from keyshift.streaming.job import JobOptions, StreamJob
 
     opts = {"engines": 4, "max_offsets_per_trigger": 150, "available_now": True, **over}
     return StreamJob(spark, cfg, JobOptions(app="wordcount", policy=policy, run_id=run_id,
@@ -59,7 +59,7 @@ def _batches(job) -> dict[int, dict]:
 def _assert_one_latency_meaning(spark, cfg, job) -> None:
     """``metrics.latency_s`` = engine work seconds per tuple, from the same task records
     as ``keyshift run`` (here the counting tasks), one task per engine slot."""
-    from streaming.engines import work_seconds
+    from keyshift.streaming.engines import work_seconds
 
     batches = _batches(job)
     for m in table_rows(spark, cfg, "metrics", job.run_id):
@@ -71,7 +71,7 @@ def _assert_one_latency_meaning(spark, cfg, job) -> None:
 
 
 def _produce(cfg, topic, count, malformed=0, seed=0):
-    from streaming.producer import connect, produce
+    from keyshift.streaming.producer import connect, produce
 
     gen = make_generator("wordcount", seed=seed, producer_id=f"p{seed}")
     return produce(connect(cfg.kafka.bootstrap), topic, gen, rate=50_000, count=count,
@@ -89,7 +89,7 @@ def test_spark_group_expression_equals_python_on_real_keys(spark, shared_data):
 
 
 def test_classify_gives_each_bad_record_its_reason(spark):
-    from streaming.ingest import classify
+    from keyshift.streaming.ingest import classify
 
     good = {"id": "a", "key": "k", "ts": 5, "word": "w"}
     values = [
@@ -116,8 +116,8 @@ def test_classify_gives_each_bad_record_its_reason(spark):
 def test_ingest_batch_is_idempotent_and_groups_as_python_does(spark, spark_config):
     """A batch replayed after a crash writes nothing twice; its key loads are Python's groups
     through the KG plan (no Kafka: the job's batch function on a static frame)."""
-    from streaming.job import TABLES_WRITTEN
-    from streaming.delta import ensure_tables
+    from keyshift.streaming.job import TABLES_WRITTEN
+    from keyshift.lakehouse.delta import ensure_tables
 
     cfg = spark_config
     run = f"idem-{uuid.uuid4().hex[:6]}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from keyshift.cli import main
-from streaming.broker import free_port
+from keyshift.streaming.broker import free_port
 
 
 @pytest.mark.parametrize("argv, field", [
@@ -28,7 +28,7 @@ def test_stream_options_are_the_jobs_ingest_mode():
     import argparse
 
     from keyshift.config import load_config
-    from streaming.commands.stream import ingest_options, register
+    from keyshift.streaming.commands.stream import ingest_options, register
 
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers())

@@ -13,8 +13,8 @@ from datetime import UTC, date, datetime
 import numpy as np
 import pytest
 
-from jobs.baseline_partitions import compute_baselines
-from jobs.history import (
+from keyshift.jobs.baseline_partitions import compute_baselines
+from keyshift.jobs.history import (
     DayRange,
     HistoryError,
     LoadHistory,
@@ -24,7 +24,7 @@ from jobs.history import (
     range_from_args,
     synthetic_frames,
 )
-from jobs.retrain_models import TrackingStoreError, check_tracking_store
+from keyshift.jobs.retrain_models import TrackingStoreError, check_tracking_store
 from keyshift.config import load_config
 from keyshift.metrics import rstd
 from keyshift.plan import Plan
@@ -151,7 +151,7 @@ def test_unwritable_sqlite_tracking_store_is_reported(tmp_path) -> None:
 
 
 def test_retrain_job_checks_the_store_before_touching_spark(monkeypatch) -> None:
-    from jobs import retrain_models
+    from keyshift.jobs import retrain_models
 
     cfg = load_config(env={"KEYSHIFT_MLFLOW__TRACKING_URI": f"http://127.0.0.1:{_free_port()}"})
     with pytest.raises(TrackingStoreError):
@@ -162,7 +162,7 @@ def test_retrain_job_checks_the_store_before_touching_spark(monkeypatch) -> None
 def test_history_error_is_a_clear_failure_not_a_skip() -> None:
     from airflow.sdk.exceptions import AirflowFailException
 
-    from jobs.airflow_tasks import _run
+    from keyshift.jobs.airflow_tasks import _run
 
     def missing():
         raise HistoryError("metrics: no Delta table at /x")
@@ -174,7 +174,7 @@ def test_history_error_is_a_clear_failure_not_a_skip() -> None:
 def test_skipped_result_becomes_an_airflow_skip_with_the_reason() -> None:
     from airflow.sdk.exceptions import AirflowSkipException
 
-    from jobs.airflow_tasks import _run
+    from keyshift.jobs.airflow_tasks import _run
 
     with pytest.raises(AirflowSkipException, match="nothing to train on"):
         _run("retrain_models", lambda: {"status": "skipped", "reason": "nothing to train on"})
@@ -182,7 +182,7 @@ def test_skipped_result_becomes_an_airflow_skip_with_the_reason() -> None:
 
 
 def test_transient_errors_are_left_to_the_retries() -> None:
-    from jobs.airflow_tasks import _run
+    from keyshift.jobs.airflow_tasks import _run
 
     def down():
         raise TrackingStoreError("mlflow.tracking_uri: cannot reach")
@@ -194,7 +194,7 @@ def test_transient_errors_are_left_to_the_retries() -> None:
 def test_nightly_range_covers_the_days_before_the_run() -> None:
     from airflow.sdk.exceptions import AirflowFailException
 
-    from jobs.airflow_tasks import nightly_range
+    from keyshift.jobs.airflow_tasks import nightly_range
 
     run = datetime(2026, 11, 26, 2, 0, tzinfo=UTC)
     assert str(nightly_range(run, 3)) == "2026-11-23..2026-11-25"
@@ -204,7 +204,7 @@ def test_nightly_range_covers_the_days_before_the_run() -> None:
 
 
 def test_report_line_names_policies_and_rstd() -> None:
-    from jobs.airflow_tasks import report
+    from keyshift.jobs.airflow_tasks import report
 
     line = report({
         "job": "baseline_partitions", "range": "2026-11-01..2026-11-02", "engines": 4,
@@ -216,7 +216,7 @@ def test_report_line_names_policies_and_rstd() -> None:
 
 
 def test_airflow_env_points_at_the_repo_dags_and_a_local_sqlite(tmp_path) -> None:
-    from jobs.commands.airflow import airflow_env, dags_folder
+    from keyshift.jobs.commands.airflow import airflow_env, dags_folder
 
     cfg = load_config(env={"KEYSHIFT_HOME": str(tmp_path)})
     env = airflow_env(cfg, port=18080)
@@ -262,7 +262,7 @@ def test_clb_baseline_is_reported_on_the_history_it_was_computed_on() -> None:
 
 
 def test_retrain_rejects_an_unknown_kernel_naming_the_field() -> None:
-    from jobs import retrain_models
+    from keyshift.jobs import retrain_models
 
     with pytest.raises(ValueError, match="kernel: 'rbf' is not one of auto"):
         retrain_models.run(load_config(env={}), DayRange.parse("2026-11-01", "2026-11-02"),
@@ -283,7 +283,7 @@ def test_cli_missing_history_is_one_line_exit_1(tmp_path) -> None:
 
 
 def test_report_line_for_a_retrain_names_versions_and_the_champion_decision() -> None:
-    from jobs.airflow_tasks import report
+    from keyshift.jobs.airflow_tasks import report
 
     line = report({
         "job": "retrain_models", "range": "2026-11-22..2026-11-24", "windows": 432,

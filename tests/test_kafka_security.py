@@ -22,7 +22,7 @@ import pytest
 from keyshift.cli import main
 from keyshift.config import load_config
 from keyshift.errors import ConfigError
-from streaming.broker import (
+from keyshift.streaming.broker import (
     Broker,
     BrokerError,
     client_options,
@@ -155,8 +155,8 @@ def _env(cfg, broker: Broker, password: str) -> dict[str, str]:
 @pytest.mark.slow
 def test_job_on_a_sasl_plain_broker_and_wrong_credentials_fail_fast(tmp_path):
     from keyshift.workloads.events import make_generator
-    from streaming.broker import create_topic, free_port
-    from streaming.producer import connect, produce
+    from keyshift.streaming.broker import create_topic, free_port
+    from keyshift.streaming.producer import connect, produce
 
     os.environ.setdefault("KEYSHIFT_CACHE", str(ROOT / ".keyshift" / "cache"))
     port, controller = free_port(), free_port()

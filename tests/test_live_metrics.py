@@ -1,4 +1,4 @@
-"""Live metrics of a running job (streaming.live_metrics): what each report does to the series,
+"""Live metrics of a running job (keyshift.streaming.live_metrics): what each report does to the series,
 the Kafka lag from Spark's progress, the shared endpoint, and (integration) a real Prometheus
 server that scrapes a running job and answers with the events the job processed."""
 
@@ -20,7 +20,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from keyshift.config import load_config
-from streaming.live_metrics import (
+from keyshift.streaming.live_metrics import (
     METRICS,
     Families,
     LiveMetrics,
@@ -33,7 +33,7 @@ from streaming.live_metrics import (
 
 
 @dataclass
-class Report:  # the fields of streaming.job.BatchReport
+class Report:  # the fields of keyshift.streaming.job.BatchReport
     batch_id: int = 0
     events: int = 100
     dead_letter: int = 2
@@ -296,8 +296,8 @@ def _wait_for_value(base: str, promql: str, expected: float, timeout_s: float = 
 def test_a_real_prometheus_scrapes_a_running_job(spark, platform_config, prometheus) -> None:
     from engines_support import job_config, new_topic, produce_events
 
-    from streaming.commands.run import start_job
-    from streaming.job import JobOptions
+    from keyshift.streaming.commands.run import start_job
+    from keyshift.streaming.job import JobOptions
 
     port = _free_port()
     cfg = job_config(platform_config).model_copy(update={"metrics": platform_config.metrics

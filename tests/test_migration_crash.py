@@ -34,7 +34,7 @@ def _start(cfg, run_id: str, topic: str, log: Path, max_offsets: int = 300,
            extra_env: dict[str, str] | None = None) -> subprocess.Popen:
     env = job_env(cfg, **(extra_env or {}))
     return subprocess.Popen(
-        [sys.executable, "-m", "streaming.commands.run", "--app", "wordcount", "--policy", "dlb-h",
+        [sys.executable, "-m", "keyshift.streaming.commands.run", "--app", "wordcount", "--policy", "dlb-h",
          "--run-id", run_id, "--topic", topic, "--engines", "4", "--max-offsets", str(max_offsets),
          "--params", PARAMS],
         cwd=ROOT, env=env, stdout=open(log, "ab"), stderr=subprocess.STDOUT,

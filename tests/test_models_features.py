@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from models.features import (
+from keyshift.models.features import (
     FeatureError,
     build_features,
     latency_features,

@@ -28,14 +28,14 @@ def test_unknown_forecaster_names_the_field():
 
 
 def test_online_updates_match_a_fresh_posterior_on_the_same_rows():
-    """The Cholesky factor extended row by row (models.gp._OnlinePosterior) gives the
+    """The Cholesky factor extended row by row (keyshift.models.gp._OnlinePosterior) gives the
     posterior GPyTorch computes from scratch on the same rows and hyper-parameters, also
     across the trim back to max_train."""
     import gpytorch
     import torch
 
-    from models.features import rate_features
-    from models.gp import _MAX_CHOLESKY, _ONLINE_SLACK, InputRateGP
+    from keyshift.models.features import rate_features
+    from keyshift.models.gp import _MAX_CHOLESKY, _ONLINE_SLACK, InputRateGP
 
     rng = np.random.default_rng(1)
     t = np.arange(200 + _ONLINE_SLACK + 20) * 1800.0
@@ -74,8 +74,8 @@ def test_online_factor_grows_past_its_buffer():
     import gpytorch
     import torch
 
-    from models.features import rate_features
-    from models.gp import _MAX_CHOLESKY, _ONLINE_SLACK, InputRateGP
+    from keyshift.models.features import rate_features
+    from keyshift.models.gp import _MAX_CHOLESKY, _ONLINE_SLACK, InputRateGP
 
     rng = np.random.default_rng(2)
     n = 20 + _ONLINE_SLACK + 30

@@ -41,14 +41,14 @@ def test_a_registered_version_serves_in_a_fresh_venv_with_its_pins_only(tmp_path
     from test_models_registry import _metrics
 
     from keyshift.config import load_config
-    from models.features import (
+    from keyshift.models.features import (
         LATENCY_FEATURES,
         RATE_FEATURES,
         latency_features,
         rate_features,
     )
-    from models.registry import load_version, tracking
-    from models.training import train_and_register
+    from keyshift.models.registry import load_version, tracking
+    from keyshift.models.training import train_and_register
 
     cfg = load_config(env={}, home=str(tmp_path / "ks"),
                       mlflow={"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",

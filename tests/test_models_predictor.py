@@ -1,4 +1,4 @@
-"""The numpy predictor a registry version serves with (models.gp_predictor): the same
+"""The numpy predictor a registry version serves with (keyshift.models.gp_predictor): the same
 forecast as the GPyTorch forecaster it was exported from, for every kind of GP keyshift
 fits, with nothing but numpy — and a refusal, naming the field, of anything else."""
 
@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.features import latency_features, rate_features
-from models.gp import InputRateGP, LatencyGP
-from models.gp_predictor import GPPredictor, PredictorError
+from keyshift.models.features import latency_features, rate_features
+from keyshift.models.gp import InputRateGP, LatencyGP
+from keyshift.models.gp_predictor import GPPredictor, PredictorError
 
 ROOT = Path(__file__).resolve().parents[1]
 T0 = 1_700_000_000.0

@@ -9,10 +9,10 @@ import pandas as pd
 import pytest
 
 from keyshift.config import load_config
-from models.gp import KERNELS
-from models.features import latency_features, rate_features
-from models.registry import RegistryError, load_champion, load_version, tracking
-from models.training import train_and_register
+from keyshift.models.gp import KERNELS
+from keyshift.models.features import latency_features, rate_features
+from keyshift.models.registry import RegistryError, load_champion, load_version, tracking
+from keyshift.models.training import train_and_register
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.review import DeltaSource, held_out_figures, plot_path, version_description
+from keyshift.models.review import DeltaSource, held_out_figures, plot_path, version_description
 
 T0 = 1_764_547_200.0  # 2025-12-01 00:00 UTC
 
@@ -74,7 +74,7 @@ def _training_input(client, run_id: str):
 def test_a_training_run_logs_plots_lineage_and_a_version_description(tmp_path) -> None:
     from test_models_registry import _metrics
 
-    from models.training import train_and_register
+    from keyshift.models.training import train_and_register
 
     cfg = _cfg(tmp_path)
     source = DeltaSource("metrics", str(tmp_path / "wh" / "metrics"), 7)
@@ -102,8 +102,8 @@ def test_the_retrain_job_logs_the_delta_version_it_read(spark, spark_config,
                                                         tmp_path) -> None:
     """Two writes make version 1 of ``metrics`` (create, then the history); the job reads
     it pinned, and a later append does not change what the run says it trained on."""
-    from jobs import retrain_models
-    from jobs.history import (
+    from keyshift.jobs import retrain_models
+    from keyshift.jobs.history import (
         DayRange,
         SyntheticHistory,
         read_pinned,

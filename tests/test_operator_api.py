@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from examples import sessions
-from examples.sessions import SPEC, SessionOperator, generate
+from keyshift.examples import sessions
+from keyshift.examples.sessions import SPEC, SessionOperator, generate
 from keyshift.apps import (
     OPERATOR_API_VERSION,
     SHIPPED,
@@ -267,9 +267,9 @@ def test_an_unknown_name_lists_the_choices_and_is_a_key_error() -> None:
 
 
 def test_a_dotted_name_without_colon_gets_a_hint() -> None:
-    with pytest.raises(UnknownOperatorError, match=r"did you mean examples\.sessions:"
+    with pytest.raises(UnknownOperatorError, match=r"did you mean keyshift\.examples\.sessions:"
                                                    r"SessionOperator\?$"):
-        resolve_operator("examples.sessions.SessionOperator")
+        resolve_operator("keyshift.examples.sessions.SessionOperator")
 
 
 @pytest.mark.parametrize("spec", ["", "  ", None])

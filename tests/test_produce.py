@@ -9,7 +9,7 @@ import pytest
 
 from keyshift.cli import main
 from keyshift.workloads import make_generator
-from streaming.producer import ProducerError, TokenBucket, _bad_slots, connect, produce, replay
+from keyshift.streaming.producer import ProducerError, TokenBucket, _bad_slots, connect, produce, replay
 
 
 class FakeClock:
@@ -63,7 +63,7 @@ def test_cli_bad_input_exits_2_naming_the_option(argv, field, capsys, tmp_path, 
 
 
 def test_broker_down_is_a_clear_error_not_a_hang(capsys, tmp_path, monkeypatch):
-    from streaming.broker import free_port
+    from keyshift.streaming.broker import free_port
 
     port = free_port()
     with pytest.raises(ProducerError, match="no Kafka broker answers"):

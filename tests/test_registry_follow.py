@@ -15,8 +15,8 @@ from test_scaling_adapters import T0, Clock, config, run_windows, train_gps
 
 from keyshift.control import WindowSample
 from keyshift.errors import ConfigError
-from streaming.controller import Controller
-from streaming.scaling import ChampionForecast, JobForecaster
+from keyshift.streaming.controller import Controller
+from keyshift.streaming.scaling import ChampionForecast, JobForecaster
 
 K = 3  # planner.registry_check_windows of these tests: checks before windows 3, 6, 9, ...
 
@@ -208,8 +208,8 @@ def test_the_check_cadence_is_validated() -> None:
 def test_catching_up_at_once_forecasts_like_window_by_window() -> None:
     """A newly loaded champion is conditioned on the run's windows in one step; the GPs
     must end where one update per window (the running job's way) ends."""
-    from models.gp import GPForecaster
-    from models.registry import Forecaster
+    from keyshift.models.gp import GPForecaster
+    from keyshift.models.registry import Forecaster
 
     stored = train_gps()
 

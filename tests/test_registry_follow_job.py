@@ -25,7 +25,7 @@ def new_champion_versions(cfg) -> tuple[str, str]:
     version does)."""
     from mlflow import MlflowClient
 
-    from models.registry import tracking
+    from keyshift.models.registry import tracking
 
     versions = []
     with tracking(cfg):

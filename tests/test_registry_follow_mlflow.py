@@ -13,7 +13,7 @@ import pytest
 from engines_support import MemoryControlLog
 from test_scaling_adapters import Clock, config, run_windows, synthetic_metrics
 
-from streaming.controller import Controller
+from keyshift.streaming.controller import Controller
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -30,7 +30,7 @@ def settings(tmp_path: Path, uri: str | None = None):
 
 def register(cfg, tmp_path: Path) -> set[Path]:
     """One nightly retrain (a new version of both models); the files of its stored GPs."""
-    from models.training import train_and_register
+    from keyshift.models.training import train_and_register
 
     before = set((tmp_path / "artifacts").rglob("gp/*"))
     out = train_and_register(synthetic_metrics(), cfg, min_rows=20, kernel="ard", iters=5)
@@ -41,7 +41,7 @@ def register(cfg, tmp_path: Path) -> set[Path]:
 def point_alias(cfg, rate: str, latency: str) -> None:
     from mlflow import MlflowClient
 
-    from models.registry import tracking
+    from keyshift.models.registry import tracking
 
     with tracking(cfg):
         client = MlflowClient()

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 import torch
 
-from models.features import rate_features
-from models.gp import STORED_FORMAT, GPForecaster, InputRateGP, ModelInputError
+from keyshift.models.features import rate_features
+from keyshift.models.gp import STORED_FORMAT, GPForecaster, InputRateGP, ModelInputError
 
 
 class Payload:
@@ -109,8 +109,8 @@ def test_registry_refuses_a_crafted_artifact_without_running_it(tmp_path):
     import pandas as pd
 
     from keyshift.config import load_config
-    from models.registry import RegistryError, load_champion
-    from models.training import train_and_register
+    from keyshift.models.registry import RegistryError, load_champion
+    from keyshift.models.training import train_and_register
 
     cfg = load_config(env={}, home=str(tmp_path / "ks"),
                       mlflow={"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",

@@ -55,7 +55,7 @@ def test_run_on_a_cluster_survives_a_killed_worker(spark, platform_config, spark
     run_id = "cluster-run"
     log = tmp_path / "run.log"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streaming.commands.run", "--app", "wordcount", "--policy", "dlb-h",
+        [sys.executable, "-m", "keyshift.streaming.commands.run", "--app", "wordcount", "--policy", "dlb-h",
          "--run-id", run_id, "--topic", topic, "--engines", "4",
          "--max-offsets", str(PER_BATCH), "--params", json.dumps(PARAMS),
          "--available-now", "--json"],

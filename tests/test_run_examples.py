@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from engines_support import new_topic, outputs, reference, table_rows
 
-from examples.sessions import SPEC, generate
+from keyshift.examples.sessions import SPEC, generate
 from keyshift.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,7 +22,7 @@ PARAMS = {"gap_s": 2.0, "alert_amount": 100.0}
 
 
 def _send(bootstrap: str, topic: str, events: list[dict], extra: list[bytes] = ()) -> None:
-    from streaming.producer import connect
+    from keyshift.streaming.producer import connect
 
     producer = connect(bootstrap)
     for e in events:
@@ -81,7 +81,7 @@ def test_own_operator_runs_end_to_end_and_matches_the_reference(spark, platform_
     ("argv", "field"),
     [
         (["--app", "no.such.module:Op"], "--app"),
-        (["--app", "examples.sessions:Nope"], "--app"),
+        (["--app", "keyshift.examples.sessions:Nope"], "--app"),
         (["--app", "wordcount", "--params", "[1]"], "--params"),
         (["--app", "wordcount", "--params", '{"nope": 1}'], "--app"),
         (["--app", "wordcount", "--policy", "nope"], "--policy"),
@@ -98,7 +98,7 @@ def test_bad_options_exit_2_with_one_line(argv, field, capsys, ks_home) -> None:
 
 
 def test_a_broker_that_is_down_is_one_line(capsys, ks_home, monkeypatch) -> None:
-    from streaming.broker import free_port
+    from keyshift.streaming.broker import free_port
 
     monkeypatch.setenv("KEYSHIFT_KAFKA__PORT", str(free_port()))
     assert main(["run", "--app", "wordcount", "--topic", "t"]) == 2

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from streaming import logs
-from streaming.logs import failure_line
+from keyshift.lakehouse import logs
+from keyshift.lakehouse.logs import failure_line
 
 ROOT = Path(__file__).resolve().parents[1]
 STACK = re.compile(r"^\s+at (org\.apache|java\.|py4j\.)|^Traceback \(most recent call last\)",
@@ -122,7 +122,7 @@ def test_bad_input_and_a_terminal_log_keep_their_own_manners(quiet_log: Path) ->
 
 
 _OPERATOR = '''
-from examples.sessions import SessionOperator
+from keyshift.examples.sessions import SessionOperator
 
 
 class Boom(SessionOperator):
@@ -139,8 +139,8 @@ def test_a_failing_run_is_one_line_by_default_and_spark_log_with_v(
         platform_config, tmp_path: Path) -> None:
     from engines_support import new_topic
 
-    from examples.sessions import generate
-    from streaming.producer import connect
+    from keyshift.examples.sessions import generate
+    from keyshift.streaming.producer import connect
 
     cfg = platform_config
     (tmp_path / "ops").mkdir()

@@ -13,8 +13,8 @@ from keyshift.config import load_config
 from keyshift.control import MIN_FALLBACK_WINDOWS, WindowSample, fallback_forecast
 from keyshift.control import scale_plan as realize
 from keyshift.plan import Plan
-from streaming.controller import Controller
-from streaming.scaling import ChampionForecast, JobForecaster, load_champions
+from keyshift.streaming.controller import Controller
+from keyshift.streaming.scaling import ChampionForecast, JobForecaster, load_champions
 
 WINDOW_S = 10.0
 T0 = 1_764_000_000.0  # a fixed epoch second: runs are reproducible
@@ -43,8 +43,8 @@ def trained() -> tuple[bytes, bytes]:
 
 def train_gps() -> tuple[bytes, bytes]:
     """Both GPs trained through models/ (features from the one builder), as stored."""
-    from models.features import build_features
-    from models.gp import InputRateGP, LatencyGP
+    from keyshift.models.features import build_features
+    from keyshift.models.gp import InputRateGP, LatencyGP
 
     X_r, y_r, X_l, y_l = build_features(synthetic_metrics())
     rate = InputRateGP(kernel="ard", iters=15).fit(X_r, y_r)
@@ -55,8 +55,8 @@ def train_gps() -> tuple[bytes, bytes]:
 @pytest.fixture()
 def champion(trained) -> ChampionForecast:
     """A fresh copy per test (online observations change a served model)."""
-    from models.gp import GPForecaster
-    from models.registry import Forecaster
+    from keyshift.models.gp import GPForecaster
+    from keyshift.models.registry import Forecaster
 
     rate, lat = (GPForecaster.from_bytes(b) for b in trained)
     return ChampionForecast(Forecaster(rate, "keyshift-input-rate", "1"),
@@ -280,7 +280,7 @@ def test_recovery_from_rows_decides_like_the_uninterrupted_run(tmp_path, reserve
 
 
 def _no_registry(cfg):
-    from models.registry import RegistryError
+    from keyshift.models.registry import RegistryError
 
     raise RegistryError("no registered model 'keyshift-input-rate' (test)")
 
@@ -315,8 +315,8 @@ def test_load_champions_reports_a_missing_alias(tmp_path) -> None:
     """A real MLflow SQLite store: models registered by the nightly job, alias removed."""
     from mlflow import MlflowClient
 
-    from models.registry import RegistryError, tracking
-    from models.training import train_and_register
+    from keyshift.models.registry import RegistryError, tracking
+    from keyshift.models.training import train_and_register
 
     cfg = config(tmp_path)
     summary = train_and_register(synthetic_metrics(), cfg, min_rows=20, kernel="ard", iters=5)

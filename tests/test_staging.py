@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from streaming.staging import BOOKKEEPING, StagedAppends, arrow_type, stage_uri, write_staged
+from keyshift.streaming.staging import BOOKKEEPING, StagedAppends, arrow_type, stage_uri, write_staged
 
 NOW = datetime(2026, 11, 26, 12, 0, 0, 123456, tzinfo=UTC)
 
@@ -118,7 +118,7 @@ def test_staged_rows_read_back_as_the_contract(spark, tmp_path) -> None:
 @pytest.mark.integration
 def test_each_batch_lands_once_across_a_crash_between_commit_and_delete(
         spark, spark_config, tmp_path) -> None:
-    from streaming.delta import RunAppends, ensure_tables
+    from keyshift.lakehouse.delta import RunAppends, ensure_tables
 
     cfg = spark_config.model_copy(update={"warehouse": spark_config.warehouse.model_copy(
         update={"root": str(tmp_path / "wh")})})
@@ -186,8 +186,8 @@ def test_plans_are_staged_under_their_own_key(spark, spark_config, tmp_path) -> 
     import numpy as np
 
     from keyshift.plan import Plan
-    from streaming.control_store import ControlLog
-    from streaming.delta import RunAppends, ensure_tables
+    from keyshift.streaming.control_store import ControlLog
+    from keyshift.lakehouse.delta import RunAppends, ensure_tables
 
     cfg = spark_config.model_copy(update={"warehouse": spark_config.warehouse.model_copy(
         update={"root": str(tmp_path / "wh")})})

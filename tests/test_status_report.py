@@ -1,6 +1,6 @@
 """``keyshift status`` and ``keyshift report RUN_ID`` on a warehouse written the way a job
-writes it, without running one: Delta rows through ``streaming.delta``, a live run's
-uncommitted rows staged through ``streaming.staging``, its ``_runs/<run>/started`` marker.
+writes it, without running one: Delta rows through ``keyshift.lakehouse.delta``, a live run's
+uncommitted rows staged through ``keyshift.streaming.staging``, its ``_runs/<run>/started`` marker.
 
 Runs: ``old`` (wordcount, 6 batches two hours ago, a migration and a rebalance), ``live``
 (traffic, batches 0-3 in Delta and 4-5 only staged, batch 3 staged as well, as when the job
@@ -50,9 +50,9 @@ def _out(run: str, app: str) -> dict:
 def warehouse(spark, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The config file of a home whose warehouse holds the three runs."""
     from keyshift.config import load_config
-    from streaming.delta import append_rows
-    from streaming.staging import stage_rows
-    from streaming.storage import write_atomically
+    from keyshift.lakehouse.delta import append_rows
+    from keyshift.streaming.staging import stage_rows
+    from keyshift.lakehouse.storage import write_atomically
 
     home = tmp_path_factory.mktemp("status")
     conf = home / "keyshift.toml"

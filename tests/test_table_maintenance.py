@@ -33,9 +33,9 @@ from airflow.dag_processing.dagbag import DagBag
 from airflow.utils.session import create_session
 from delta.tables import DeltaTable
 from keyshift.config import load_config
-from jobs.table_maintenance import maintain_table
-from streaming.delta import append_rows
-from streaming.session import get_spark
+from keyshift.jobs.table_maintenance import maintain_table
+from keyshift.lakehouse.delta import append_rows
+from keyshift.lakehouse.session import get_spark
 
 bag = DagBag(dag_folder=sys.argv[1])
 assert not bag.import_errors, bag.import_errors
@@ -155,7 +155,7 @@ def test_retention_below_deltas_floor_is_refused_naming_the_key() -> None:
 
 
 def test_unknown_tables_are_refused_before_spark_starts() -> None:
-    from jobs.table_maintenance import parse_tables
+    from keyshift.jobs.table_maintenance import parse_tables
 
     assert parse_tables(None) == parse_tables("") == parse_tables(" , ")
     assert "metrics" in parse_tables(None)
@@ -165,7 +165,7 @@ def test_unknown_tables_are_refused_before_spark_starts() -> None:
 
 
 def test_by_hand_a_short_retention_is_refused_with_status_2(capsys: pytest.CaptureFixture) -> None:
-    from jobs.table_maintenance import main
+    from keyshift.jobs.table_maintenance import main
 
     assert main(["--retention-hours", "1"]) == 2
     err = capsys.readouterr().err.strip()

@@ -31,7 +31,7 @@ def test_first_batch_of_a_process_is_written_once_later_ones_blind(spark, spark_
                                                                    tmp_path) -> None:
     from datetime import UTC, datetime
 
-    from streaming.delta import RunAppends, ensure_tables
+    from keyshift.lakehouse.delta import RunAppends, ensure_tables
 
     cfg = spark_config.model_copy(update={"warehouse": spark_config.warehouse.model_copy(
         update={"root": str(tmp_path / "wh")})})

@@ -38,7 +38,7 @@ HEALTH_PATH = "/api/v2/monitor/health"
 
 def dags_folder() -> Path:
     """The repository's ``dags/`` (the package is installed editable from the repo)."""
-    import jobs
+    from keyshift import jobs
 
     return Path(jobs.__file__).resolve().parents[1] / "dags"
 

@@ -13,13 +13,13 @@ from datetime import UTC, datetime, timedelta
 
 from keyshift.cli import add_log_options
 from keyshift.config import load_config
-from streaming.logs import one_line_failure
+from keyshift.lakehouse.logs import one_line_failure
 
 SUMMARY = "run a nightly batch job by hand (retrain, plans, upkeep)"
 
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    from jobs import baseline_partitions, retrain_models, table_maintenance
+    from keyshift.jobs import baseline_partitions, retrain_models, table_maintenance
 
     p = sub.add_parser("job", help=SUMMARY)
     jobs = p.add_subparsers(dest="job", metavar="JOB", required=True)
@@ -56,8 +56,8 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def _history(args: argparse.Namespace) -> dict:
-    from jobs.history import SyntheticHistory, parse_day, write_synthetic_history
-    from streaming.session import get_spark
+    from keyshift.jobs.history import SyntheticHistory, parse_day, write_synthetic_history
+    from keyshift.lakehouse.session import get_spark
 
     cfg = load_config(args.config)
     last = (parse_day(args.last, "to") if args.last
@@ -73,15 +73,15 @@ def _print_history(result: dict) -> None:
 
 
 def _history_errors() -> tuple[type[BaseException], ...]:
-    from jobs.history import HistoryError
+    from keyshift.jobs.history import HistoryError
 
     return (HistoryError,)
 
 
 @one_line_failure("job")
 def run(args: argparse.Namespace) -> int:
-    from jobs.report import run_job
-    from streaming.logs import configure_spark_logging, log_file
+    from keyshift.jobs.report import run_job
+    from keyshift.lakehouse.logs import configure_spark_logging, log_file
 
     cfg = load_config(args.config)  # ConfigError: the CLI's one-line message
     configure_spark_logging(log_file(cfg, f"job-{args.job}"), args.log_level)

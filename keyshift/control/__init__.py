@@ -4,7 +4,7 @@ collect (:class:`WindowStats`) → evaluate (:class:`Evaluation`) → decide (th
 the balancer, then the vetoes) → realize (a :class:`Realizer`, the store's new plan version)
 → record (:class:`ControlStore`: typed state, and the ``decisions`` audit log that is never
 read back). :meth:`ControlLoop.step` is the whole loop; the Spark job
-(``streaming.controller``), the simulator (``keyshift.elastic.sim_bridge``) and the elastic
+(``keyshift.streaming.controller``), the simulator (``keyshift.elastic.sim_bridge``) and the elastic
 replay (``keyshift.elastic.replay``) drive it through thin adapters. See docs/architecture.md.
 """
 

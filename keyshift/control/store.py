@@ -4,7 +4,7 @@ state. The ``decisions`` audit log is written through the store too, but only wr
 loop never reads it back, so its wording can change freely.
 
 Implementations: :class:`MemoryControlStore` here (simulator, replay, tests) and the Delta
-one of the Spark job (``streaming.control_store.ControlLog``, table ``control_state``).
+one of the Spark job (``keyshift.streaming.control_store.ControlLog``, table ``control_state``).
 """
 
 from __future__ import annotations

@@ -305,7 +305,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--series", default="all", choices=[*SERIES, "all"])
     g.add_argument("--forecaster", default="seasonal", choices=forecaster_names(),
                    help="seasonal: weekly cycle (daily if under two weeks of history); "
-                        "seasonal-daily: daily cycle; gp: models.gp InputRateGP")
+                        "seasonal-daily: daily cycle; gp: keyshift.models.gp InputRateGP")
     g.add_argument("--policies", default=",".join(POLICIES),
                    help=f"comma-separated subset of {', '.join(POLICIES)}")
     g.add_argument("--max-engines", type=int, default=16, help="K, the static maximum")

@@ -62,7 +62,7 @@ def _check(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from streaming.cluster import ClusterError
+    from keyshift.streaming.cluster import ClusterError
 
     cfg = load_config(args.config)
     folder = Path(args.dir) if args.dir else cfg.home_path / "spark-cluster"
@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _start(folder: Path, args: argparse.Namespace) -> int:
-    from streaming.cluster import ClusterError, LocalCluster
+    from keyshift.streaming.cluster import ClusterError, LocalCluster
 
     try:
         running = LocalCluster.load(folder)
@@ -108,7 +108,7 @@ def _start(folder: Path, args: argparse.Namespace) -> int:
 
 
 def _stop(folder: Path, as_json: bool) -> int:
-    from streaming.cluster import LocalCluster
+    from keyshift.streaming.cluster import LocalCluster
 
     if not (folder / "cluster.json").is_file():
         print(json.dumps({"stopped": False, "dir": str(folder)}) if as_json
@@ -127,7 +127,7 @@ def _stop(folder: Path, as_json: bool) -> int:
 
 
 def _status(folder: Path, as_json: bool) -> int:
-    from streaming.cluster import ClusterError, LocalCluster
+    from keyshift.streaming.cluster import ClusterError, LocalCluster
 
     cluster = LocalCluster.load(folder)
     st: dict = {"master_url": cluster.master_url, "ui_url": cluster.ui_url, "dir": str(folder),

@@ -19,8 +19,8 @@ from typing import Any
 
 from keyshift.cli import UsageError, add_log_options
 from keyshift.config import load_config
-from streaming.logs import one_line_failure
-from streaming.logs import say as say_line
+from keyshift.lakehouse.logs import one_line_failure
+from keyshift.lakehouse.logs import say as say_line
 
 SUMMARY = "see the balancer at work on a skewed stream, with a report"
 
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     skew = args.skew or f"zipf:0.2@0,1.5@{args.duration / 3:g}"
     run_id = time.strftime("demo-%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
 
-    from streaming.broker import Broker, BrokerError, client_options, create_topic
+    from keyshift.streaming.broker import Broker, BrokerError, client_options, create_topic
 
     broker = Broker.from_config(cfg)
     started_broker = False
@@ -114,8 +114,8 @@ def run(args: argparse.Namespace) -> int:
         except BrokerError as exc:
             raise UsageError(f"kafka: {exc}") from None
 
-        from streaming.commands.run import query_failed, start_job
-        from streaming.job import JobOptions
+        from keyshift.streaming.commands.run import query_failed, start_job
+        from keyshift.streaming.job import JobOptions
 
         say("starting Spark (first start resolves jars, later ones reuse the cache) ...")
         # the demo is `keyshift run` on its own topic, plus a producer and a report
@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
             return 1
         if "error" in produced and not interrupted:
             raise UsageError(f"producer: {produced['error']}")
-        from streaming.report import report_run
+        from keyshift.streaming.report import report_run
 
         summary = report_run(spark, cfg, run_id, job.run_dir, app, wall, job.totals.records, {
             "app": app, "policy": policy, "planner": cfg.planner.enabled,
@@ -170,8 +170,8 @@ def run(args: argparse.Namespace) -> int:
 def _produce(cfg, topic: str, app: str, skew: str, rate: float, duration: float,
              stop: threading.Event, out: dict) -> None:
     from keyshift.workloads.events import make_generator
-    from streaming.broker import client_options
-    from streaming.producer import connect, produce
+    from keyshift.streaming.broker import client_options
+    from keyshift.streaming.producer import connect, produce
 
     gen = make_generator(app, skew=skew, seed=0, producer_id=topic[-4:])
 

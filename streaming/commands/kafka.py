@@ -42,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from streaming.broker import Broker, BrokerError, client_options, create_topic
+    from keyshift.streaming.broker import Broker, BrokerError, client_options, create_topic
 
     cfg = load_config(args.config)  # ConfigError: the CLI's one-line message
     broker = Broker.from_config(cfg)
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
                      if broker.sasl_plain else ""))
             return 0
         if args.action == "fetch-jars":
-            from streaming.jars import JarResolutionError, spark_jars
+            from keyshift.lakehouse.jars import JarResolutionError, spark_jars
 
             try:
                 classpath = broker.jars()

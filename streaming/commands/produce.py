@@ -83,9 +83,9 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from keyshift.workloads import make_generator, replay_events
-    from streaming.broker import BrokerError, client_options, create_topic
-    from streaming.logs import configure_python_logging, log_file
-    from streaming.producer import ProducerError, connect, produce, replay
+    from keyshift.streaming.broker import BrokerError, client_options, create_topic
+    from keyshift.lakehouse.logs import configure_python_logging, log_file
+    from keyshift.streaming.producer import ProducerError, connect, produce, replay
 
     _validate(args)
     cfg = load_config(args.config)  # ConfigError: the CLI's one-line message

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from keyshift.cli import UsageError
 from keyshift.config import load_config
-from streaming.logs import one_line_failure
+from keyshift.lakehouse.logs import one_line_failure
 
 from .status import add_common
 
@@ -42,9 +42,9 @@ def run(args: argparse.Namespace) -> int:
     folder = Path(args.out).expanduser() if args.out else cfg.run_dir(args.run_id)
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"--out: {folder} is a file; give a folder for the report")
-    from streaming.delta import TableSchemaError
-    from streaming.report import report_run
-    from streaming.runs import RunLookupError, check_warehouse, find_run, open_spark
+    from keyshift.lakehouse.delta import TableSchemaError
+    from keyshift.streaming.report import report_run
+    from keyshift.streaming.runs import RunLookupError, check_warehouse, find_run, open_spark
 
     try:
         check_warehouse(cfg)

@@ -28,8 +28,8 @@ from typing import Any
 
 from keyshift.cli import UsageError, add_log_options
 from keyshift.config import load_config
-from streaming.logs import log_hint, one_line_failure
-from streaming.logs import say as say_line
+from keyshift.lakehouse.logs import log_hint, one_line_failure
+from keyshift.lakehouse.logs import say as say_line
 
 SUMMARY = "run your operator on a Kafka topic, kept balanced"
 
@@ -76,8 +76,8 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def options_from(args: argparse.Namespace, cfg) -> Any:
-    """Validated :class:`streaming.job.JobOptions` (a bad value: UsageError naming the flag)."""
-    from streaming.job import JobOptions
+    """Validated :class:`keyshift.streaming.job.JobOptions` (a bad value: UsageError naming the flag)."""
+    from keyshift.streaming.job import JobOptions
 
     policy = args.policy or cfg.controller.policy
     if policy not in POLICIES:
@@ -121,7 +121,7 @@ def _check_operator(app: str, params: dict) -> None:
 
 def check_topic(cfg, topic: str) -> None:
     """A broker that is down or a topic that is missing: one clear line, before Spark."""
-    from streaming.broker import BrokerError, client_options, metadata
+    from keyshift.streaming.broker import BrokerError, client_options, metadata
 
     try:
         meta = metadata(cfg.kafka.bootstrap, timeout_s=10, security=client_options(cfg.kafka))
@@ -146,15 +146,15 @@ def start_job(cfg, opts, log_level: str | None = None, say=None):
     """The speed layer's one way to start: Spark's log to the run's folder (or from
     ``log_level`` up to the terminal), the session, the job with a progress line per batch
     and live metrics (Prometheus on ``[metrics] host:port`` unless the port is 0,
-    :mod:`streaming.live_metrics`), the query. ``keyshift run`` and ``keyshift demo`` both
+    :mod:`keyshift.streaming.live_metrics`), the query. ``keyshift run`` and ``keyshift demo`` both
     use it."""
-    from streaming.live_metrics import live_metrics_for
-    from streaming.logs import configure_spark_logging, log_file, set_session_level
+    from keyshift.streaming.live_metrics import live_metrics_for
+    from keyshift.lakehouse.logs import configure_spark_logging, log_file, set_session_level
 
     say = say or say_line
     configure_spark_logging(log_file(cfg, "run", opts.run_id), log_level)
-    from streaming.job import StreamJob
-    from streaming.session import get_spark
+    from keyshift.streaming.job import StreamJob
+    from keyshift.lakehouse.session import get_spark
 
     spark = get_spark(cfg, app_name=f"keyshift-{opts.run_id}")
     set_session_level(spark, log_level)
@@ -248,7 +248,7 @@ def run(args: argparse.Namespace) -> int:
 def query_failed(error: str, run_id: str | None = None) -> str:
     """The one line a failed query leaves: its root cause, how to go on (resume the run, when
     it can be resumed), where the log is."""
-    from streaming.logs import failure_line
+    from keyshift.lakehouse.logs import failure_line
 
     resume = (f" Fix the cause and run again with --run-id {run_id} to resume from the failed "
               "batch." if run_id else "")
@@ -262,9 +262,9 @@ def data_lost(error: str) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m streaming.commands.run ARGS``: ``keyshift run`` without the CLI's plugin
+    """``python -m keyshift.streaming.commands.run ARGS``: ``keyshift run`` without the CLI's plugin
     loader (the crash and cluster tests start the job this way)."""
-    p = argparse.ArgumentParser(prog="python -m streaming.commands.run")
+    p = argparse.ArgumentParser(prog="python -m keyshift.streaming.commands.run")
     add_arguments(p)
     args = p.parse_args(argv)
     try:

@@ -4,8 +4,8 @@
     keyshift stream --run-id demo                  # again: continues from the checkpoint
     keyshift stream --app mypkg.ops:Sessions --policy lptf   # route by the batch layer's plan
 
-The same job as ``keyshift run`` (:class:`streaming.job.StreamJob`, started by
-:func:`streaming.commands.run.start_job`) with ``ingest_only``: Kafka records are validated
+The same job as ``keyshift run`` (:class:`keyshift.streaming.job.StreamJob`, started by
+:func:`keyshift.streaming.commands.run.start_job`) with ``ingest_only``: Kafka records are validated
 (bad ones to ``dead_letter`` with the reason), routed by the controller's plan, and counted
 per group by one task per engine, which writes ``key_loads``; the driver writes one
 ``metrics`` row per micro-batch. No operator runs, no state is kept, nothing migrates. So
@@ -24,8 +24,8 @@ from typing import Any
 
 from keyshift.cli import UsageError, add_log_options
 from keyshift.config import Config, load_config
-from streaming.logs import one_line_failure
-from streaming.logs import say as say_line
+from keyshift.lakehouse.logs import one_line_failure
+from keyshift.lakehouse.logs import say as say_line
 
 SUMMARY = "ingest a Kafka topic into Delta without an operator"
 
@@ -67,7 +67,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def ingest_options(args: argparse.Namespace, cfg: Config) -> tuple[Config, Any]:
-    """The config and :class:`streaming.job.JobOptions` (``ingest_only``) of a stream run.
+    """The config and :class:`keyshift.streaming.job.JobOptions` (``ingest_only``) of a stream run.
 
     A bad flag is a :class:`UsageError` naming it. ``--window`` sets both the trigger and the
     controller's window, so one statistic window is one micro-batch as the flag says; the
@@ -75,7 +75,7 @@ def ingest_options(args: argparse.Namespace, cfg: Config) -> tuple[Config, Any]:
     """
     from keyshift.apps import event_schema
     from keyshift.errors import FieldError
-    from streaming.job import JobOptions
+    from keyshift.streaming.job import JobOptions
 
     from .run import POLICIES
 
@@ -113,7 +113,7 @@ def ingest_options(args: argparse.Namespace, cfg: Config) -> tuple[Config, Any]:
 @one_line_failure("stream")
 def run(args: argparse.Namespace) -> int:
     cfg, opts = ingest_options(args, load_config(args.config))  # ConfigError: one line
-    from streaming.jars import JarResolutionError
+    from keyshift.lakehouse.jars import JarResolutionError
 
     from .run import check_topic, query_failed, start_job, wait_and_stop
 
@@ -137,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     from rich.console import Console
 
-    from streaming.delta import read_table
+    from keyshift.lakehouse.delta import read_table
 
     _summary(read_table(job.spark, cfg, "metrics"), job.run_id, Console())
     return 130 if why and why[0] == signal.SIGINT else 0

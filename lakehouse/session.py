@@ -1,4 +1,4 @@
-"""The one Spark session factory of keyshift (the Delta table helpers: :mod:`streaming.delta`).
+"""The one Spark session factory of keyshift (the Delta table helpers: :mod:`keyshift.lakehouse.delta`).
 
 Every Spark user in the project (streaming job, engines, batch jobs, tests) calls
 :func:`get_spark` so that they all get the same connector and Delta jars, the same state
@@ -102,7 +102,7 @@ def get_spark(cfg: Config | None = None, app_name: str | None = None,
 def _launch_driver(settings: dict[str, str], stderr: Path) -> None:
     """Start the driver JVM as PySpark would (spark-submit with these settings) but with its
     stderr appended to ``stderr``: what it prints outside log4j then stays off the terminal
-    (:mod:`streaming.logs`). The session builder finds this context and uses it. A JVM this
+    (:mod:`keyshift.lakehouse.logs`). The session builder finds this context and uses it. A JVM this
     process already runs keeps its stderr."""
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway

@@ -8,7 +8,7 @@ the session exists: ``SPARK_SUBMIT_OPTS`` reaches the JVM that PySpark launches 
 mode the driver *is* that JVM) without touching any Spark setting a user may have set. Not
 everything the JVM prints passes through log4j (its own warnings, a thread's uncaught
 exception, the Python workers' stderr, which Spark copies to the JVM's), so when quiet the
-JVM's stderr itself is the log file: :func:`streaming.session.get_spark` launches it so.
+JVM's stderr itself is the log file: :func:`keyshift.lakehouse.session.get_spark` launches it so.
 The Python side's loggers of py4j and the Kafka client write to the same file.
 """
 
@@ -47,7 +47,7 @@ def say(*parts: object, file=None) -> None:
 from keyshift.errors import ConfigError, FieldError
 
 _LOG4J2 = """\
-# written by keyshift (streaming/logs.py): Spark's driver log for keyshift commands
+# written by keyshift (lakehouse/logs.py): Spark's driver log for keyshift commands
 rootLogger.level = {level}
 rootLogger.appenderRef.stderr.ref = console
 appender.console.type = Console

@@ -218,7 +218,7 @@ def _writers() -> ThreadPoolExecutor:
 
 
 class Stager(Protocol):
-    """Where the job stages rows for a later commit (:class:`streaming.staging.StagedAppends`)."""
+    """Where the job stages rows for a later commit (:class:`keyshift.streaming.staging.StagedAppends`)."""
 
     def put(self, name: str, rows: Sequence[Mapping[str, Any]], batch_id: int) -> int: ...
 
@@ -243,7 +243,7 @@ class RunAppends:
         self.run_id = run_id
         self.first: int | None = None  # the first batch this process runs
         self.fresh = False  # no process ran this run before: nothing can be there yet
-        # the job's staged bookkeeping (streaming.staging); None: defer() appends at once
+        # the job's staged bookkeeping (keyshift.streaming.staging); None: defer() appends at once
         self.staging: Stager | None = None
 
     def begin(self, batch_id: int) -> None:
@@ -269,8 +269,8 @@ class RunAppends:
 
     def defer(self, name: str, rows: Sequence[Mapping[str, Any]], batch_id: int,
               match: Mapping[str, Any] | None = None) -> int:
-        """Rows of a staged table (``streaming.staging.BOOKKEEPING``): staged and committed
-        with others later when the job stages them (:mod:`streaming.staging`), else
+        """Rows of a staged table (``keyshift.streaming.staging.BOOKKEEPING``): staged and committed
+        with others later when the job stages them (:mod:`keyshift.streaming.staging`), else
         appended now, like :meth:`append_rows`."""
         if self.staging is not None:
             return self.staging.put(name, rows, batch_id)
