@@ -278,6 +278,12 @@ class Config(_Section):
         restarted on another host finds it (a local home would not be shared)."""
         return f"{self.warehouse_uri}/_checkpoints/{run_id}"
 
+    def runs_uri(self, run_id: str | None = None) -> str:
+        """Where the jobs keep a run's files beside the tables (its ``started`` marker and
+        staged bookkeeping rows): ``_runs/<run>``, or the folder of every run."""
+        root = f"{self.warehouse_uri}/_runs"
+        return f"{root}/{run_id}" if run_id else root
+
     def engine_state_uri(self, run_id: str) -> str:
         """The durable changelog of a run's engines (keyshift.streaming.engine_state)."""
         return f"{self.warehouse_uri}/_engine_state/{run_id}"

@@ -157,7 +157,7 @@ class StreamJob:
         self._salts: dict[int, list[int]] = {}  # slots → a key per engine (see _placement)
         # the routing frame of the plan in force: ((plan version, slots), frame)
         self._route: tuple[tuple[int, int], DataFrame] | None = None
-        self.run_uri = f"{cfg.warehouse_uri}/_runs/{self.run_id}"  # the run's files by Delta
+        self.run_uri = cfg.runs_uri(self.run_id)  # the run's files by Delta
         # the run's bookkeeping rows wait here for one commit per interval
         self.staging = StagedAppends(spark, f"{self.run_uri}/staged", self.appends,
                                      cfg.warehouse.commit_interval_s)

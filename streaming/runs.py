@@ -54,16 +54,12 @@ def open_spark(cfg: Config, log_level: str | None = None,
 # --- what the warehouse holds, without Spark -------------------------------------------------
 
 
-def _runs_root(cfg: Config) -> str:
-    return f"{cfg.warehouse_uri}/_runs"
-
-
 def _listing(cfg: Config) -> tuple[set[str], dict[tuple[str, str], list[str]]]:
     """The run folders the jobs made (``_runs/<run>/``) and their staged Parquet files by
     (run, table): one listing of ``_runs``, so a warehouse with many runs costs one call."""
     from pyarrow.fs import FileSelector, FileType
 
-    fs, base = filesystem(_runs_root(cfg))
+    fs, base = filesystem(cfg.runs_uri())
     runs: set[str] = set()
     staged: dict[tuple[str, str], list[str]] = {}
     for info in fs.get_file_info(FileSelector(base, recursive=True, allow_not_found=True)):
@@ -93,7 +89,7 @@ def _no_runs(cfg: Config) -> str:
 
 def _started(cfg: Config, run_id: str) -> str | None:
     """When a process last started the run (the job's ``_runs/<run>/started`` marker)."""
-    body = read_if_exists(f"{_runs_root(cfg)}/{run_id}/started")
+    body = read_if_exists(f"{cfg.runs_uri(run_id)}/started")
     return body.decode().strip() if body else None
 
 
@@ -103,7 +99,7 @@ def _staged(cfg: Config, name: str, files: Iterable[str]) -> pa.Table | None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    fs, _ = filesystem(_runs_root(cfg))
+    fs, _ = filesystem(cfg.runs_uri())
     schema = arrow_schema(name)
     parts = []
     for path in files:
