@@ -212,9 +212,19 @@ class PlannerConfig(_Section):
     # q-quantile of the input's one-window rises; 0 = off (the paper's plain planner).
     reserve_quantile: float = Field(0.0, ge=0, le=1)
     reserve_history: int = Field(0, ge=0)  # 0 = every rise seen; else the most recent ones
+    # rise: the rises above; forecast: the forecast's σ scaled by the q-quantile of the
+    # surprises seen (a forecaster without σ falls back to the rises)
+    reserve_source: Literal["rise", "forecast"] = "rise"
     # The running job looks at the registry's alias every this many windows and loads a
     # champion that moved (keyshift.streaming.scaling.JobForecaster); a store down at start is retried
     registry_check_windows: int = Field(10, ge=1, le=1_000_000)
+
+    @model_validator(mode="after")
+    def _reserve_on(self) -> PlannerConfig:
+        if self.reserve_source == "forecast" and self.reserve_quantile == 0:
+            raise ValueError("reserve_source = 'forecast' needs reserve_quantile > 0 "
+                             "(0 turns the reserve off), e.g. 0.9999")
+        return self
 
 
 class AirflowConfig(_Section):

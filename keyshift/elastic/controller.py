@@ -22,7 +22,11 @@ from keyshift.elastic.planner import (
     check_nonneg,
     floor_capacity,
 )
-from keyshift.elastic.reserve import RiseQuantile, check_quantile
+from keyshift.elastic.reserve import ForecastQuantile, RiseQuantile, check_quantile
+
+RESERVE_SOURCES = ("rise", "forecast")
+"""Where the burst reserve comes from: the input's rises (:class:`RiseQuantile`) or the
+forecast's calibrated σ (:class:`ForecastQuantile`, the rises as its fallback)."""
 from keyshift.elastic.scaler import ForecastFn, Scaler
 
 
@@ -50,6 +54,9 @@ class PathController(Scaler):
     one-window rises of the input (q = 1: the largest rise seen). The rises are learnt
     from :meth:`fit_reserve` (history) and from every observed window; ``reserve_history``
     > 0 keeps only that many recent rises. 0 (the default) is the paper's plain planner.
+    ``reserve_source = "forecast"`` takes the reserve from the forecast's σ instead, scaled
+    by the q-quantile of the surprises seen (:class:`~keyshift.elastic.reserve.ForecastQuantile`),
+    with the rises as the fallback where the forecast has no σ.
     """
 
     name = "planner"
@@ -72,6 +79,7 @@ class PathController(Scaler):
         objective: str = "mean",
         reserve_quantile: float = 0.0,
         reserve_history: int = 0,
+        reserve_source: str = "rise",
     ) -> None:
         super().__init__(max_engines, min_engines, cooldown_windows, max_step, dry_run)
         self.horizon = horizon
@@ -85,25 +93,42 @@ class PathController(Scaler):
         self.objective = objective
         self.reserve_quantile = reserve_quantile
         self.reserve_history = reserve_history
+        self.reserve_source = reserve_source
 
-    def fit_reserve(self, history_in: np.ndarray) -> PathController:
-        """Learn the rises of the input from a history of per-window input counts (kept
-        across :meth:`reset`; each run starts from it and adds what it observes)."""
-        self.reserve_fit_ = RiseQuantile(
-            check_quantile("reserve_quantile", self.reserve_quantile), self.reserve_history
-        ).fit(history_in)
+    def _new_reserve(self) -> RiseQuantile | ForecastQuantile:
+        if self.reserve_source not in RESERVE_SOURCES:
+            raise ElasticInputError(
+                "reserve_source", f"must be one of {', '.join(RESERVE_SOURCES)}, got {self.reserve_source!r}")
+        q = check_quantile("reserve_quantile", self.reserve_quantile)
+        kind = ForecastQuantile if self.reserve_source == "forecast" else RiseQuantile
+        return kind(q, self.reserve_history)
+
+    def fit_reserve(self, history_in: np.ndarray, history_mean: np.ndarray | None = None,
+                    history_std: np.ndarray | None = None) -> PathController:
+        """Learn the reserve from a history of per-window input counts and, for the
+        forecast source, the one-step forecasts (mean, σ) made before each window (NaN
+        where none); kept across :meth:`reset`, each run starts from it and adds what it
+        observes."""
+        reserve = self._new_reserve()
+        if isinstance(reserve, ForecastQuantile):
+            reserve.fit(history_in, history_mean, history_std)
+        else:
+            reserve.fit(history_in)
+        self.reserve_fit_ = reserve
         return self
 
     def reset(self) -> PathController:
         super().reset()
         q = check_quantile("reserve_quantile", self.reserve_quantile)
         if q > 0:
+            fresh = self._new_reserve()
             fitted = getattr(self, "reserve_fit_", None)
-            self.reserve_ = (copy.deepcopy(fitted) if fitted is not None
-                             else RiseQuantile(q, self.reserve_history).fit(np.empty(0)))
+            self.reserve_ = (copy.deepcopy(fitted) if type(fitted) is type(fresh)
+                             else fresh.fit(np.empty(0)))
             self.reserve_.quantile = q
             self.reserve_.max_history = self.reserve_history
-            self.reserve_._check()
+            if isinstance(self.reserve_, RiseQuantile):
+                self.reserve_._check()
         else:
             self.reserve_ = None
         self.path_ = None
@@ -128,6 +153,14 @@ class PathController(Scaler):
             return None
         col = min(max(int(path[pos - 1]), 1), fc.max_engines) - 1
         return float(fc.in_mean[pos - 1]), float(fc.lat_mean[pos - 1, col])
+
+    def entered_forecast(self) -> tuple[float, float] | None:
+        """The input forecast (mean, σ) of the window the path last entered: what the
+        window now observed was planned with."""
+        fc, pos = self.forecast_, self.position_
+        if self.path_ is None or fc is None or not 0 < pos <= fc.horizon:
+            return None
+        return float(fc.in_mean[pos - 1]), float(fc.in_std[pos - 1])
 
     def planner(self) -> GraphPlanner:
         if self.objective not in OBJECTIVES:
@@ -154,7 +187,8 @@ class PathController(Scaler):
         reserve = self.reserve_
         in_now = None if observed is None else float(observed.in_tuples)
         if reserve is not None and in_now is not None:
-            reserve.update(in_now)
+            seen = self.entered_forecast()
+            reserve.update(in_now, *(seen or (None, None)))
         if self.path_ is not None and observed is not None and self.position_ > 0:
             err = prediction_error(self.forecast_, self.position_ - 1, observed)
             if theta2 > 0 and err > theta2:
@@ -164,7 +198,8 @@ class PathController(Scaler):
             self.path_ = None
         if self.path_ is not None and reserve is not None:
             j = self.position_
-            need = reserve.floor(in_now, self.forecast_.in_mean[j:j + 1])[0]
+            need = reserve.floor(in_now, self.forecast_.in_mean[j:j + 1],
+                                 self.forecast_.in_std[j:j + 1])[0]
             step = int(self.path_[j])
             have = float(floor_capacity(self.forecast_.lat_mean[j, step - 1],
                                         self.forecast_.lat_std[j, step - 1], step, self.window_s))
@@ -178,7 +213,7 @@ class PathController(Scaler):
         if self.path_ is None:
             fc = forecast(window, horizon)
             since = self.since_change_
-            floor = None if reserve is None else reserve.floor(in_now, fc.in_mean)
+            floor = None if reserve is None else reserve.floor(in_now, fc.in_mean, fc.in_std)
             plan = self.planner().plan(fc, engines_now, since, in_floor=floor)
             self.path_ = plan.usable
             self.forecast_ = fc
@@ -193,7 +228,7 @@ class PathController(Scaler):
                     f" > θ1 {self.theta1:g}, following {j + 1} window(s)"
                 )
             if floor is not None:
-                what += f"; burst reserve {reserve.rise():.4g} tuples (q {reserve.quantile:g})"
+                what += f"; {reserve.describe()}"
             notes.append(what)
             extra = {
                 "expected_cost": plan.cost,
@@ -230,4 +265,5 @@ def controller_from_config(cfg) -> PathController:
         objective=p.objective,
         reserve_quantile=p.reserve_quantile,
         reserve_history=p.reserve_history,
+        reserve_source=p.reserve_source,
     )

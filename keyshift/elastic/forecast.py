@@ -172,6 +172,25 @@ class EngineLatency:
         return mean, std
 
 
+def one_step_forecasts(forecaster: Forecaster, t: np.ndarray, y: np.ndarray,
+                       start: int) -> tuple[np.ndarray, np.ndarray]:
+    """A backtest from one origin: ``forecaster`` (unfitted) is fitted on the first
+    ``start`` windows, then each later window is forecast one step ahead before it is added
+    (``update``). Returns (mean, σ) per window, NaN for the first ``start``: what the
+    forecast reserve calibrates σ on before a run has seen windows of its own."""
+    t, y = _pair(t, y)
+    if not 2 <= start < t.size:
+        raise ElasticInputError("start", f"needs 2 <= start < {t.size} windows, got {start}")
+    mean = np.full(t.size, np.nan)
+    std = np.full(t.size, np.nan)
+    forecaster.fit(t[:start], y[:start])
+    for j in range(start, t.size):
+        m, s = forecaster.predict(t[j:j + 1])
+        mean[j], std[j] = float(m[0]), float(s[0])
+        forecaster.update(t[j:j + 1], y[j:j + 1])
+    return mean, std
+
+
 FORECASTER_PLUGINS = "keyshift.forecasters"
 
 
