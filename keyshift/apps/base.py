@@ -37,7 +37,10 @@ Optional, for key splitting (``dc``, ``wc``, ``pkg``): an operator whose per-key
 associative aggregate sets ``mergeable = True`` and implements :meth:`Operator.merge`, which
 combines two engines' partial states of one key into the state one engine would hold had it
 seen both parts. :func:`keyshift.policies.check_operator` refuses a key-splitting policy for
-any other operator.
+any other operator. To be split in the Spark job it also offers a *summary* monoid over parts
+of one key's events of a micro-batch (:meth:`Operator.summarize`, :meth:`Operator.combine`,
+:meth:`Operator.apply_summary`): merging states alone is not enough, because an output (a
+window's count) is emitted at one event, whose engine saw only part of the window.
 """
 
 from __future__ import annotations
@@ -59,6 +62,9 @@ additive change (a new optional hook with a default) keeps it. An operator state
 it was written for in ``api_version``; loading refuses one this keyshift does not support."""
 
 SUPPORTED_API_VERSIONS: frozenset[int] = frozenset({1})
+
+SUMMARY_HOOKS = ("_new_summary", "_summarize_event", "combine", "_apply_summary")
+"""What a splittable operator implements (all of them or none; the loader checks)."""
 
 
 class OperatorInputError(FieldError):
@@ -110,7 +116,8 @@ class Operator(ABC):
       ``event_columns``); ``process`` refuses an event lacking one, naming it;
     - optionally ``event_version`` and ``event_doc`` (the schema's version and description)
       and ``api_version`` (the Operator API version written against, default 1);
-    - optionally ``mergeable = True`` with :meth:`merge` (partial per-key state combines).
+    - optionally ``mergeable = True`` with :meth:`merge` (partial per-key state combines)
+      and, to be split in the Spark job, the summary hooks (:meth:`summarize`).
 
     They take their rule's parameters in the constructor (validated there, nothing else
     done) and implement :meth:`_new_state` and :meth:`_on_event`. Everything else (the
@@ -151,17 +158,22 @@ class Operator(ABC):
         The engine calls it for each group's events in :func:`order_key` order; an event
         lacking ``id``, ``key``, ``ts`` or a ``required`` field is refused, naming it.
         """
+        self._check_fields(event)
+        return self._on_event(self._state(group, str(event["key"])), event)
+
+    def _check_fields(self, event: Mapping[str, Any]) -> None:
         for name in ("id", "key", "ts", *self.required):
             if event.get(name) is None:
                 raise OperatorInputError(name, f"missing in a {self.app} event")
+
+    def _state(self, group: int, key: str) -> Any:
         states = self._groups.get(group)
         if states is None:
             states = self._groups[group] = {}
-        key = str(event["key"])
         state = states.get(key)
         if state is None:
             state = states[key] = self._new_state()
-        return self._on_event(state, event)
+        return state
 
     def process_many(
         self, events: Iterable[Mapping[str, Any]], groups: Iterable[int],
@@ -241,6 +253,70 @@ class Operator(ABC):
         raise OperatorInputError(
             "state", f"operator {self.app!r} ({type(self).__name__}) does not merge partial "
             "per-key state (mergeable = False)"
+        )
+
+    # -- a hot key split over engines (optional; mergeable operators) ------------------
+    @classmethod
+    def summarizes(cls) -> bool:
+        """Whether the class offers the summary hooks the Spark job splits a key with."""
+        return all(getattr(cls, h) is not getattr(Operator, h) for h in SUMMARY_HOOKS)
+
+    def summarize(
+        self, events: Iterable[Mapping[str, Any]],
+        rejected: Callable[[int, OperatorInputError], None] | None = None,
+    ) -> Any:
+        """The summary of a part of one key's events of one micro-batch, fed in
+        :func:`order_key` order; with ``rejected``, an event the rule refuses is reported by
+        its position and left out (the engine makes it a dead letter), as in
+        :meth:`process_many`.
+
+        The contract (tested by hypothesis for word count): for *any* partition of a key's
+        events of a batch into parts, :meth:`combine` of the parts' summaries, in any order,
+        applied by :meth:`apply_summary` to the key's state as of the batch before, gives the
+        state and the complex events of processing those events one by one. Any partition,
+        not only contiguous runs: the job then sends a split key's events to its engines by a
+        hash of their Kafka position, in the JVM's routing join, with no sort to cut runs.
+        """
+        summary = self._new_summary()
+        for i, event in enumerate(events):
+            try:
+                self._check_fields(event)
+                self._summarize_event(summary, event)
+            except OperatorInputError as exc:
+                if rejected is None:
+                    raise
+                rejected(i, exc)
+        return summary
+
+    def apply_summary(self, group: int, key: str, summary: Any) -> list[ComplexEvent]:
+        """Apply a (combined) summary of ``key``'s events of this batch to the key's state;
+        returns the complex events processing those events one by one would have."""
+        return self._apply_summary(self._state(group, key), key, summary)
+
+    def _new_summary(self) -> Any:
+        """The empty summary (the identity of :meth:`combine`): plain JSON-able data, since
+        summaries travel between engines as rows."""
+        raise self._cannot_summarize()
+
+    def _summarize_event(self, summary: Any, event: Mapping[str, Any]) -> None:
+        """Fold one event into ``summary`` (mutate it); refuse before mutating, as
+        ``_on_event`` does."""
+        raise self._cannot_summarize()
+
+    def combine(self, a: Any, b: Any) -> Any:
+        """The summary of two disjoint parts of one key's events of a batch; associative and
+        commutative, :meth:`_new_summary` its identity; returns a new value."""
+        raise self._cannot_summarize()
+
+    def _apply_summary(self, state: Any, key: str, summary: Any) -> list[ComplexEvent]:
+        """Mutate ``state`` as the summarized events would have; return their outputs."""
+        raise self._cannot_summarize()
+
+    def _cannot_summarize(self) -> OperatorInputError:
+        return OperatorInputError(
+            "state", f"operator {self.app!r} ({type(self).__name__}) offers no summary of "
+            "a part of a key's events (summarize, combine, apply_summary): its keys cannot be "
+            "split over engines"
         )
 
     def get_params(self) -> dict[str, Any]:

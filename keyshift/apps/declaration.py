@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 import re
 
-from keyshift.apps.base import SUPPORTED_API_VERSIONS, Operator
+from keyshift.apps.base import SUMMARY_HOOKS, SUPPORTED_API_VERSIONS, Operator
 from keyshift.schemas import ENVELOPE, Column, TableSchema
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -126,6 +126,13 @@ def check_declaration(cls: type) -> TableSchema:
         raise DeclarationError(f"mergeable must be True or False, got {mergeable!r}")
     if mergeable and cls.merge is Operator.merge:
         raise DeclarationError("declares mergeable = True but does not implement merge(a, b)")
+    hooks = [h for h in SUMMARY_HOOKS if getattr(cls, h) is not getattr(Operator, h)]
+    if hooks and len(hooks) < len(SUMMARY_HOOKS):
+        missing = ", ".join(h for h in SUMMARY_HOOKS if h not in hooks)
+        raise DeclarationError(f"implements part of the summary hooks ({', '.join(hooks)}) "
+                               f"but not {missing}: a key is split with all of them or none")
+    if hooks and not mergeable:
+        raise DeclarationError("implements the summary hooks but declares mergeable = False")
     return schema
 
 

@@ -8,13 +8,28 @@ reaches ``min_count``.
 
 Mergeable: a count is an associative aggregate, so a hot word may be split over engines
 (``dc``, ``wc``) and the partial states of one window add up (:meth:`merge`).
+
+Summary of part of a word's events of one micro-batch: per window start, the count and the
+first event (by :func:`~keyshift.apps.base.order_key`). That is enough because an engine
+feeds a batch in ``order_key`` order, whose first field is event time, and a window's start
+grows with event time: within a batch the windows only move forward, so a window opens (and
+the one before closes, emitting) exactly at its first event unless the state's open window
+is already at or past it (a late window, counted in the open one, as the rule does).
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Mapping
+from typing import Any
 
-from keyshift.apps.base import ComplexEvent, Operator, OperatorInputError, detail_json
+from keyshift.apps.base import (
+    ComplexEvent,
+    Operator,
+    OperatorInputError,
+    detail_json,
+    order_key,
+)
 from keyshift.schemas import Column
 
 
@@ -54,6 +69,49 @@ class WindowedWordCount(Operator):
             )
         return [a[0], a[1] + b[1]]
 
+    # a summary: [[window start, count, ts, partition, offset, id of its first event], ...]
+    # ascending by window start (JSON-able: it travels between engines as a row)
+    def _new_summary(self) -> list[list[Any]]:
+        return []
+
+    def _summarize_event(self, summary: list[list[Any]], event: Mapping[str, Any]) -> None:
+        ts = int(event["ts"])
+        start = ts - ts % int(self.window_s * 1000)
+        if summary and summary[-1][0] == start:  # the usual case: events in order_key order
+            summary[-1][1] += 1
+            return
+        first = list(order_key(event))
+        if not summary or summary[-1][0] < start:
+            summary.append([start, 1, *first])
+        else:
+            _add(summary, [start, 1, *first])
+
+    def combine(self, a: list[list[Any]], b: list[list[Any]]) -> list[list[Any]]:
+        out = [list(x) for x in a]
+        for entry in b:
+            _add(out, list(entry))
+        return out
+
+    def _apply_summary(self, state: list[int], key: str,
+                       summary: list[list[Any]]) -> list[ComplexEvent]:
+        out: list[ComplexEvent] = []
+        for start, count, ts, _partition, _offset, event_id in summary:
+            if state[0] < 0:
+                state[0] = start
+            elif start > state[0]:
+                if state[1] >= self.min_count:
+                    out.append(self._count(key, ts, event_id, state))
+                state[0], state[1] = start, 0
+            state[1] += count
+        return out
+
+    def _count(self, key: str, ts: int, event_id: str, state: list[int]) -> ComplexEvent:
+        return ComplexEvent(
+            key=key, ts=int(ts), kind="word_count",
+            detail=detail_json(window_start=state[0], window_s=self.window_s, count=state[1]),
+            event_id=str(event_id),
+        )
+
     def _on_event(self, state: list[int], event: Mapping[str, object]) -> list[ComplexEvent]:
         ts = int(event["ts"])  # type: ignore[arg-type]
         width = int(self.window_s * 1000)
@@ -63,16 +121,19 @@ class WindowedWordCount(Operator):
             state[0] = start
         elif start > state[0]:
             if state[1] >= self.min_count:
-                out.append(
-                    ComplexEvent(
-                        key=str(event["key"]),
-                        ts=ts,
-                        kind="word_count",
-                        detail=detail_json(window_start=state[0], window_s=self.window_s,
-                                           count=state[1]),
-                        event_id=str(event["id"]),
-                    )
-                )
+                out.append(self._count(str(event["key"]), ts, str(event["id"]), state))
             state[0], state[1] = start, 0
         state[1] += 1
         return out
+
+
+def _add(summary: list[list[Any]], entry: list[Any]) -> None:
+    """Put one window's [start, count, ts, partition, offset, id] into a summary: counts of a
+    window add, its first event is the earlier by order_key."""
+    i = bisect_left(summary, entry[0], key=lambda x: x[0])
+    if i < len(summary) and summary[i][0] == entry[0]:
+        mine = summary[i]
+        mine[2:] = min(mine[2:], entry[2:])
+        mine[1] += entry[1]
+    else:
+        summary.insert(i, entry)
