@@ -17,6 +17,10 @@ class GPRateForecaster:
     """InputRateGP on (timestamp, time of day, day of week): Eq. 8 on the residual of the
     seasonal profile, every row of the history (exact, then sparse beyond 4,000 rows)."""
 
+    predictive_std = True
+    """The std is the GP's posterior predictive σ (noise included): the forecast reserve
+    (keyshift.elastic.reserve.ForecastQuantile) sizes capacity on it."""
+
     def __init__(self, iters: int = 40, max_train: int | None = None, kernel: str = "ard") -> None:
         self.iters = iters
         self.max_train = max_train

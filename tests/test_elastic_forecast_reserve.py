@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from test_elastic_reserve import forecast, run
 
 from keyshift.elastic.controller import PathController
+from keyshift.elastic.cost import Forecast
 from keyshift.elastic.errors import ElasticInputError
 from keyshift.elastic.forecast import SeasonalProfile, one_step_forecasts
 from keyshift.elastic.reserve import MIN_CALIBRATION, ForecastQuantile, RiseQuantile
@@ -147,6 +148,15 @@ def test_controller_takes_the_reserve_from_sigma():
     assert [d.engines_after for d in narrow] == [2] * 6
     assert [d.engines_after for d in wide] == [4] * 6
     assert "forecast reserve 3 σ (q 1" in narrow[0].reason
+    # A forecast whose σ is not predictive (the seasonal profile's) gets the rises: +30.
+    def spread_only(start, horizon):
+        fc = forecast([100.0] * horizon, in_std=100.0)
+        return Forecast(fc.in_mean, fc.in_std, fc.lat_mean, fc.lat_std, in_predictive=False)
+
+    from test_elastic_scalers import run_controller
+    kept = ctl()
+    assert [d.engines_after for d in run_controller(kept, spread_only, actual)] == [2] * 6
+    assert kept.reserve_.scores_.size == r.scores_.size  # nothing learnt from a spread
     # The rise source on the same history keeps the +30 rise whatever σ says.
     rise = PathController(max_engines=8, horizon=6, window_s=10, rc=1, mc=1.0,
                           reserve_quantile=1.0).fit_reserve(history)
@@ -188,3 +198,22 @@ def test_config_selects_and_validates_the_source():
     with pytest.raises(Exception) as err:
         load_config(env={"KEYSHIFT_PLANNER__RESERVE_SOURCE": "forecast"})
     assert "needs reserve_quantile > 0" in str(err.value)
+
+
+@pytest.mark.slow
+def test_scenario_without_a_predictive_sigma_runs_the_rise_reserve(shared_data, tmp_path):
+    # The seasonal profile's std is not predictive: planner-quantile is planner-reserve
+    # at the same quantile, window for window.
+    import argparse
+
+    from keyshift.experiments import elastic
+
+    out = elastic.run(argparse.Namespace(
+        series="tweets", windows=240, data_dir=str(shared_data), report_dir=str(tmp_path),
+        policies="planner-reserve,planner-quantile", timing=False, json=True,
+        reserve_quantile=0.9999, forecast_quantile=0.9999,
+    ))
+    rows = {r["policy"]: r for r in out["rows"]}
+    for key in ("engine_hours", "missed_tuples", "scale_actions"):
+        assert rows["planner-quantile"][key] == rows["planner-reserve"][key]
+    assert rows["planner-quantile"]["engine_hours"] > 0

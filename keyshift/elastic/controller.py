@@ -156,9 +156,9 @@ class PathController(Scaler):
 
     def entered_forecast(self) -> tuple[float, float] | None:
         """The input forecast (mean, σ) of the window the path last entered: what the
-        window now observed was planned with."""
+        window now observed was planned with (None without a predictive σ)."""
         fc, pos = self.forecast_, self.position_
-        if self.path_ is None or fc is None or not 0 < pos <= fc.horizon:
+        if self.path_ is None or fc is None or not fc.in_predictive or not 0 < pos <= fc.horizon:
             return None
         return float(fc.in_mean[pos - 1]), float(fc.in_std[pos - 1])
 
@@ -198,8 +198,9 @@ class PathController(Scaler):
             self.path_ = None
         if self.path_ is not None and reserve is not None:
             j = self.position_
-            need = reserve.floor(in_now, self.forecast_.in_mean[j:j + 1],
-                                 self.forecast_.in_std[j:j + 1])[0]
+            fc = self.forecast_
+            need = reserve.floor(in_now, fc.in_mean[j:j + 1],
+                                 fc.in_std[j:j + 1] if fc.in_predictive else None)[0]
             step = int(self.path_[j])
             have = float(floor_capacity(self.forecast_.lat_mean[j, step - 1],
                                         self.forecast_.lat_std[j, step - 1], step, self.window_s))
@@ -213,7 +214,8 @@ class PathController(Scaler):
         if self.path_ is None:
             fc = forecast(window, horizon)
             since = self.since_change_
-            floor = None if reserve is None else reserve.floor(in_now, fc.in_mean, fc.in_std)
+            floor = None if reserve is None else reserve.floor(
+                in_now, fc.in_mean, fc.in_std if fc.in_predictive else None)
             plan = self.planner().plan(fc, engines_now, since, in_floor=floor)
             self.path_ = plan.usable
             self.forecast_ = fc

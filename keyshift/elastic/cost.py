@@ -54,12 +54,17 @@ class Costs:
 @dataclass(frozen=True)
 class Forecast:
     """Per-window forecasts over the horizon: tuples in (mean, std) and the per-tuple latency
-    in seconds for 1..K engines (mean, std). Shapes (H,), (H,), (H, K), (H, K)."""
+    in seconds for 1..K engines (mean, std). Shapes (H,), (H,), (H, K), (H, K).
+
+    ``in_predictive`` False says the input's std is a spread for the expected cost but not
+    a predictive distribution to size the forecast reserve on
+    (:class:`~keyshift.elastic.reserve.ForecastQuantile` then falls back to the rises)."""
 
     in_mean: np.ndarray
     in_std: np.ndarray
     lat_mean: np.ndarray
     lat_std: np.ndarray
+    in_predictive: bool = True
 
     def __post_init__(self) -> None:
         in_mean = _as_array("windows.in_mean", self.in_mean, 1)
@@ -95,7 +100,8 @@ class Forecast:
         return int(self.lat_mean.shape[1])
 
     def head(self, n: int) -> Forecast:
-        return Forecast(self.in_mean[:n], self.in_std[:n], self.lat_mean[:n], self.lat_std[:n])
+        return Forecast(self.in_mean[:n], self.in_std[:n], self.lat_mean[:n], self.lat_std[:n],
+                        self.in_predictive)
 
 
 def _as_array(name: str, value: object, ndim: int) -> np.ndarray:

@@ -3,7 +3,12 @@
 
 Protocol (scikit-learn manners): ``fit(t, y) -> self`` on timestamps in seconds,
 ``predict(t) -> (mean, std)``, and optionally ``update(t, y)`` to add observations online
-between refits (the paper adds points online and retrains nightly).
+between refits (the paper adds points online and retrains nightly). A forecaster whose std
+is a predictive distribution (the GP's posterior) says so with ``predictive_std = True``;
+only then does the forecast reserve (``reserve_source = "forecast"``) size capacity on it.
+The seasonal profile's std is the slot's spread with an AR(1) of the deviations: it prices
+the expected cost, but calibrated as a reserve it missed 0.27 % of the tweets (the first
+1,500 evaluation windows), where the rise reserve misses none.
 
 :class:`SeasonalProfile` is the input-rate baseline: the mean and spread of each slot of a
 weekly (or daily, if history is short) cycle, and an AR(1) model of the deviation from it,

@@ -42,7 +42,8 @@ one-step forecasts of the history (a backtest) and then online from every window
 controller observes against the forecast it planned with. σ alone, read as Gaussian
 (z_q = 3.7 at q = 0.9999), does not cover the bursts: the GP's surprises reach 50–230 σ on
 the tweet series, from near-empty windows where σ is small; the calibration learns that.
-Where the forecast has no σ (0), or too few surprises have been seen to calibrate
+Where the forecast has no σ (0, or a forecaster whose σ is not predictive:
+``Forecast.in_predictive`` False), or too few surprises have been seen to calibrate
 (:data:`MIN_CALIBRATION`), the floor is the rise reserve's.
 """
 

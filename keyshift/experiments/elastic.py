@@ -40,7 +40,12 @@ from keyshift.elastic.capacity import LatencyModel
 from keyshift.elastic.controller import PathController
 from keyshift.elastic.cost import Costs, Forecast
 from keyshift.elastic.errors import ElasticInputError
-from keyshift.elastic.forecast import EngineLatency, forecaster_names, make_forecaster
+from keyshift.elastic.forecast import (
+    EngineLatency,
+    forecaster_names,
+    make_forecaster,
+    one_step_forecasts,
+)
 from keyshift.elastic.replay import ReplayResult, replay
 from keyshift.elastic.scaler import Scaler
 from keyshift.elastic.sim_bridge import run_in_simulator
@@ -59,9 +64,12 @@ SERIES = {
 }
 SIM_WINDOWS = 672
 """Default evaluation length inside the tick-level simulator (two weeks of the taxi series)."""
-POLICIES = ("planner", "planner-expected", "planner-reserve", "static-max", "qt", "threshold", "ds2")
+POLICIES = ("planner", "planner-expected", "planner-reserve", "planner-quantile", "static-max",
+            "qt", "threshold", "ds2")
 """planner: the paper (Eq. 11 on the means); planner-expected: E[Eq. 11]; planner-reserve:
-E[Eq. 11] plus the burst reserve at ``--reserve-quantile`` (keyshift.elastic.reserve)."""
+E[Eq. 11] plus the burst reserve at ``--reserve-quantile`` (keyshift.elastic.reserve);
+planner-quantile: E[Eq. 11] plus the forecast's calibrated quantile at
+``--forecast-quantile`` (reserve_source "forecast")."""
 
 
 def _data_dir(arg: str | None) -> Path:
@@ -105,8 +113,10 @@ def make_scaler(name: str, args: argparse.Namespace, window_s: float) -> Scaler:
             **limits, horizon=args.horizon, window_s=window_s, mc=args.mc, ec=args.ec,
             rc=args.rc, theta1=args.theta1, theta2=args.theta2,
             objective="mean" if name == "planner" else "expected",
-            reserve_quantile=args.reserve_quantile if name == "planner-reserve" else 0.0,
+            reserve_quantile={"planner-reserve": args.reserve_quantile,
+                              "planner-quantile": args.forecast_quantile}.get(name, 0.0),
             reserve_history=args.reserve_history,
+            reserve_source="forecast" if name == "planner-quantile" else "rise",
         )
         ctl.name = name
         return ctl
@@ -142,6 +152,13 @@ def evaluate_series(name: str, args: argparse.Namespace, progress=None) -> dict[
     k_range = np.arange(1, k + 1)
     lat_mean, lat_std = lat_model.predict(k_range)
     fitted = make_forecaster(args.forecaster).fit(t[:n_train], tuples[:n_train])
+    history_fc = None
+    predictive = bool(getattr(fitted, "predictive_std", False))
+    if "planner-quantile" in args.policies and predictive:
+        # σ's calibration before the run: one-step forecasts of the history's second half
+        # by the same kind of forecaster, fitted on its first half.
+        history_fc = one_step_forecasts(make_forecaster(args.forecaster), t[:n_train],
+                                        tuples[:n_train], n_train // 2)
 
     t_test, y_test = t[n_train:stop], tuples[n_train:stop]
     results: dict[str, ReplayResult] = {}
@@ -151,7 +168,8 @@ def evaluate_series(name: str, args: argparse.Namespace, progress=None) -> dict[
         def forecast(j: int, horizon: int, rate_fc=rate_fc) -> Forecast:
             ts = t_test[j] + window_s * np.arange(horizon)
             mean, std = rate_fc.predict(ts)
-            return Forecast(mean, std, np.tile(lat_mean, (horizon, 1)), np.tile(lat_std, (horizon, 1)))
+            return Forecast(mean, std, np.tile(lat_mean, (horizon, 1)), np.tile(lat_std, (horizon, 1)),
+                            in_predictive=predictive)
 
         def observe(j: int, obs, rate_fc=rate_fc) -> None:
             rate_fc.update(t_test[j:j + 1], np.array([obs.in_tuples]))
@@ -160,7 +178,7 @@ def evaluate_series(name: str, args: argparse.Namespace, progress=None) -> dict[
         is_planner = policy.startswith("planner")
         if is_planner and scaler.reserve_quantile > 0:
             # The rises the history showed (what the monitor recorded, like the forecasters).
-            scaler.fit_reserve(history.in_tuples)
+            scaler.fit_reserve(history.in_tuples, *(history_fc or ()))
         if in_sim:
             results[policy] = run_in_simulator(
                 y_test, scaler, window_s, args.base_latency, costs, args.initial,
@@ -319,6 +337,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--reserve-quantile", type=float, default=1.0,
                    help="planner-reserve: capacity >= max(In_now, forecast) + this quantile of the "
                         "input's one-window rises (1 = the largest seen; 0 = no reserve)")
+    g.add_argument("--forecast-quantile", type=float, default=0.9999,
+                   help="planner-quantile: capacity >= max(In_now, forecast) + c·σ, c this "
+                        "quantile of the surprises in units of the forecast's σ")
     g.add_argument("--reserve-history", type=int, default=0,
                    help="rises the reserve remembers (0 = all)")
     g.add_argument("--train-frac", type=float, default=0.6)
@@ -410,7 +431,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
            "planner_timing": timing, "plots": plots,
            "params": {k: getattr(args, k) for k in ("max_engines", "horizon", "mc", "ec", "rc",
                                                    "theta1", "theta2", "peak_util", "pause_s",
-                                                   "reserve_quantile", "reserve_history")}}
+                                                   "reserve_quantile", "forecast_quantile",
+                                                   "reserve_history")}}
     if not args.json:
         print(markdown_table(rows))
         if timing:
