@@ -270,9 +270,16 @@ class SyntheticHistory:
     ``keys`` keys, and the hottest keys rotate every few hours so that the group-load series
     are correlated in blocks — the structure CLB exploits and LPTF ignores. Latency grows
     with utilisation (an M/M/1-shaped curve), so the latency GP has a signal in engines.
+
+    ``days`` may be a fraction (an hour of batch-sized windows for ``keyshift demo
+    --seed-history``). ``task_s`` is the fixed engine time per engine and window (task start,
+    state load and save) that dominates the per-tuple latency of small windows, as measured
+    on real runs; 0 leaves latency to the M/M/1 curve alone. ``scale_every_s`` > 0 redraws N
+    from 1..``engines`` every so many seconds, a history in which a scaler ran, so the
+    latency GP sees more than one engine count. ``run_id`` defaults to ``synthetic-<seed>``.
     """
 
-    days: int = 3
+    days: float = 3
     window_s: int = 600
     keys: int = 2000
     zipf: float = 1.1
@@ -280,37 +287,55 @@ class SyntheticHistory:
     engines: int = 4
     service_rate: float = 80.0  # events per second one engine can process
     seed: int = 7
+    task_s: float = 0.0
+    scale_every_s: int = 0
+    run_id: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("days", "window_s", "keys", "engines"):
+        for name in ("window_s", "keys", "engines"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if not self.days > 0 or self.days * 86400 < self.window_s:
+            raise ValueError(f"days: must cover at least one window, got {self.days}")
         if self.peak_rate <= 0 or self.service_rate <= 0:
             raise ValueError("peak_rate and service_rate: must be > 0")
+        if self.task_s < 0 or self.scale_every_s < 0:
+            raise ValueError("task_s and scale_every_s: must be >= 0")
+
+
+def daily_shape(t: np.ndarray) -> np.ndarray:
+    """The synthetic input rate's share of ``peak_rate`` at epoch seconds ``t`` (UTC):
+    the daily cycle, peaking near 19:00, times 0.8 on weekends. A caller that wants the
+    history to reach a given rate at a given moment divides by it."""
+    t = np.asarray(t, dtype=np.float64)
+    hours = np.mod(t, 86400.0) / 3600.0
+    dow = np.mod(np.floor(t / 86400.0) + 3.0, 7.0)  # 1970-01-01 was a Thursday; Monday = 0
+    cycle = 0.55 + 0.45 * np.sin(2 * np.pi * (hours - 13.0) / 24.0)
+    return cycle * np.where(dow >= 5, 0.8, 1.0)
 
 
 def synthetic_frames(
-    cfg: Config, last_day: date, spec: SyntheticHistory = SyntheticHistory()
+    cfg: Config, last_day: date | datetime, spec: SyntheticHistory = SyntheticHistory()
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """``metrics`` and ``key_loads`` rows for ``spec.days`` days ending with ``last_day``."""
+    """``metrics`` and ``key_loads`` rows for ``spec.days`` days ending with ``last_day``
+    (a date: whole UTC days; a datetime: the history ends at that instant, floored to a
+    window, so that a forecast for "now" continues it)."""
     import pandas as pd
 
     rng = np.random.default_rng(spec.seed)
     p = cfg.groups.count
-    first = datetime.combine(last_day - timedelta(days=spec.days - 1), time.min, UTC)
-    per_day = 86400 // spec.window_s
-    m = spec.days * per_day
-    starts = np.array([first + timedelta(seconds=int(i) * spec.window_s) for i in range(m)])
-    hours = (np.arange(m) * spec.window_s / 3600.0) % 24.0
-    dow = np.array([s.weekday() for s in starts])
-    cycle = 0.55 + 0.45 * np.sin(2 * np.pi * (hours - 13.0) / 24.0)  # peak near 19:00
-    weekly = np.where(dow >= 5, 0.8, 1.0)
-    rate = spec.peak_rate * cycle * weekly * rng.lognormal(0.0, 0.08, m)
+    end = _history_end(last_day, spec.window_s)
+    m = max(round(spec.days * 86400 / spec.window_s), 1)
+    first = end - timedelta(seconds=m * spec.window_s)
+    offsets = np.arange(m, dtype=np.int64) * spec.window_s
+    starts = np.array([first + timedelta(seconds=int(s)) for s in offsets])
+    rate = (spec.peak_rate * daily_shape(first.timestamp() + offsets)
+            * rng.lognormal(0.0, 0.08, m))
     events = rng.poisson(rate * spec.window_s)
 
     key_groups = groups_of(np.array([f"k{i}" for i in range(spec.keys)]), p)
     base = 1.0 / np.arange(1, spec.keys + 1) ** spec.zipf
-    rotation = (np.arange(m) * spec.window_s // (6 * 3600)).astype(np.int64)  # every 6 h
+    rotation = (offsets // (6 * 3600)).astype(np.int64)  # every 6 h
     perms = np.stack([rng.permutation(spec.keys) for _ in range(rotation.max() + 1)])
     popularity = base[np.argsort(perms[rotation], axis=1)]  # (m, keys): rotated Zipf weights
     popularity /= popularity.sum(axis=1, keepdims=True)
@@ -318,16 +343,31 @@ def synthetic_frames(
     group_loads = np.zeros((m, p), dtype=np.int64)
     np.add.at(group_loads, (slice(None), key_groups), key_counts)
 
-    plan = Plan.hashed(p, spec.engines)
-    engine_loads = engine_loads_per_window(plan, group_loads).astype(np.int64)
-    load_mean = engine_loads.mean(axis=1)
-    load_std = engine_loads.std(axis=1)
-    util = np.clip(engine_loads.max(axis=1) / (spec.service_rate * spec.window_s), 0, 0.98)
+    if spec.scale_every_s:
+        blocks = offsets // spec.scale_every_s
+        engines = rng.integers(1, spec.engines + 1, blocks.max() + 1)[blocks]
+    else:
+        engines = np.full(m, spec.engines, dtype=np.int64)
+    assignment = np.zeros((spec.engines + 1, p), dtype=np.int64)  # row n: the plan of n engines
+    engine_loads: list[np.ndarray] = [np.zeros(0)] * m
+    for n in np.unique(engines):
+        plan = Plan.hashed(p, int(n))
+        assignment[n] = plan.assignment
+        rows = np.flatnonzero(engines == n)
+        for i, loads in zip(rows, engine_loads_per_window(plan, group_loads[rows]), strict=True):
+            engine_loads[i] = loads.astype(np.int64)
+    load_mean = np.array([x.mean() for x in engine_loads])
+    load_std = np.array([x.std() for x in engine_loads])
+    load_max = np.array([x.max() for x in engine_loads])
+    util = np.clip(load_max / (spec.service_rate * spec.window_s), 0, 0.98)
     latency = (1.0 / spec.service_rate) / (1.0 - util) * rng.lognormal(0.0, 0.05, m)
+    if spec.task_s:
+        latency = latency + spec.task_s * engines / np.maximum(events, 1)
     capacity = spec.service_rate * spec.window_s
-    missed = np.clip(engine_loads - capacity, 0, None).sum(axis=1).astype(np.int64)
+    missed = np.array([np.clip(x - capacity, 0, None).sum() for x in engine_loads],
+                      dtype=np.int64)
     out = rng.binomial(events, 0.02)
-    run_id = f"synthetic-{spec.seed}"
+    run_id = spec.run_id or f"synthetic-{spec.seed}"
     metrics = pd.DataFrame({
         "schema_version": SCHEMA_VERSION,
         "run_id": run_id,
@@ -340,13 +380,13 @@ def synthetic_frames(
         "out_events": out.astype(np.int64),
         "missed": missed,
         "selectivity": np.where(events > 0, out / np.maximum(events, 1), 0.0),
-        "engines": np.full(m, spec.engines, dtype=np.int32),
-        "engine_loads": list(engine_loads),
+        "engines": engines.astype(np.int32),
+        "engine_loads": engine_loads,
         "rstd": np.where(load_mean > 0, 100.0 * load_std / np.maximum(load_mean, 1e-12), 0.0),
         "var_load": load_std**2,
         "input_rate": events / spec.window_s,
         "latency_s": latency,
-        "batch_duration_s": np.minimum(latency * events / spec.engines, spec.window_s * 2.0),
+        "batch_duration_s": np.minimum(latency * events / engines, spec.window_s * 2.0),
         "plan_version": np.zeros(m, dtype=np.int64),
         "policy": "kg",
     })
@@ -358,12 +398,21 @@ def synthetic_frames(
         "batch_id": w.astype(np.int64),
         "window_start": pd.to_datetime(starts[w]),
         "group": g.astype(np.int32),
-        "engine": plan.assignment[g].astype(np.int32),
+        "engine": assignment[engines[w], g].astype(np.int32),
         "load": load.astype(np.int64),
         "state_bytes": (load * 120).astype(np.int64),  # ~120 bytes of state per tuple kept
         "plan_version": np.zeros(w.size, dtype=np.int64),
     })
     return metrics[TABLES["metrics"].names], key_loads[TABLES["key_loads"].names]
+
+
+def _history_end(last_day: date | datetime, window_s: int) -> datetime:
+    """Where a synthetic history ends: after a whole ``last_day``, or at an instant floored
+    to the window grid (so its windows tile the epoch like the speed layer's)."""
+    if isinstance(last_day, datetime):  # before date: a datetime is a date too
+        at = last_day if last_day.tzinfo else last_day.replace(tzinfo=UTC)
+        return datetime.fromtimestamp(at.timestamp() // window_s * window_s, UTC)
+    return datetime.combine(last_day + timedelta(days=1), time.min, UTC)
 
 
 def write_synthetic_history(
@@ -374,8 +423,13 @@ def write_synthetic_history(
 
     metrics, key_loads = synthetic_frames(cfg, last_day, spec)
     return {
-        "days": str(DayRange.ending(last_day, spec.days)),
+        "days": _span(metrics),
         "metrics_rows": replace_runs(spark, cfg, "metrics", metrics),
         "key_loads_rows": replace_runs(spark, cfg, "key_loads", key_loads),
         "warehouse": str(cfg.warehouse_path),
     }
+
+
+def _span(metrics: pd.DataFrame) -> str:
+    """The UTC days a written history touches, as ``keyshift job`` prints ranges."""
+    return str(DayRange(metrics.window_start.iloc[0].date(), metrics.window_start.iloc[-1].date()))

@@ -2,7 +2,7 @@
 what the run wrote to the warehouse.
 
 Everything here is read back from the warehouse (``metrics``, ``decisions``, ``migrations``,
-``events_out``) rather than from the job's memory, so the report of a run that was
+``control_state``, ``events_out``) rather than from the job's memory, so the report of a run that was
 interrupted and restarted still tells the whole story, and any run can be reported, live or
 not: the rows a live job has staged but not committed yet are included
 (:func:`keyshift.streaming.runs.current`).
@@ -11,6 +11,7 @@ not: the rows a live job has staged but not committed yet are included
 from __future__ import annotations
 
 import html
+import itertools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,7 @@ class RunTables:
     metrics: pd.DataFrame
     decisions: pd.DataFrame
     migrations: pd.DataFrame
+    control: pd.DataFrame  # control_state: the scaler's observed and forecast In per window
 
     @classmethod
     def read(cls, spark: SparkSession, cfg: Config, run_id: str) -> RunTables:
@@ -48,7 +50,8 @@ class RunTables:
             return current(spark, cfg, name, run_id).toPandas()
 
         return cls(rows("metrics").sort_values("batch_id"),
-                   rows("decisions").sort_values("batch_id"), rows("migrations"))
+                   rows("decisions").sort_values("batch_id"), rows("migrations"),
+                   rows("control_state").sort_values("batch_id"))
 
 
 def summarize(tables: RunTables, cfg: Config, run_id: str, wall_s: float | None = None,
@@ -88,6 +91,9 @@ def summarize(tables: RunTables, cfg: Config, run_id: str, wall_s: float | None 
         "engines_final": int(m.engines.iloc[-1]) if len(m) else 0,
         # changes of N the engine scaler realized (0 unless [planner] enabled)
         "scale_actions": len(scaled),
+        # when the first of them was decided, in seconds after the first batch started
+        "first_scale_s": (round((scaled.decided_at.min() - m.window_start.min())
+                                .total_seconds(), 1) if len(scaled) and len(m) else None),
         "warehouse": cfg.warehouse_uri,  # a remote one (s3a://...) has no local path
     }
 
@@ -165,6 +171,9 @@ def write_report(spark: SparkSession, cfg: Config, run_id: str, tables: RunTable
         fig.savefig(folder / "engine_loads.png", dpi=90)
         plt.close(fig)
         images.append(("engine_loads.png", "events per engine per batch"))
+        if _forecast_plot(tables.control, cfg.controller.window_s, m.window_start.min(),
+                          folder / "forecast.png"):
+            images.append(("forecast.png", "Input rate: the scaler's forecast vs actual"))
 
     extra = ""
     if app == "clicks":
@@ -204,6 +213,46 @@ def write_report(spark: SparkSession, cfg: Config, run_id: str, tables: RunTable
     )
     (folder / "summary.json").write_text(json.dumps(summary, indent=2))
     return page
+
+
+def _forecast_plot(control: pd.DataFrame, window_s: float, origin: pd.Timestamp,
+                   path: Path) -> bool:
+    """The scaler's forecast In of each window next to the In it then measured (both per
+    second of Δ), with the engines that ran each window, from ``control_state``; False when
+    the scaler forecast nothing.
+
+    A row's ``fc_in`` is the forecast of the window the decision entered, i.e. the window
+    after the one its ``obs_*`` describe, so it is drawn at the next window's start: a
+    forecast and the measurement of the same window share an x. Windows are counted in
+    batches, so on a host slower than the trigger they last longer than Δ and the x axis
+    (wall clock) stretches; In per Δ is what the scaler plans with either way."""
+    import matplotlib.pyplot as plt
+
+    rows = control[control.obs_t.notna()] if len(control) else control
+    made = rows[rows.fc_in.fillna(0) > 0] if len(rows) else rows
+    if not len(made):
+        return False
+    start = (origin.tz_localize("UTC") if origin.tzinfo is None else origin).timestamp()
+    fig, ax = plt.subplots(figsize=(9, 3.5))
+    t = (rows.obs_t - start).to_numpy()
+    nxt = dict(itertools.pairwise(t))  # a window's start -> the next window's
+    fc_t = [nxt.get(x, x + window_s) for x in (made.obs_t - start).to_numpy()]
+    ax.plot(t, rows.obs_in / window_s, marker=".", label="actual")
+    ax.plot(fc_t, made.fc_in / window_s, marker="x", linestyle="--",
+            label="forecast (scaler)")
+    ax.set_ylabel("In per Δ (events/s)")
+    ax.set_xlabel("seconds since the first batch started (window starts)")
+    ax.legend(loc="upper left")
+    live = ax.twinx()
+    live.step(t, rows.obs_engines, where="post", color="tab:green", label="engines")
+    live.set_ylabel("engines that ran the window")
+    live.set_ylim(0, max(int(rows.obs_engines.max()), 1) + 1)
+    live.legend(loc="upper right")
+    ax.set_title("Input rate per window: forecast vs actual")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return True
 
 
 def _table(head: list[str], rows: list, title: str) -> str:

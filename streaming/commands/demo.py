@@ -4,6 +4,7 @@ balancing policy, then a summary and an HTML report in the run folder.
     keyshift demo                                  # a few minutes, DLB-H, first story detection
     keyshift demo --duration 60 --policy kg --json
     keyshift demo --planner                        # and the engine scaler chooses N
+    keyshift demo --seed-history                   # ... from champion GPs trained first
 """
 
 from __future__ import annotations
@@ -50,6 +51,11 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    help="let the engine scaler choose N as well ([planner] enabled): the "
                    "champion GPs of the local MLflow registry when there are, else the "
                    "pure-core forecast fitted on the run's own windows")
+    p.add_argument("--seed-history", action="store_true",
+                   help="implies --planner: first write a synthetic history of this workload "
+                   "ending now into Delta and run the nightly retrain on it, so the local "
+                   "MLflow registry holds champion GPs and the scaler forecasts from them "
+                   "from the first window (a failed retrain: the fallback forecast)")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     add_log_options(p)
     p.set_defaults(func=run)
@@ -89,7 +95,7 @@ class _Stop(Exception):
 def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)  # ConfigError: the CLI's one-line message
     policy, app = _validate(args, cfg)
-    if args.planner:
+    if args.planner or args.seed_history:
         cfg = cfg.model_copy(update={"planner": cfg.planner.model_copy(update={"enabled": True})})
     say = say_line if args.json else functools.partial(say_line, file=sys.stdout)
     say_err = say_line  # per-batch lines
@@ -118,6 +124,8 @@ def run(args: argparse.Namespace) -> int:
         from keyshift.streaming.job import JobOptions
 
         say("starting Spark (first start resolves jars, later ones reuse the cache) ...")
+        seeded = _seed(cfg, run_id, args.rate, args.log_level, say) if args.seed_history \
+            else None
         # the demo is `keyshift run` on its own topic, plus a producer and a report
         job = start_job(cfg, JobOptions(app=app, policy=policy, run_id=run_id, topic=topic,
                                         engines=args.engines), args.log_level, say_err)
@@ -150,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
         summary = report_run(spark, cfg, run_id, job.run_dir, app, wall, job.totals.records, {
             "app": app, "policy": policy, "planner": cfg.planner.enabled,
             "produced": produced.get("sent", 0), "run_dir": str(job.run_dir),
-            "interrupted": interrupted})
+            "interrupted": interrupted, **({"seeded": seeded} if seeded else {})})
         if args.json:
             print(json.dumps(summary))
         else:
@@ -165,6 +173,54 @@ def run(args: argparse.Namespace) -> int:
             job.stop(timeout_s=30)
         if started_broker:
             broker.stop()
+
+
+def _seed(cfg, run_id: str, rate: float, log_level: str | None, say) -> dict[str, Any]:
+    """``--seed-history``: champion GPs before the job starts (it loads them at its start),
+    in the session the job then reuses. Any failure is one line, and the demo goes on with
+    the scaler's fallback forecast: the demo shows the loop, it does not need the models.
+    MLflow's and torch's chatter while training goes to the run's log, not the terminal."""
+    import contextlib
+    import io
+    import warnings
+
+    from keyshift.jobs.seed import champion_line, seed_champions
+    from keyshift.lakehouse.logs import (
+        configure_spark_logging,
+        log_file,
+        set_session_level,
+    )
+    from keyshift.lakehouse.session import get_spark
+
+    from keyshift.control.scaling import one_line
+
+    log = log_file(cfg, "run", run_id)
+    configure_spark_logging(log, log_level)
+    spark = get_spark(cfg, app_name=f"keyshift-{run_id}")  # its failure is the job's too
+    set_session_level(spark, log_level)
+    say("seeding a history of this workload and retraining the GPs on it ...")
+    fallback = "; the scaler starts on the fallback forecast"
+    chatter = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(chatter), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = seed_champions(spark, cfg, rate)
+    except Exception as exc:  # noqa: BLE001 -- the demo goes on without champions
+        say(f"seeding failed: {one_line(exc)}{fallback}")
+        return {"status": "failed", "reason": one_line(exc)}
+    finally:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "a", encoding="utf-8") as f:
+            f.write(chatter.getvalue())
+    say(champion_line(result) + ("" if result["status"] == "trained" else fallback))
+    out = {"status": result["status"], "seconds": round(result["seconds"], 1),
+           "history": result["history"]}
+    if result["status"] == "trained":
+        out["models"] = {which: m["version"] if m["champion_moved"] else m["previous_champion"]
+                         for which, m in result["models"]["models"].items()}
+    else:
+        out["reason"] = result["reason"]
+    return out
 
 
 def _produce(cfg, topic: str, app: str, skew: str, rate: float, duration: float,
