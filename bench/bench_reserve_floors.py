@@ -44,8 +44,28 @@ def one_step(t: np.ndarray, y: np.ndarray, fit_to: int, lo: int, hi: int):
     return mean, std
 
 
-def main() -> None:
+def scaled_series(name: str) -> tuple[np.ndarray, np.ndarray, int, np.ndarray, np.ndarray]:
+    """(t, tuples per window, history length, capacity of 1..K engines, usable capacity):
+    the evaluation's scaling, and the capacity derated by 5 % and the pause."""
     truth = LatencyModel(base_s=0.002, overhead=0.02, cv=0.05)
+    t, v = load_series(name, _data_dir(None))
+    n = int(len(t) * 0.6)
+    ws = float(np.median(np.diff(t)))
+    cap = np.array([float(truth.rate(i)) * ws for i in range(1, K + 1)])
+    usable = cap * (1 - PAUSE_S / ws) * 0.95
+    return t, v / v[:n].max() * 0.75 * cap[-1], n, cap, usable
+
+
+def estimate(floor: np.ndarray, test: np.ndarray, cap: np.ndarray, usable: np.ndarray) -> str:
+    """"missed % / engine-h × static" of the smallest engine counts that cover ``floor``,
+    billed at least the count each window needed."""
+    need = np.minimum(np.searchsorted(usable, test) + 1, K)
+    eng = np.minimum(np.searchsorted(usable, floor) + 1, K)
+    missed = np.maximum(test - cap[eng - 1], 0).sum() / test.sum() * 100
+    return f"{missed:.3g} / {np.maximum(eng, need).mean() / K:.2f}"
+
+
+def main() -> None:
     table = Table(title="Reserve rules, offline estimate: missed % / engine-h × static")
     table.add_column("rule")
     names = ("taxi", "tweets", "bikes")
@@ -53,12 +73,7 @@ def main() -> None:
         table.add_column(name, justify="right")
     cells: dict[str, dict[str, str]] = {}
     for name in names:
-        t, v = load_series(name, _data_dir(None))
-        n = int(len(t) * 0.6)
-        ws = float(np.median(np.diff(t)))
-        cap = np.array([float(truth.rate(i)) * ws for i in range(1, K + 1)])
-        usable = cap * (1 - PAUSE_S / ws) * 0.95
-        y = v / v[:n].max() * 0.75 * cap[-1]
+        t, y, n, cap, usable = scaled_series(name)
         # History statistics: one-step errors on the history's second half (the profile
         # fitted on the first half), rises and growth ratios on all of it.
         hm, hs = one_step(t, y, n // 2, n // 2, n)
@@ -68,12 +83,9 @@ def main() -> None:
         growth = hist[1:] / np.maximum(hist[:-1], cap[0] * 1e-3)
         mean, std = one_step(t, y, n, n, len(t))
         test, prev = y[n:], y[n - 1:-1]
-        need = np.minimum(np.searchsorted(usable, test) + 1, K)
 
-        def cell(floor: np.ndarray, usable=usable, cap=cap, test=test, need=need) -> str:
-            eng = np.minimum(np.searchsorted(usable, floor) + 1, K)
-            missed = np.maximum(test - cap[eng - 1], 0).sum() / test.sum() * 100
-            return f"{missed:.3g} / {np.maximum(eng, need).mean() / K:.2f}"
+        def cell(floor: np.ndarray, usable=usable, cap=cap, test=test) -> str:
+            return estimate(floor, test, cap, usable)
 
         level = np.maximum(prev, mean)
         for q in (0.999, 1.0):
