@@ -334,6 +334,8 @@ class GPForecaster:
     feature_names: tuple[str, ...] = ()
     # model log(y) instead of y: set by targets that are positive and span decades (latency)
     log_target: bool = False
+    # widen the interval to cover a held-out tail (a time series forecast a day ahead)
+    calibrate_interval: bool = False
     default_mean: str = "constant"  # what mean="auto" means for this target
 
     def __init__(
@@ -425,6 +427,8 @@ class GPForecaster:
         self.variance_scale_ = self._calibrate_prior_variance()
         self._fit_rows = int(X.shape[0])
         self._inducing_z = None
+        self.interval_scale_ = (self._calibrate_interval(X, y_log) if self.calibrate_interval
+                                else 1.0)
         self._condition_on(X, z)
         self._posterior_now()  # the factorisation is part of fitting, not of a forecast
         self.train_seconds_ = time.perf_counter() - started
@@ -452,6 +456,51 @@ class GPForecaster:
                 for k in scales:
                     k.outputscale = k.outputscale * factor
                 self._likelihood.noise = self._likelihood.noise * factor
+        return factor
+
+    def _calibrate_interval(self, X: np.ndarray, y_log: np.ndarray) -> float:
+        """Widen the predictive interval until it covers 90 % of a held-out tail; returns the
+        factor on the std (1: it already did).
+
+        The hyper-parameters maximise the likelihood of one-step structure, and the prior
+        variance calibration above only bounds how far from the data the interval can shrink;
+        forecasts a day ahead still missed their 90 % interval 25–50 % of the time in the
+        backtests (tweets, taxi, the synthetic cycles). So the posterior conditioned on all
+        but the last day (at least 48 rows, at most a fifth of them), with a seasonal profile
+        fitted on those rows too (the full profile has seen the day and would flatter it),
+        forecasts that day, and the 90 % quantile of its standardised errors sets one common
+        factor c ≥ 1: output scales and noise times c², which leaves every posterior mean as
+        it was and multiplies every predictive std by c (split-conformal calibration with the
+        fitted GP as the score; its hyper-parameters stay those fitted on all rows)."""
+        n = X.shape[0]
+        step = float(np.median(np.diff(X[:, TIMESTAMP_COLUMN]))) if n > 1 else 0.0
+        day = round(86_400.0 / step) if step > 0 else 0
+        h = min(max(day, 48), n // 5)  # a 90 % quantile of fewer errors is mostly noise
+        if h < 2 or n - h < 3:
+            return 1.0
+        import gpytorch
+
+        torch = _torch()
+        t = X[:, TIMESTAMP_COLUMN]
+        profile = (None if self._profile is None
+                   else SlotProfile.fit(t[:-h], y_log[:-h], period_s=self._profile.period_s))
+        head = y_log[:-h] if profile is None else profile.standardise(t[:-h], y_log[:-h])
+        self._condition_on(X[:-h], head)
+        x_tail = torch.as_tensor(self._scaling.x(X[-h:]), dtype=torch.float64)
+        mean, var = self._posterior_now().predict(x_tail, include_noise=True)
+        self._posterior, self._inducing_z = None, None
+        s = self._scaling
+        mean, std = mean * s.y_std + s.y_mean, np.sqrt(np.maximum(var, 1e-12)) * s.y_std
+        if profile is not None:
+            mean, std = profile.restore(t[-h:], mean, std)
+        err = np.abs(y_log[-h:] - mean) / np.maximum(std, 1e-12)
+        factor = max(float(np.quantile(err, 0.9)) / Z_90, 1.0)
+        if factor > 1.0:
+            with torch.no_grad():
+                for k in self._model.covar_module.modules():
+                    if isinstance(k, gpytorch.kernels.ScaleKernel):
+                        k.outputscale = k.outputscale * factor ** 2
+                self._likelihood.noise = self._likelihood.noise * factor ** 2
         return factor
 
     def _log(self, y: np.ndarray) -> np.ndarray:
@@ -902,6 +951,7 @@ class InputRateGP(GPForecaster):
 
     feature_names = RATE_FEATURES
     default_mean = "profile"
+    calibrate_interval = True
 
 
 class LatencyGP(GPForecaster):

@@ -247,3 +247,34 @@ def test_latency_gp_does_not_read_a_nearly_empty_window_as_slow_engines():
     assert forecasts[True] < 1.2 * full_window
     # the failure the feature removes: twice the latency reads as needing twice the engines
     assert forecasts[False] > 1.6 * full_window
+
+
+class _Uncalibrated(InputRateGP):
+    calibrate_interval = False
+
+
+def test_the_interval_is_widened_to_cover_a_held_out_day_and_the_mean_stays():
+    """A series whose last days are far noisier than its first: the fitted GP's interval is
+    too narrow for the tail, the calibration widens it by one factor (every std times
+    ``interval_scale_``), and the posterior mean does not move."""
+    rng = np.random.default_rng(3)
+    t = 1_700_000_000.0 + np.arange(24 * 12) * HOUR
+    noise = np.where(np.arange(t.size) < 24 * 8, 0.05, 1.5)
+    y = 10 + 3 * np.sin(2 * np.pi * t / 86_400.0) + rng.normal(0, 1, t.size) * noise
+    X = rate_features(t)
+    fit, test = slice(0, 24 * 11), slice(24 * 11, None)
+    plain = _Uncalibrated(kernel="ard", iters=20, seed=1).fit(X[fit], y[fit])
+    wide = InputRateGP(kernel="ard", iters=20, seed=1).fit(X[fit], y[fit])
+    assert plain.interval_scale_ == 1.0 and wide.interval_scale_ > 2.0
+    m0, s0 = plain.predict(X[test])
+    m1, s1 = wide.predict(X[test])
+    np.testing.assert_allclose(m1, m0, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(s1, s0 * wide.interval_scale_, rtol=0.05)
+    covered = lambda m, s: float(np.mean(np.abs(y[test] - m) <= 1.645 * s))
+    assert covered(m1, s1) > covered(m0, s0)
+
+
+def test_a_calm_tail_leaves_the_interval_alone():
+    X, y = _daily(n=240, noise=0.3)
+    gp = InputRateGP(kernel="ard+daily", iters=20).fit(X, y)
+    assert 1.0 <= gp.interval_scale_ < 1.6  # 1.0-1.5 over four seeds; a noisier tail: 2.3-4.3
