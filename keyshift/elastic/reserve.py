@@ -202,9 +202,7 @@ class ForecastQuantile:
         """c_q in units of σ (never below 0), None until :data:`MIN_CALIBRATION` surprises."""
         if not hasattr(self, "scores_") or self.scores_.size < MIN_CALIBRATION:
             return None
-        # numpy's default (linear) quantile, as RiseQuantile: one definition of q for both
-        # sources. With fewer than 1/(1 − q) surprises it lies between the two largest.
-        return max(float(np.quantile(self.scores_, self.quantile)), 0.0)
+        return max(float(np.quantile(self.scores_, self.quantile, method="higher")), 0.0)
 
     def rise(self) -> float:
         """R_q of the fallback, in tuples."""
