@@ -32,12 +32,15 @@ from keyshift.elastic.forecast import make_forecaster, one_step_forecasts
 
 
 def running_quantile(history: np.ndarray, online: np.ndarray, q: float) -> np.ndarray:
-    """Before each online value: the q-quantile ("higher") of the history and the online
-    values already seen."""
+    """Before each online value: the q-quantile (numpy's linear one, as the reserve takes
+    it) of the history and the online values already seen."""
     seen = sorted(history.tolist())
     out = np.empty(online.size)
     for i, value in enumerate(online):
-        out[i] = seen[min(int(np.ceil(q * (len(seen) - 1))), len(seen) - 1)]
+        pos = q * (len(seen) - 1)
+        lo = int(np.floor(pos))
+        hi = min(lo + 1, len(seen) - 1)
+        out[i] = seen[lo] + (pos - lo) * (seen[hi] - seen[lo])
         bisect.insort(seen, float(value))
     return out
 
