@@ -7,27 +7,38 @@ with a Zipf exponent that alternates between 0.2 and 1.5 every ``--shift-s`` sec
 groups. ``keyshift run --policy dlb-h`` reads it with a ``--trigger-s`` trigger, a
 subprocess as a user starts it. Every ``--sample-s`` seconds the bench records, from outside the job:
 
-* driver RSS: the ``keyshift run`` process and its JVM (in ``local[*]`` the executors live
-  in that JVM too), and Python worker RSS: the ``pyspark.daemon`` / worker processes of its
-  tree;
+* memory of the job's process tree in three parts, each with its own way to grow: the
+  Python driver (the ``keyshift run`` process), its JVM (in ``local[*]`` the executors live
+  there too; its heap used and committed and its metaspace read with the JDK's ``jstat``:
+  a JVM grows its committed heap lazily towards its ``-Xmx``, the bench prints the cap it
+  runs with) and the Python workers (``pyspark.daemon`` / worker processes); ``driver`` is
+  Python driver + JVM, as earlier runs reported it. ``--trace-python`` adds tracemalloc
+  and object counts inside the Python driver (``bench/soak_hook``): what grew since the
+  warm-up, by allocation site;
 * engine store bytes: the run's durable changelog (``<warehouse>/_engine_state/<run>``)
   and the executors' caches (``keyshift-engines/<run>`` under Spark's local dirs);
 * files staged and not yet committed (``<warehouse>/_runs/<run>/staged``);
 * Delta files per table (data ``*.parquet`` and ``_delta_log/*.json``);
-* batches and events read so far, how far the job is behind the producer (``--rate`` × time
-  − events read: flat when it keeps up), the p95 of the batches since the previous sample
-  (the job's ``batches.jsonl``), and migrations so far (batches that moved groups).
+* batches and events read so far, the p95 of the batches since the previous sample (the
+  job's ``batches.jsonl``) and migrations so far (batches that moved groups);
+* Kafka: what the producer has put in the topic (its end offsets), how many of those the
+  job has not read yet (``behind``), the job's own ``keyshift_kafka_lag_records`` gauge
+  scraped from its live metrics endpoint (the same gap as Spark saw it planning the last
+  batch), and ``producer_short``, the nominal ``--rate`` × time minus what was produced:
+  a job that keeps up has ``behind`` flat; a producer below its rate shows here instead.
 
 One row per sample as it is taken, a table at the end, and a FLATNESS line per series: the
 Theil–Sen slope (robust to one odd sample) over the samples after ``--warmup-s``, per minute
 and as % of their mean, judged FLAT when |slope| × the minutes those samples span <
-``--tolerance`` (10 %) of their mean. Delta file counts, batches and migrations grow by
-design (until table maintenance compacts the tables): their growth per minute is printed, not
-judged. At the end the job gets SIGTERM (its clean stop between batches), then the broker
-stops; the raw numbers stay in the bench's home (``soak.json``), which is printed.
+``--tolerance`` (10 %) of their mean. Delta file counts (until table maintenance compacts
+the tables) and the counters (batches, events read and produced, the producer's deficit,
+migrations) grow by design: their growth per minute is printed, not judged. At the end
+the job gets SIGTERM (its clean stop between batches), then the broker stops; the raw
+numbers stay in the bench's home (``soak.json``), which is printed.
 
     .venv/bin/python bench/bench_soak.py                                   # 30 minutes
     .venv/bin/python bench/bench_soak.py --duration 180 --sample-s 15 --warmup-s 60
+    .venv/bin/python bench/bench_soak.py --duration 900 --trace-python     # what Python keeps
 """
 
 from __future__ import annotations
@@ -56,7 +67,8 @@ PARTITIONS = 4
 LOW, HIGH = 0.2, 1.5  # the alternating Zipf exponents
 ROTATE = 97  # keys the hot set moves on between two high phases
 # series that only grow while the job runs (Delta files until maintenance compacts them)
-GROWING = ("batches", "events", "migrations")
+# the producer's deficit against its nominal rate adds up when it sends below the rate
+GROWING = ("batches", "events", "produced", "producer_short", "migrations")
 
 
 # --- pure helpers (tests/test_bench_soak.py) --------------------------------------------
@@ -108,7 +120,9 @@ def flatness(series: str, t_min: Sequence[float], ys: Sequence[float], warmup_mi
     import numpy as np
     from scipy.stats import theilslopes
 
-    pts = [(t, y) for t, y in zip(t_min, ys, strict=True) if t >= warmup_min]
+    # nan: not measurable at that sample (no JVM yet, a gauge not yet set)
+    pts = [(t, y) for t, y in zip(t_min, ys, strict=True)
+           if t >= warmup_min and not math.isnan(y)]
     if len(pts) < 3:
         return Flatness(series, len(pts), 0.0, math.nan, math.nan,
                         f"n/a ({len(pts)} samples after the warm-up, need 3)")
@@ -175,30 +189,37 @@ def delta_files(warehouse: Path) -> dict[str, dict[str, int]]:
     return out
 
 
-def rss_split(pid: int) -> tuple[int, int]:
-    """RSS bytes of the process tree of ``pid``: (driver: the process, its JVM and anything
-    else that is not Python worker; workers: ``pyspark.daemon`` / ``pyspark.worker``
-    processes and their children)."""
+def rss_split(pid: int) -> tuple[int, int, int, int | None]:
+    """RSS bytes of the process tree of ``pid`` in three parts, and the JVM's pid (None
+    before it runs): the Python driver (the ``keyshift run`` process and anything else that
+    is neither Java nor a Python worker), the JVM (``java``: in ``local[*]`` driver and
+    executors in one), and the Python workers (``pyspark.daemon`` / ``pyspark.worker``
+    processes and their children). Apart, because each grows for other reasons: a JVM's
+    heap grows lazily towards its ``-Xmx``, a Python process only by what it keeps."""
     import psutil
 
     try:
         root = psutil.Process(pid)
         procs = [root, *root.children(recursive=True)]
     except psutil.NoSuchProcess:
-        return 0, 0
+        return 0, 0, 0, None
     workers: set[int] = set()
+    jvms: set[int] = set()
     for p in procs:
         try:
-            cmd = " ".join(p.cmdline())
+            cmd = p.cmdline()
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-        if "pyspark.daemon" in cmd or "pyspark.worker" in cmd:
+        line = " ".join(cmd)
+        if "pyspark.daemon" in line or "pyspark.worker" in line:
             workers.add(p.pid)
             try:
                 workers.update(c.pid for c in p.children(recursive=True))
             except psutil.NoSuchProcess:
                 pass
-    driver = worker = 0
+        elif cmd and Path(cmd[0]).name == "java":
+            jvms.add(p.pid)
+    python = jvm = worker = 0
     for p in procs:
         try:
             rss = p.memory_info().rss
@@ -206,15 +227,182 @@ def rss_split(pid: int) -> tuple[int, int]:
             continue
         if p.pid in workers:
             worker += rss
+        elif p.pid in jvms:
+            jvm += rss
         else:
-            driver += rss
-    return driver, worker
+            python += rss
+    return python, jvm, worker, min(jvms) if jvms else None
+
+
+_UNITS = {"": 1, "k": 1024, "m": 1024 ** 2, "g": 1024 ** 3, "t": 1024 ** 4}
+
+
+def xmx_bytes(args: Sequence[str]) -> int | None:
+    """The heap cap of a ``java`` command line (its last ``-Xmx``, as the JVM reads it), in
+    bytes; None without one (the JVM then caps the heap at a quarter of the machine's RAM)."""
+    found = None
+    for a in args:
+        if a.startswith("-Xmx"):
+            size = a[4:].lower()
+            unit = size[-1] if size and size[-1] in _UNITS else ""
+            found = int(size[:len(size) - len(unit)]) * _UNITS[unit]
+    return found
+
+
+def parse_jstat_gc(text: str) -> dict[str, float]:
+    """``jstat -gc`` output (a header line and a value line; KB) as column -> value."""
+    lines = [ln.split() for ln in text.strip().splitlines() if ln.strip()]
+    if len(lines) < 2 or len(lines[0]) != len(lines[-1]):
+        raise ValueError(f"not jstat -gc output: {text[:200]!r}")
+    return {k: float(v) if v != "-" else 0.0 for k, v in zip(lines[0], lines[-1], strict=True)}
+
+
+def heap_mb(gc: dict[str, float]) -> tuple[float, float, float]:
+    """From ``jstat -gc`` columns, in MB: the Java heap used and committed (survivors, eden,
+    old), and the metaspace used (classes: Spark compiles new ones for new query plans, and
+    they stay while their loader lives, so a long run's metaspace must level off too)."""
+    used = sum(gc[k] for k in ("S0U", "S1U", "EU", "OU"))
+    committed = sum(gc[k] for k in ("S0C", "S1C", "EC", "OC"))
+    return used / 1024, committed / 1024, gc["MU"] / 1024
+
+
+def jvm_heap(jvm_pid: int | None, collect: bool = False) -> tuple[float, float, float]:
+    """The JVM's heap used, heap committed and metaspace used in MB, read with the JDK's
+    ``jstat`` from outside (nan when there is no JVM yet or no ``jstat``). ``collect``: a
+    full GC first (``jcmd GC.run``), so that "used" is the live heap, not whatever garbage
+    the last collection left; it pauses the job and lets G1 shrink the heap, so it is for a
+    diagnostic run, not the soak's verdict on RSS."""
+    import shutil
+
+    jstat, jcmd = shutil.which("jstat"), shutil.which("jcmd")
+    if jvm_pid is None or jstat is None or (collect and jcmd is None):
+        return math.nan, math.nan, math.nan
+    try:
+        if collect:
+            subprocess.run([jcmd, str(jvm_pid), "GC.run"], capture_output=True, timeout=120,
+                           check=True)
+        out = subprocess.run([jstat, "-gc", str(jvm_pid)], capture_output=True, text=True,
+                             timeout=30, check=True).stdout
+        return heap_mb(parse_jstat_gc(out))
+    except (subprocess.SubprocessError, OSError, ValueError, KeyError):
+        return math.nan, math.nan, math.nan
+
+
+def gauge_value(exposition: str, name: str, run_id: str) -> float:
+    """The value of gauge ``name`` for ``run_id`` in a Prometheus text exposition (the job's
+    live metrics endpoint); nan when the job has not set it yet."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(exposition):
+        for s in family.samples:
+            if s.name == name and s.labels.get("run_id") == run_id:
+                return float(s.value)
+    return math.nan
+
+
+def scrape(url: str, timeout_s: float = 5.0) -> str:
+    """The text of the job's ``/metrics`` ("" when it does not answer)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as r:
+            return r.read().decode()
+    except (urllib.error.URLError, OSError):
+        return ""
+
+
+class TopicEnds:
+    """The topic's end offsets summed over its partitions: what the producer has put in the
+    topic so far (the topic is the run's own, so its offsets count from 0)."""
+
+    def __init__(self, bootstrap: str, topic: str, security: dict[str, Any]) -> None:
+        self.bootstrap, self.topic, self.security = bootstrap, topic, security
+        self.consumer = None
+
+    def produced(self) -> int:
+        from kafka import KafkaConsumer, TopicPartition
+
+        if self.consumer is None:
+            self.consumer = KafkaConsumer(bootstrap_servers=self.bootstrap,
+                                          enable_auto_commit=False, **self.security)
+        parts = self.consumer.partitions_for_topic(self.topic) or set()
+        ends = self.consumer.end_offsets([TopicPartition(self.topic, p) for p in parts])
+        return int(sum(ends.values()))
+
+    def close(self) -> None:
+        if self.consumer is not None:
+            self.consumer.close()
+
+
+def distinct_free_ports(free_port, n: int) -> list[int]:
+    """``n`` different free ports (``free_port`` may hand out the same one twice)."""
+    ports: list[int] = []
+    while len(ports) < n:
+        p = free_port()
+        if p not in ports:
+            ports.append(p)
+    return ports
+
+
+def process_args(pid: int) -> list[str]:
+    """The command line of ``pid`` ([] once it has gone)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).cmdline()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return []
+
+
+def heap_cap_text(java_args: Sequence[str]) -> str:
+    """What heap cap the driver JVM runs with, and the spark.driver.memory it came from."""
+    cap = xmx_bytes(java_args)
+    conf = next((a.split("=", 1)[1] for a in java_args
+                 if a.startswith("spark.driver.memory=")), None)
+    told = f" (spark.driver.memory={conf})" if conf else ""
+    if cap is None:
+        return f"no -Xmx{told}: the heap may grow to a quarter of the machine's RAM"
+    return f"-Xmx {cap / 1024 ** 2:,.0f} MB{told}"
+
+
+def trace_summary(folder: Path, top: int = 12) -> list[str]:
+    """Lines about the last Python heap report of ``--trace-python`` (bench/soak_hook)."""
+    reports = sorted(folder.glob("trace-*.json"))
+    if not reports:
+        return [f"python trace: no report in {folder} (the run ended before the first)"]
+    mb = 1024 * 1024
+    lines = []
+    for path in reports:
+        r = json.loads(path.read_text())
+        lines.append(f"python trace {path.name} at {r['elapsed_s'] / 60:.1f} min: RSS "
+                     f"{r['rss_bytes'] / mb:.1f} MB ({r['rss_growth_bytes'] / mb:+.1f} since the "
+                     f"baseline), traced {r['traced_bytes'] / mb:.1f} MB "
+                     f"({r['traced_growth_bytes'] / mb:+.2f}), objects {r['objects']:,} "
+                     f"({r['objects_growth']:+,})"
+                     + (f", Arrow {r['pyarrow_allocated_bytes'] / mb:.1f} MB"
+                        if r.get("pyarrow_allocated_bytes") is not None else ""))
+    last = json.loads(reports[-1].read_text())
+    lines.append(f"python trace: the {top} allocation sites that grew most since the baseline:")
+    for site in last["top_sites"][:top]:
+        where = " <- ".join(ln.strip() for ln in site["traceback"][::2][:3])
+        lines.append(f"  {site['size_diff'] / 1024:+9.1f} KB {site['count_diff']:+7d} blocks"
+                     f"  {where}")
+    lines.append(f"python trace: the {top} object types whose count grew most:")
+    lines.extend(f"  {t['count_diff']:+8,d}  {t['type']} ({t['count']:,})"
+                 for t in last["top_types"][:top])
+    return lines
 
 
 @dataclass
 class Sample:
     t_min: float
-    driver_rss_mb: float
+    driver_rss_mb: float  # Python driver + JVM, as the earlier runs reported it
+    driver_py_rss_mb: float
+    jvm_rss_mb: float
+    jvm_heap_used_mb: float
+    jvm_heap_committed_mb: float
+    jvm_metaspace_mb: float
     worker_rss_mb: float
     state_durable_mb: float
     state_cache_mb: float
@@ -223,29 +411,44 @@ class Sample:
     delta_log_json: int
     batches: int
     events: int
+    produced: int
     behind: int
+    lag_records: float
+    producer_short: int
     batch_p95_s: float
     migrations: int
     tables: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 class Sampler:
-    """Reads one run's numbers from outside the job, as the sample loop calls it."""
+    """Reads one run's numbers from outside the job, as the sample loop calls it.
+
+    Two views of Kafka: ``behind`` is what the producer has put in the topic (its end
+    offsets, ``ends``) minus the events the job's batches read, counted at the sample; the
+    job's own ``keyshift_kafka_lag_records`` gauge (``metrics_url``) is the same gap as Spark
+    saw it when it planned the last batch. ``producer_short`` is the nominal ``rate`` × time
+    minus what was produced: a producer below its rate, not a slow job."""
 
     def __init__(self, pid: int, home: Path, warehouse: Path, run_id: str,
-                 rate: float) -> None:
+                 rate: float, ends: TopicEnds | None = None,
+                 metrics_url: str | None = None, live_heap: bool = False) -> None:
         self.pid, self.home, self.warehouse, self.run_id = pid, home, warehouse, run_id
-        self.rate = rate
+        self.rate, self.ends, self.metrics_url = rate, ends, metrics_url
+        self.live_heap = live_heap
         self.batches_file = home / "runs" / run_id / "batches.jsonl"
         self.seen = self.batches = self.events = self.migrations = 0
+        self.jvm_pid: int | None = None
 
     def take(self, t_min: float) -> Sample:
-        driver, worker = rss_split(self.pid)
+        python, jvm, worker, self.jvm_pid = rss_split(self.pid)
+        used, committed, metaspace = jvm_heap(self.jvm_pid, collect=self.live_heap)
         durable, _ = tree_bytes(self.warehouse / "_engine_state" / self.run_id)
         cache = sum(tree_bytes(p)[0] for p in cache_folders(self.home / "spark-local",
                                                               self.run_id))
         _, staged = tree_bytes(self.warehouse / "_runs" / self.run_id / "staged")
         tables = delta_files(self.warehouse)
+        lag = (gauge_value(scrape(self.metrics_url), "keyshift_kafka_lag_records", self.run_id)
+               if self.metrics_url else math.nan)
         text = self.batches_file.read_text() if self.batches_file.is_file() else ""
         fresh, self.seen = new_batches(text, self.seen)
         self.batches += len(fresh)
@@ -253,35 +456,50 @@ class Sampler:
         self.events += sum(int(t.get("events", 0)) for b in fresh for t in b.get("tasks", [])
                            if not t.get("restore"))
         self.migrations += sum(1 for b in fresh if b.get("moved_groups", 0) > 0)
+        # the topic's end after the batches were read: a record counted read is in it
+        produced = self.ends.produced() if self.ends is not None else self.events
         mb = 1024 * 1024
         return Sample(
-            t_min=round(t_min, 3), driver_rss_mb=driver / mb, worker_rss_mb=worker / mb,
+            t_min=round(t_min, 3), driver_rss_mb=(python + jvm) / mb,
+            driver_py_rss_mb=python / mb, jvm_rss_mb=jvm / mb, jvm_heap_used_mb=used,
+            jvm_heap_committed_mb=committed, jvm_metaspace_mb=metaspace, worker_rss_mb=worker / mb,
             state_durable_mb=durable / mb, state_cache_mb=cache / mb, staged_files=staged,
             delta_parquet=sum(t["parquet"] for t in tables.values()),
             delta_log_json=sum(t["log_json"] for t in tables.values()),
-            batches=self.batches, events=self.events,
-            behind=max(0, round(self.rate * t_min * 60) - self.events),
+            batches=self.batches, events=self.events, produced=produced,
+            behind=max(0, produced - self.events), lag_records=lag,
+            producer_short=round(self.rate * t_min * 60) - produced,
             batch_p95_s=percentile([float(b["duration_s"]) for b in fresh], 95),
             migrations=self.migrations, tables=tables)
 
 
 # --- the report ------------------------------------------------------------------------
-SERIES = ("driver_rss_mb", "worker_rss_mb", "state_durable_mb", "state_cache_mb",
-          "staged_files", "batch_p95_s", "behind", "delta_parquet", "delta_log_json",
-          "batches", "events", "migrations")
-HEAD = {"driver_rss_mb": "driver MB", "worker_rss_mb": "workers MB",
+SERIES = ("driver_rss_mb", "driver_py_rss_mb", "jvm_rss_mb", "jvm_heap_used_mb",
+          "jvm_heap_committed_mb", "jvm_metaspace_mb", "worker_rss_mb", "state_durable_mb",
+          "state_cache_mb", "staged_files", "batch_p95_s", "behind", "lag_records",
+          "delta_parquet", "delta_log_json", "batches", "events", "produced",
+          "producer_short", "migrations")
+HEAD = {"driver_rss_mb": "driver MB", "driver_py_rss_mb": "python MB", "jvm_rss_mb": "JVM MB",
+        "jvm_heap_used_mb": "heap used", "jvm_heap_committed_mb": "heap comm.",
+        "jvm_metaspace_mb": "metasp.", "worker_rss_mb": "workers MB",
         "state_durable_mb": "state MB", "state_cache_mb": "cache MB", "staged_files": "staged",
-        "batch_p95_s": "p95 s", "behind": "behind", "events": "events", "delta_parquet": "parquet", "delta_log_json": "log json",
-        "batches": "batches", "migrations": "migr."}
+        "batch_p95_s": "p95 s", "behind": "behind", "lag_records": "lag gauge",
+        "events": "read", "produced": "produced", "producer_short": "prod. short",
+        "delta_parquet": "parquet", "delta_log_json": "log json", "batches": "batches",
+        "migrations": "migr."}
 
 
 def row_text(s: Sample) -> str:
-    return (f"{s.t_min:6.1f} min  driver {s.driver_rss_mb:7.1f} MB  workers "
-            f"{s.worker_rss_mb:7.1f} MB  state {s.state_durable_mb:6.2f} MB  cache "
-            f"{s.state_cache_mb:6.2f} MB  staged {s.staged_files:4d}  parquet "
-            f"{s.delta_parquet:5d}  log {s.delta_log_json:5d}  batches {s.batches:5d}  "
-            f"events {s.events:8d}  behind {s.behind:6d}  p95 {s.batch_p95_s:5.2f}s  "
-            f"migrations {s.migrations}")
+    return (f"{s.t_min:5.1f} min  driver {s.driver_rss_mb:6.0f} MB (python "
+            f"{s.driver_py_rss_mb:4.0f}, JVM {s.jvm_rss_mb:5.0f}: heap "
+            f"{s.jvm_heap_used_mb:5.0f}/{s.jvm_heap_committed_mb:5.0f}, metaspace "
+            f"{s.jvm_metaspace_mb:3.0f})  workers "
+            f"{s.worker_rss_mb:4.0f} MB  state {s.state_durable_mb:5.2f} MB  cache "
+            f"{s.state_cache_mb:5.2f} MB  staged {s.staged_files:3d}  parquet "
+            f"{s.delta_parquet:5d}  log {s.delta_log_json:5d}  batches {s.batches:4d}  "
+            f"read {s.events:7d} of {s.produced:7d} produced (behind {s.behind:5d}, gauge "
+            f"{s.lag_records:5.0f}; producer short {s.producer_short:5d})  p95 "
+            f"{s.batch_p95_s:5.2f}s  migrations {s.migrations}")
 
 
 def judge(samples: Sequence[Sample], warmup_min: float, tolerance: float) -> list[Flatness]:
@@ -318,7 +536,7 @@ def print_table(console, samples: Iterable[Sample]) -> None:
         table.add_row(f"{s.t_min:.1f}", *[
             f"{getattr(s, n):.2f}" if isinstance(getattr(s, n), float) else
             str(getattr(s, n)) for n in SERIES])
-    console.print(table)
+    console.print(table, width=300)  # one line per sample, however many series
 
 
 # --- the run ---------------------------------------------------------------------------
@@ -352,11 +570,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--groups", type=int, default=4096)
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--driver-memory", default=None,
+                    help="the job's [spark] driver_memory, its JVM's -Xmx (default: config's)")
+    ap.add_argument("--trace-python", action="store_true",
+                    help="tracemalloc and object counts in the job's Python driver "
+                         "(bench/soak_hook): what grew since the warm-up, every "
+                         "--trace-every-s, printed at the end; slows the driver a little")
+    ap.add_argument("--live-heap", action="store_true",
+                    help="a full GC of the driver JVM before each sample (jcmd GC.run): heap "
+                         "used is then the live heap; pauses the job, lets the heap shrink")
+    ap.add_argument("--trace-every-s", type=float, default=300.0,
+                    help="seconds between two Python heap reports (default 300)")
     ap.add_argument("--json", dest="json_out", default=None,
                     help="also write the raw numbers here (always: <home>/soak.json)")
     args = ap.parse_args(argv)
     for name in ("duration", "sample_s", "rate", "shift_s", "trigger_s", "window_s",
-                 "tolerance"):
+                 "tolerance", "trace_every_s"):
         if getattr(args, name) <= 0:
             ap.error(f"--{name.replace('_', '-')}: must be > 0")
     if args.warmup_s < 0:
@@ -367,43 +596,51 @@ def main(argv: list[str] | None = None) -> int:
     if args.sample_s > args.duration:
         ap.error("--sample-s: longer than --duration, no sample would be taken")
 
+    from keyshift.streaming import broker as brokers
     from rich.console import Console
 
     from keyshift.config import load_config
-    from keyshift.streaming.broker import Broker, create_topic, free_port
 
     console = Console(width=200)
     home = Path(tempfile.mkdtemp(prefix="keyshift-bench-soak-"))
-    port = free_port()
-    controller_port = free_port()
-    while controller_port == port:
-        controller_port = free_port()
+    port, controller_port, metrics_port = distinct_free_ports(brokers.free_port, 3)
+    spark = {"master": args.master, "trigger_s": args.trigger_s}
+    if args.driver_memory:
+        spark["driver_memory"] = args.driver_memory
     overrides = {
         "home": str(home),
         "groups": {"count": args.groups},
         "kafka": {"port": port, "controller_port": controller_port},
-        "spark": {"master": args.master, "trigger_s": args.trigger_s},
+        "spark": spark,
         "controller": {"window_s": args.window_s},
+        # a port of its own: the default one may be another job's (then the gauge is off)
+        "metrics": {"port": metrics_port},
     }
     cfg = load_config(env={}, **overrides)
     warehouse = cfg.warehouse_path
     env = config_env(overrides)
+    trace_dir = home / "trace"
+    if args.trace_python:
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(HERE / "soak_hook"), env.get("PYTHONPATH")) if p)
+        env["SOAK_TRACE_PYTHON"] = f"{trace_dir},{args.warmup_s:g},{args.trace_every_s:g}"
     topic = f"soak-{uuid.uuid4().hex[:6]}"
     run_id = f"soak-{uuid.uuid4().hex[:6]}"
     skew = shifting_skew(args.duration, args.shift_s)
     logs = home / "logs"
     logs.mkdir()
-    broker = Broker.from_config(cfg)
+    broker = brokers.Broker.from_config(cfg)
     console.print(f"soak: broker {broker.start()}; home {home}")
     samples: list[Sample] = []
-    producer = job = None
+    producer = job = ends = None
+    jvm_args: list[str] = []
     summary: dict[str, Any] = {}
     failure = ""
     outs = {name: logs / name for name in ("run.out", "run.log", "produce.log")}
     with (open(outs["run.out"], "w") as run_out, open(outs["run.log"], "w") as run_log,
           open(outs["produce.log"], "w") as produce_log):
         try:
-            create_topic(cfg.kafka.bootstrap, topic, PARTITIONS)
+            brokers.create_topic(cfg.kafka.bootstrap, topic, PARTITIONS)
             # stdout to a file, not a pipe: a run of hours would fill a pipe nobody reads
             job = subprocess.Popen(
                 [keyshift_exe(), "run", "--app", "wordcount", "--topic", topic,
@@ -418,7 +655,10 @@ def main(argv: list[str] | None = None) -> int:
                           f"{args.trigger_s:g}s) on {topic}, {args.rate:g} events/s for "
                           f"{args.duration:g}s, skew {LOW:g}<->{HIGH:g} every "
                           f"{args.shift_s:g}s; a sample every {args.sample_s:g}s")
-            sampler = Sampler(job.pid, home, warehouse, run_id, args.rate)
+            ends = TopicEnds(cfg.kafka.bootstrap, topic, brokers.client_options(cfg.kafka))
+            sampler = Sampler(job.pid, home, warehouse, run_id, args.rate, ends,
+                              f"http://{cfg.metrics.host}:{metrics_port}/metrics",
+                              live_heap=args.live_heap)
             t0 = time.monotonic()
             next_at = args.sample_s
             while next_at <= args.duration + 1e-9:
@@ -427,7 +667,12 @@ def main(argv: list[str] | None = None) -> int:
                     failure = f"keyshift run exited {job.returncode} after {next_at / 60:.1f} min"
                     break
                 samples.append(sampler.take((time.monotonic() - t0) / 60))
-                console.print(row_text(samples[-1]), highlight=False)
+                if not jvm_args and sampler.jvm_pid is not None:
+                    jvm_args = process_args(sampler.jvm_pid)
+                    console.print(f"soak: driver JVM pid {sampler.jvm_pid}: "
+                                  f"{heap_cap_text(jvm_args)}", highlight=False)
+                console.print(row_text(samples[-1]), highlight=False, soft_wrap=True)
+                sys.stdout.flush()  # rows as they come also when stdout is a file
                 next_at += args.sample_s
         except KeyboardInterrupt:
             failure = "interrupted"
@@ -436,6 +681,8 @@ def main(argv: list[str] | None = None) -> int:
                 failure = f"keyshift run exited {code} at its stop"
             if producer is not None:
                 stop(producer, timeout_s=30)
+            if ends is not None:
+                ends.close()
             broker.stop()
     if job is not None and job.returncode == 0:
         try:
@@ -448,13 +695,22 @@ def main(argv: list[str] | None = None) -> int:
     print_table(console, samples)
     for f in verdicts:
         console.print(flatness_line(f, args.tolerance), highlight=False)
+    rates = {f.series: f.slope_per_min for f in verdicts
+             if f.series in ("events", "produced") and not math.isnan(f.slope_per_min)}
+    if rates:
+        console.print(f"soak: per minute after the warm-up: nominal {args.rate * 60:,.0f}, "
+                      f"produced {rates.get('produced', math.nan):,.0f}, read "
+                      f"{rates.get('events', math.nan):,.0f}", highlight=False)
+    if args.trace_python:
+        for line in trace_summary(trace_dir):
+            console.print(line, highlight=False, markup=False)
     if summary:
         console.print(f"soak: the job read {summary.get('events_in', 0):,} events in "
                       f"{summary.get('batches', 0)} batches, {summary.get('migrations', 0)} "
                       f"migrations ({summary.get('moved_groups', 0)} groups), "
                       f"{summary.get('dead_letter', 0)} dead letters; batch p95 "
                       f"{summary.get('batch_p95_s', 0):.2f}s over the run")
-    raw = {"args": vars(args), "run_id": run_id, "topic": topic, "skew": skew,
+    raw = {"args": vars(args), "run_id": run_id, "jvm_args": jvm_args, "topic": topic, "skew": skew,
            "home": str(home), "samples": [asdict(s) for s in samples],
            "flatness": [{**asdict(f), "slope_pct_of_mean": f.slope_pct_of_mean}
                         for f in verdicts],

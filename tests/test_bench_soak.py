@@ -68,17 +68,27 @@ def test_flatness_line_states_the_rule(soak):
 
 
 def test_judge_marks_delta_and_counters_by_design(soak):
-    samples = [soak.Sample(t_min=m, driver_rss_mb=500.0, worker_rss_mb=100.0,
+    samples = [soak.Sample(t_min=m, driver_rss_mb=500.0, driver_py_rss_mb=200.0,
+                           jvm_rss_mb=300.0, jvm_heap_used_mb=100.0 + 50 * m,
+                           jvm_heap_committed_mb=1000.0, jvm_metaspace_mb=200.0,
+                           worker_rss_mb=100.0,
                            state_durable_mb=1.0, state_cache_mb=0.5, staged_files=3,
                            delta_parquet=10 * m, delta_log_json=5 * m, batches=30 * m,
-                           events=9000 * m, behind=400 + m % 2, batch_p95_s=0.8,
+                           events=9000 * m, produced=9400 * m, behind=400 + m % 2,
+                           lag_records=math.nan if m < 7 else 300.0,
+                           producer_short=60 * m, batch_p95_s=0.8,
                            migrations=m // 3) for m in range(1, 11)]
     by_name = {f.series: f.verdict for f in soak.judge(samples, 5, 0.1)}
-    assert by_name == {"driver_rss_mb": "FLAT", "worker_rss_mb": "FLAT",
+    assert by_name == {"driver_rss_mb": "FLAT", "driver_py_rss_mb": "FLAT",
+                       "jvm_rss_mb": "FLAT", "jvm_heap_used_mb": "GROWS",
+                       "jvm_heap_committed_mb": "FLAT", "jvm_metaspace_mb": "FLAT",
+                       "worker_rss_mb": "FLAT",
                        "state_durable_mb": "FLAT", "state_cache_mb": "FLAT",
                        "staged_files": "FLAT", "batch_p95_s": "FLAT", "behind": "FLAT",
+                       "lag_records": "FLAT",  # judged on the samples that have it
                        "delta_parquet": "grows by design", "delta_log_json": "grows by design",
                        "batches": "grows by design", "events": "grows by design",
+                       "produced": "grows by design", "producer_short": "grows by design",
                        "migrations": "grows by design"}
 
 
@@ -148,15 +158,126 @@ def test_sampler_reads_a_run_from_outside(soak, tmp_path):
 
     (run_dir / "batches.jsonl").write_text(
         "\n".join(batch(i, 1.0, 0, 100) for i in range(3)) + "\n")
-    sampler = soak.Sampler(os.getpid(), home, wh, run, rate=10.0)
+    class Ends:  # the topic's end offsets as the producer advances them
+        def __init__(self):
+            self.values = iter([500, 1900])
+
+        def produced(self):
+            return next(self.values)
+
+    sampler = soak.Sampler(os.getpid(), home, wh, run, rate=10.0, ends=Ends())
     first = sampler.take(1.0)
     assert (first.batches, first.events, first.migrations) == (3, 300, 0)
-    assert first.behind == 600 - 300 and first.batch_p95_s == pytest.approx(1.0)
+    assert first.produced == 500 and first.behind == 500 - 300
+    assert first.producer_short == 600 - 500  # the producer below its nominal 10/s
+    assert first.batch_p95_s == pytest.approx(1.0) and math.isnan(first.lag_records)
     assert first.staged_files == 1 and first.state_durable_mb == pytest.approx(2 / 1024)
-    assert first.driver_rss_mb > 0 and first.worker_rss_mb == 0
+    assert first.driver_py_rss_mb > 0 and first.worker_rss_mb == 0
+    assert first.jvm_rss_mb == 0 and math.isnan(first.jvm_heap_used_mb)  # no JVM here
+    assert first.driver_rss_mb == first.driver_py_rss_mb + first.jvm_rss_mb
     with open(run_dir / "batches.jsonl", "a") as f:
         f.write(batch(3, 3.0, 5, 700) + "\n" + batch(4, 5.0, 0, 700) + "\n")
     second = sampler.take(2.0)
     assert (second.batches, second.events, second.migrations) == (5, 1700, 1)
-    assert second.behind == 0  # ahead of the nominal rate: nothing behind
+    assert second.behind == 1900 - 1700 and second.producer_short == 1200 - 1900  # ahead
     assert second.batch_p95_s == pytest.approx(4.9)  # of batches 3 and 4 only
+
+
+def test_xmx_and_heap_cap_text(soak):
+    assert soak.xmx_bytes(["java", "-Xmx2g", "-cp", "x"]) == 2 * 1024 ** 3
+    assert soak.xmx_bytes(["-Xmx512m", "-Xmx768M"]) == 768 * 1024 ** 2  # the last one wins
+    assert soak.xmx_bytes(["-Xmx1048576"]) == 1048576 and soak.xmx_bytes(["-Xms1g"]) is None
+    args = ["java", "-Xmx2g", "org.apache.spark.deploy.SparkSubmit", "--conf",
+            "spark.driver.memory=2g", "pyspark-shell"]
+    assert soak.heap_cap_text(args) == "-Xmx 2,048 MB (spark.driver.memory=2g)"
+    assert soak.heap_cap_text(["java"]).startswith("no -Xmx: the heap may grow")
+
+
+def test_jstat_heap_columns(soak):
+    text = ("    S0C    S1C    S0U    S1U      EC       EU        OC         OU       MC     "
+            "MU    CCSC   CCSU   YGC     YGCT    FGC    FGCT     CGC    CGCT     GCT   \n"
+            "    0.0 4096.0    0.0 4096.0 530432.0  56320.0  520192.0   235802.0 189440.0 "
+            "186998.1 24896.0 23704.8     36    1.005     0    0.000    12    0.074    1.079\n")
+    gc = soak.parse_jstat_gc(text)
+    used, committed, metaspace = soak.heap_mb(gc)
+    assert used == pytest.approx((4096 + 56320 + 235802) / 1024)
+    assert committed == pytest.approx((4096 + 530432 + 520192) / 1024)
+    assert metaspace == pytest.approx(186998.1 / 1024)
+    with pytest.raises(ValueError, match="not jstat -gc output"):
+        soak.parse_jstat_gc("12345 not found")
+    assert all(math.isnan(v) for v in soak.jvm_heap(None))
+
+
+def test_lag_gauge_of_the_run_from_the_exposition(soak):
+    from keyshift.streaming.live_metrics import LiveMetrics
+    from prometheus_client import generate_latest
+
+    live = LiveMetrics("r1", window_s=10)
+    other = LiveMetrics("r2", live.families)
+    text = generate_latest(live.registry).decode()
+    assert math.isnan(soak.gauge_value(text, "keyshift_kafka_lag_records", "r1"))  # not yet
+    live.observe_progress({"sources": [{"endOffset": '{"t": {"0": 10, "1": 5}}',
+                                        "latestOffset": '{"t": {"0": 25, "1": 5}}'}]})
+    other.observe_progress({"sources": [{"endOffset": {"t": {"0": 1}},
+                                         "latestOffset": {"t": {"0": 99}}}]})
+    text = generate_latest(live.registry).decode()
+    assert soak.gauge_value(text, "keyshift_kafka_lag_records", "r1") == 15
+    assert soak.gauge_value(text, "keyshift_kafka_lag_records", "r2") == 98
+
+
+def test_distinct_ports(soak):
+    handed = iter([5, 5, 7, 5, 9])
+    assert soak.distinct_free_ports(lambda: next(handed), 3) == [5, 7, 9]
+
+
+def test_trace_summary_reads_the_hook_reports(soak, tmp_path):
+    assert "no report" in soak.trace_summary(tmp_path)[0]
+    mb = 1024 * 1024
+    report = {"elapsed_s": 600, "rss_bytes": 200 * mb, "rss_growth_bytes": 12 * mb,
+              "traced_bytes": 50 * mb, "traced_growth_bytes": 10 * mb,
+              "pyarrow_allocated_bytes": 0, "objects": 1000, "objects_growth": 400,
+              "top_sites": [{"size_diff": 10 * mb, "count_diff": 400, "size": 11 * mb,
+                             "traceback": ['  File "job.py", line 7', "    keep.append(x)",
+                                           '  File "run.py", line 3', "    job.batch()"]}],
+              "top_types": [{"type": "BatchReport", "count_diff": 400, "count": 450}]}
+    (tmp_path / "trace-001.json").write_text(json.dumps(report))
+    lines = soak.trace_summary(tmp_path)
+    assert lines[0].startswith("python trace trace-001.json at 10.0 min: RSS 200.0 MB "
+                               "(+12.0 since the baseline), traced 50.0 MB (+10.00)")
+    assert 'File "job.py", line 7 <- File "run.py", line 3' in lines[2]
+    assert lines[-1] == "      +400  BatchReport (450)"
+
+
+def test_python_trace_hook_finds_what_the_job_keeps(soak, tmp_path):
+    """The soak's sitecustomize hook in a process started as ``... run`` (as the job is): its
+    report names the line that keeps memory; it takes its variable out of the environment,
+    so the JVM and the Python workers the job starts do not trace; a process started
+    otherwise (a pyspark worker) does nothing."""
+    import os
+    import subprocess
+
+    job = tmp_path / "job.py"
+    job.write_text(
+        "import os, sys, time\n"
+        "kept = []\n"
+        "print(os.environ.get('SOAK_TRACE_PYTHON'), flush=True)\n"
+        "deadline = time.monotonic() + float(sys.argv[3])\n"
+        "while time.monotonic() < deadline and not os.path.exists(sys.argv[2]):\n"
+        "    kept.append([0] * 8192)  # what the report must name\n"
+        "    time.sleep(0.01)\n")
+    trace = tmp_path / "trace"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "bench" / "soak_hook"),
+           "SOAK_TRACE_PYTHON": f"{trace},0.3,0.5"}
+    out = subprocess.run([sys.executable, str(job), "run", str(trace / "trace-001.json"),
+                          "30"], env=env, capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "None"  # not passed on to the processes the job starts
+    report = json.loads((trace / "trace-001.json").read_text())
+    assert report["traced_growth_bytes"] > 1024 * 1024 and report["objects_growth"] > 10
+    assert "kept.append([0] * 8192)" in "\n".join(report["top_sites"][0]["traceback"])
+    assert report["top_types"][0]["type"] == "list"  # gc counts containers only
+    assert report["top_types"][0]["count_diff"] > 10
+    other = tmp_path / "other"
+    subprocess.run([sys.executable, str(job), "worker", str(other / "never"), "1"],
+                   env={**env, "SOAK_TRACE_PYTHON": f"{other},0,0.1"}, timeout=60,
+                   capture_output=True, check=False)
+    assert not other.exists()

@@ -1,0 +1,79 @@
+"""The driver JVM's heap cap: ``[spark] driver_memory`` must reach the JVM as ``-Xmx`` by the
+way :mod:`keyshift.lakehouse.session` starts it (its own launch, stderr to a file).
+
+Why: ``spark.driver.memory`` is read only when the JVM starts; set on a running JVM it is
+ignored without a word, and an uncapped JVM grows its heap towards a quarter of the RAM, so
+a soak's driver RSS (bench/bench_soak.py) would say nothing about a leak. Fast: no JVM is
+started. A clean interpreter runs ``get_spark`` with PySpark's process start replaced, which
+captures the ``spark-submit`` command PySpark would run; Spark's own launcher (what
+``spark-submit`` execs, with Spark's env script) then prints the java command it builds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+CAPTURE = textwrap.dedent('''
+    import json, sys
+    from pathlib import Path
+
+    import pyspark.java_gateway as gateway
+
+    from keyshift.config import load_config
+    from keyshift.lakehouse import session
+
+    home, memory = Path(sys.argv[1]), sys.argv[2]
+
+    class Captured(Exception):
+        pass
+
+    def popen(command, **kwargs):
+        print(json.dumps(command))
+        raise Captured
+
+    gateway.Popen = popen
+    session.spark_jars = lambda *args, **kwargs: []  # no download: jars do not matter here
+    session.jvm_stderr = lambda: home / "jvm.err"  # the job's path: _launch_driver
+    cfg = load_config(env={}, home=str(home), spark={"driver_memory": memory})
+    try:
+        session.get_spark(cfg)
+    except Captured:
+        pass
+''')
+
+
+def java_command(submit: list[str], spark_home: Path) -> list[str]:
+    """The java command Spark's launcher builds for a ``spark-submit`` command line (what
+    ``bin/spark-class`` reads from it: NUL-separated, after a NUL marker)."""
+    script = ('. "$SPARK_HOME/bin/load-spark-env.sh"; '
+              'exec java -Xmx128m -cp "$SPARK_HOME/jars/*" org.apache.spark.launcher.Main '
+              'org.apache.spark.deploy.SparkSubmit "$@"')
+    out = subprocess.run(["bash", "-c", script, "launcher", *submit],
+                         env={**os.environ, "SPARK_HOME": str(spark_home)},
+                         capture_output=True, timeout=120, check=True).stdout
+    return [a.decode() for a in out.split(b"\0") if a]
+
+
+@pytest.mark.skipif(shutil.which("java") is None, reason="needs a JDK (as Spark does)")
+@pytest.mark.parametrize("memory", ["768m", "2g"])
+def test_driver_memory_becomes_the_jvm_heap_cap(tmp_path: Path, memory: str) -> None:
+    import pyspark
+
+    captured = subprocess.run([sys.executable, "-c", CAPTURE, str(tmp_path), memory],
+                              capture_output=True, text=True, timeout=120, check=False)
+    assert captured.returncode == 0, captured.stderr
+    submit = json.loads(captured.stdout.strip().splitlines()[-1])
+    assert Path(submit[0]).name == "spark-submit"
+    assert f"spark.driver.memory={memory}" in submit
+    command = java_command(submit[1:], Path(pyspark.__file__).parent)
+    assert Path(command[0]).name == "java"
+    heap = [a for a in command if a.startswith("-Xmx")]
+    assert heap == [f"-Xmx{memory}"], command
