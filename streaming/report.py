@@ -244,7 +244,8 @@ def _forecast_plot(control: pd.DataFrame, window_s: float, origin: pd.Timestamp,
     ax.set_xlabel("seconds since the first batch started (window starts)")
     ax.legend(loc="upper left")
     live = ax.twinx()
-    live.step(t, rows.obs_engines, where="post", color="tab:green", label="engines")
+    live.plot(t, rows.obs_engines, drawstyle="steps-post", marker="_", color="tab:green",
+              label="engines")  # a marker: a run of one window still shows its N
     live.set_ylabel("engines that ran the window")
     live.set_ylim(0, max(int(rows.obs_engines.max()), 1) + 1)
     live.legend(loc="upper right")
