@@ -312,29 +312,6 @@ def scrape(url: str, timeout_s: float = 5.0) -> str:
         return ""
 
 
-class TopicEnds:
-    """The topic's end offsets summed over its partitions: what the producer has put in the
-    topic so far (the topic is the run's own, so its offsets count from 0)."""
-
-    def __init__(self, bootstrap: str, topic: str, security: dict[str, Any]) -> None:
-        self.bootstrap, self.topic, self.security = bootstrap, topic, security
-        self.consumer = None
-
-    def produced(self) -> int:
-        from kafka import KafkaConsumer, TopicPartition
-
-        if self.consumer is None:
-            self.consumer = KafkaConsumer(bootstrap_servers=self.bootstrap,
-                                          enable_auto_commit=False, **self.security)
-        parts = self.consumer.partitions_for_topic(self.topic) or set()
-        ends = self.consumer.end_offsets([TopicPartition(self.topic, p) for p in parts])
-        return int(sum(ends.values()))
-
-    def close(self) -> None:
-        if self.consumer is not None:
-            self.consumer.close()
-
-
 def distinct_free_ports(free_port, n: int) -> list[int]:
     """``n`` different free ports (``free_port`` may hand out the same one twice)."""
     ports: list[int] = []
@@ -425,12 +402,12 @@ class Sampler:
 
     Two views of Kafka: ``behind`` is what the producer has put in the topic (its end
     offsets, ``ends``) minus the events the job's batches read, counted at the sample; the
-    job's own ``keyshift_kafka_lag_records`` gauge (``metrics_url``) is the same gap as Spark
-    saw it when it planned the last batch. ``producer_short`` is the nominal ``rate`` × time
+    job's own ``keyshift_kafka_lag_records`` gauge (``metrics_url``) is the topic's end at the
+    scrape minus where the last batch ended. ``producer_short`` is the nominal ``rate`` × time
     minus what was produced: a producer below its rate, not a slow job."""
 
     def __init__(self, pid: int, home: Path, warehouse: Path, run_id: str,
-                 rate: float, ends: TopicEnds | None = None,
+                 rate: float, ends: Any = None,
                  metrics_url: str | None = None, live_heap: bool = False) -> None:
         self.pid, self.home, self.warehouse, self.run_id = pid, home, warehouse, run_id
         self.rate, self.ends, self.metrics_url = rate, ends, metrics_url
@@ -457,7 +434,8 @@ class Sampler:
                            if not t.get("restore"))
         self.migrations += sum(1 for b in fresh if b.get("moved_groups", 0) > 0)
         # the topic's end after the batches were read: a record counted read is in it
-        produced = self.ends.produced() if self.ends is not None else self.events
+        produced = (sum(self.ends.offsets().values()) if self.ends is not None
+                    else self.events)
         mb = 1024 * 1024
         return Sample(
             t_min=round(t_min, 3), driver_rss_mb=(python + jvm) / mb,
@@ -655,7 +633,8 @@ def main(argv: list[str] | None = None) -> int:
                           f"{args.trigger_s:g}s) on {topic}, {args.rate:g} events/s for "
                           f"{args.duration:g}s, skew {LOW:g}<->{HIGH:g} every "
                           f"{args.shift_s:g}s; a sample every {args.sample_s:g}s")
-            ends = TopicEnds(cfg.kafka.bootstrap, topic, brokers.client_options(cfg.kafka))
+            ends = brokers.TopicEnds(cfg.kafka.bootstrap, topic,
+                                     brokers.client_options(cfg.kafka))
             sampler = Sampler(job.pid, home, warehouse, run_id, args.rate, ends,
                               f"http://{cfg.metrics.host}:{metrics_port}/metrics",
                               live_heap=args.live_heap)
@@ -681,8 +660,6 @@ def main(argv: list[str] | None = None) -> int:
                 failure = f"keyshift run exited {code} at its stop"
             if producer is not None:
                 stop(producer, timeout_s=30)
-            if ends is not None:
-                ends.close()
             broker.stop()
     if job is not None and job.returncode == 0:
         try:

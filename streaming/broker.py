@@ -24,6 +24,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Mapping
@@ -468,6 +469,44 @@ def metadata(bootstrap: str, timeout_s: float = 5.0,
         "brokers": len(cluster.get("brokers", [])),
         "topics": topics,
     }
+
+
+class TopicEnds:
+    """A topic's end offsets (per partition, the offset its next record will get), read from
+    the broker: what has been produced, against which a reader's offsets give its lag.
+
+    Each call opens a consumer (no group, no commits) and closes it, so nothing stays
+    connected between scrapes and nothing needs closing when the job stops; calls are
+    serialised. BrokerError when the broker does not answer within ``timeout_s``."""
+
+    def __init__(self, bootstrap: str, topic: str, security: Mapping[str, Any] | None = None,
+                 timeout_s: float = 5.0) -> None:
+        self.bootstrap, self.topic = bootstrap, topic
+        self.security = environment_security() if security is None else dict(security)
+        self.timeout_ms = int(timeout_s * 1000)
+        self._lock = threading.Lock()
+
+    def offsets(self) -> dict[int, int]:
+        from kafka import KafkaConsumer, TopicPartition
+        from kafka.errors import KafkaError
+
+        with self._lock:
+            consumer = None
+            try:
+                consumer = KafkaConsumer(
+                    bootstrap_servers=self.bootstrap, client_id="keyshift-topic-ends",
+                    enable_auto_commit=False, request_timeout_ms=self.timeout_ms,
+                    bootstrap_timeout_ms=self.timeout_ms, reconnect_backoff_max_ms=500,
+                    **self.security)
+                parts = consumer.partitions_for_topic(self.topic) or set()
+                ends = consumer.end_offsets([TopicPartition(self.topic, p) for p in parts])
+            except (KafkaError, OSError) as exc:
+                raise BrokerError(f"end offsets of {self.topic!r} at {self.bootstrap}: "
+                                  f"{auth_hint(exc, self.bootstrap, self.security)}") from None
+            finally:
+                if consumer is not None:
+                    consumer.close()
+        return {tp.partition: int(offset) for tp, offset in ends.items()}
 
 
 def create_topic(

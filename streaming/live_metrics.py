@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -52,8 +53,9 @@ METRICS: dict[str, tuple[str, str]] = {
         "counter", ("controller decisions at window ends, by action (none, rebalance, "
                     "scale_out, scale_in, declined)")),
     "keyshift_kafka_lag_records": (
-        "gauge", ("records in the topic not yet read: latest offset - end offset of the last "
-                  "batch Spark reported, summed over partitions")),
+        "gauge", ("records in the topic not yet read, summed over partitions: the topic's end "
+                  "offsets at the scrape minus the end offsets of the last batch (Spark's "
+                  "latest - end offsets when the broker does not answer)")),
     "keyshift_window_input_rate": (
         "gauge", "events per second of the last statistic window (the actual input rate)"),
     "keyshift_forecast_error": (
@@ -123,11 +125,25 @@ class LiveMetrics:
     """One run's series in a registry: :meth:`observe` after every micro-batch."""
 
     def __init__(self, run_id: str, families: Families | None = None,
-                 window_s: float | None = None) -> None:
+                 window_s: float | None = None, topic: str | None = None,
+                 topic_ends: Callable[[], Mapping[int, int]] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.run_id = run_id
         self.families = families or Families(CollectorRegistry())
         self.window_s = window_s
+        self.topic = topic
         self._seen_decision: Any = None
+        # the lag: the topic's end offsets (asked at most once a second, on a scrape) minus
+        # the end offsets of the last batch. Spark's own latest - end offsets, fixed when it
+        # planned the batch, reads 0 whenever a batch takes all there is, however much
+        # arrives while it runs (the soak: 0 at every sample, 320-2,730 records behind).
+        self._topic_ends, self._clock = topic_ends, clock
+        self._done: dict[int, int] | None = None
+        self._spark_lag: int | None = None
+        self._ends_cache: tuple[float, Mapping[int, int]] | None = None
+        self._ends_retry_at = float("-inf")
+        if topic_ends is not None:
+            self.families.lag.labels(run_id).set_function(self.lag_now)
         f, r = self.families, run_id
         # children created now, so every series exists (at 0) from the first scrape on
         self._events, self._dead = f.events.labels(r), f.dead.labels(r)
@@ -180,10 +196,35 @@ class LiveMetrics:
             f.forecast_error.labels(r).set(ev.forecast_error)
 
     def observe_progress(self, progress: Mapping[str, Any] | None) -> None:
-        """Spark's ``query.lastProgress``: the Kafka lag, when the source reported one."""
+        """Spark's ``query.lastProgress``: where the last batch ended in the topic, and the lag
+        Spark saw when it planned the batch."""
         lag = kafka_lag(progress)
         if lag is not None:
-            self.families.lag.labels(self.run_id).set(lag)
+            self._spark_lag = lag
+            if self._topic_ends is None:
+                self.families.lag.labels(self.run_id).set(lag)
+        done = batch_end_offsets(progress, self.topic) if self.topic else None
+        if done is not None:
+            self._done = done
+
+    def lag_now(self) -> float:
+        """Records behind now (the gauge's value at a scrape); Spark's planning-time lag when
+        the broker does not answer, NaN before the first batch."""
+        fallback = float("nan") if self._spark_lag is None else float(self._spark_lag)
+        if self._done is None or self._topic_ends is None:
+            return fallback
+        now = self._clock()
+        if now < self._ends_retry_at:
+            return fallback
+        if self._ends_cache is None or now - self._ends_cache[0] >= 1.0:
+            try:
+                self._ends_cache = (now, self._topic_ends())
+            except Exception:  # noqa: BLE001 -- a scrape never fails; the broker watch says why
+                self._ends_cache, self._ends_retry_at = None, now + 10.0  # no scrape waits
+                return fallback
+        ends = self._ends_cache[1]
+        return float(sum(max(0, end - self._done[p]) for p, end in ends.items()
+                         if p in self._done))
 
     def observe(self, job: Any, report: Any) -> None:
         """Everything after one micro-batch of ``job`` (a :class:`keyshift.streaming.job.StreamJob`)."""
@@ -207,6 +248,16 @@ def _offsets(value: Any) -> dict[str, dict[str, int]] | None:
         except json.JSONDecodeError:
             return None
     return value if isinstance(value, dict) else None
+
+
+def batch_end_offsets(progress: Mapping[str, Any] | None, topic: str) -> dict[int, int] | None:
+    """Partition → end offset of ``topic`` in the last batch of a ``StreamingQueryProgress``."""
+    for source in (progress or {}).get("sources") or ():
+        parts = (_offsets(source.get("endOffset")) or {}).get(topic)
+        if isinstance(parts, dict):
+            return {int(p): int(o) for p, o in parts.items()
+                    if str(p).isdigit() and isinstance(o, int)}
+    return None
 
 
 def kafka_lag(progress: Mapping[str, Any] | None) -> int | None:
@@ -289,11 +340,16 @@ def live_metrics_for(cfg: Any, opts: Any, say: Callable[[str], None]) -> LiveMet
         say(f"live metrics off: cannot listen on {cfg.metrics.host}:{port} ({exc.strerror or exc});"
             " set [metrics] port (KEYSHIFT_METRICS__PORT) to a free port, or 0")
         return None
-    live = LiveMetrics(opts.run_id, ep.families, window_s=cfg.controller.window_s)
-    live.describe_run(opts.app, opts.policy, opts.topic or cfg.kafka.topic)
+    from .broker import TopicEnds, client_options
+
+    topic = opts.topic or cfg.kafka.topic
+    ends = TopicEnds(cfg.kafka.bootstrap, topic, client_options(cfg.kafka))
+    live = LiveMetrics(opts.run_id, ep.families, window_s=cfg.controller.window_s,
+                       topic=topic, topic_ends=ends.offsets)
+    live.describe_run(opts.app, opts.policy, topic)
     say(f"live metrics: {ep.url}")
     return live
 
 
 __all__ = ["METRICS", "Endpoint", "Families", "LiveMetrics", "close_endpoints", "endpoint",
-           "exposed_series", "kafka_lag", "live_metrics_for", "series_names"]
+           "batch_end_offsets", "exposed_series", "kafka_lag", "live_metrics_for", "series_names"]

@@ -162,8 +162,9 @@ def test_sampler_reads_a_run_from_outside(soak, tmp_path):
         def __init__(self):
             self.values = iter([500, 1900])
 
-        def produced(self):
-            return next(self.values)
+        def offsets(self):  # two partitions, as streaming.broker.TopicEnds reports them
+            total = next(self.values)
+            return {0: total - total // 3, 1: total // 3}
 
     sampler = soak.Sampler(os.getpid(), home, wh, run, rate=10.0, ends=Ends())
     first = sampler.take(1.0)

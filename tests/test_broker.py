@@ -10,7 +10,14 @@ import pytest
 
 from keyshift.cli import main
 from keyshift.config import load_config
-from keyshift.streaming.broker import Broker, BrokerError, create_topic, free_port, metadata
+from keyshift.streaming.broker import (
+    Broker,
+    BrokerError,
+    TopicEnds,
+    create_topic,
+    free_port,
+    metadata,
+)
 from keyshift.lakehouse.jars import JarResolutionError, resolve
 
 
@@ -68,6 +75,10 @@ def test_produce_and_consume_round_trip(kafka_broker):
     got = [m.value for m in consumer]
     consumer.close()
     assert sorted(got) == sorted(sent)
+    ends = TopicEnds(kafka_broker.bootstrap, name, security={}).offsets()
+    assert set(ends) == {0, 1} and sum(ends.values()) == len(sent)
+    with pytest.raises(BrokerError, match="end offsets of 'x' at 127.0.0.1:"):
+        TopicEnds(f"127.0.0.1:{free_port()}", "x", security={}, timeout_s=1).offsets()
 
 
 @pytest.mark.integration

@@ -5,6 +5,7 @@ server that scrapes a running job and answers with the events the job processed.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import socket
@@ -26,6 +27,7 @@ from keyshift.streaming.live_metrics import (
     LiveMetrics,
     close_endpoints,
     endpoint,
+    batch_end_offsets,
     kafka_lag,
     live_metrics_for,
     series_names,
@@ -119,6 +121,39 @@ def test_kafka_lag_from_spark_progress_in_both_forms() -> None:
     live = LiveMetrics("r3")
     live.observe_progress(as_json)
     assert _value(live, "keyshift_kafka_lag_records") == 6
+
+
+def test_the_lag_is_the_topic_end_now_minus_the_last_batch_end() -> None:
+    """Spark's latest - end offsets read 0 whenever a batch took all there was; the gauge
+    asks the broker at the scrape (at most once a second) and subtracts where the last
+    batch ended. The broker down: Spark's figure, and no scrape waits on it for 10 s."""
+    t = [0.0]
+    ends = {0: 30, 1: 12}
+    asked: list[float] = []
+
+    def topic_ends():
+        asked.append(t[0])
+        if ends is None:
+            raise OSError("broker down")
+        return dict(ends)
+
+    live = LiveMetrics("lag", topic="t", topic_ends=topic_ends, clock=lambda: t[0])
+    assert math.isnan(_value(live, "keyshift_kafka_lag_records"))  # no batch yet
+    live.observe_progress({"sources": [{"endOffset": {"t": {"0": 10, "1": 5}},
+                                        "latestOffset": {"t": {"0": 10, "1": 5}}}]})
+    assert _value(live, "keyshift_kafka_lag_records") == (30 - 10) + (12 - 5)
+    ends[0] = 50
+    assert _value(live, "keyshift_kafka_lag_records") == 27  # cached within the second
+    t[0] = 1.5
+    assert _value(live, "keyshift_kafka_lag_records") == 47
+    ends = None
+    t[0] = 3.0
+    assert _value(live, "keyshift_kafka_lag_records") == 0  # Spark's lag at planning
+    t[0] = 8.0
+    assert _value(live, "keyshift_kafka_lag_records") == 0 and asked[-1] == 3.0
+    assert batch_end_offsets({"sources": [{"endOffset": json.dumps({"t": {"3": 7}})}]},
+                             "t") == {3: 7}
+    assert batch_end_offsets({"sources": []}, "t") is None
 
 
 def test_observe_reads_the_job_its_controller_and_its_query() -> None:
