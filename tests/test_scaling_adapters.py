@@ -140,6 +140,7 @@ def test_fallback_needs_history_then_follows_the_run() -> None:
     # a ramp: the AR(1) carries the recent level, well above the run's mean of 450
     assert fc.in_mean[0] > 600
     assert fc.lat_mean[0, 1] > fc.lat_mean[0, 0] > 0
+    assert not fc.in_predictive  # a spread of past windows: the reserve sizes on the rises
 
 
 # -- realization -------------------------------------------------------------------------------

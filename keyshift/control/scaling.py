@@ -90,8 +90,10 @@ def fallback_forecast(history: Sequence[WindowSample], t0: float, horizon: int, 
     lat = EngineLatency().fit(np.array([s.engines for s in measured], dtype=np.float64),
                               np.array([s.lat_s for s in measured], dtype=np.float64))
     lm, ls = lat.predict(np.arange(1, k + 1, dtype=np.float64))
+    # the profile's std is a spread of past windows, not a predictive distribution: the
+    # forecast reserve sizes on the rises instead (as the simulator's seasonal forecaster)
     return Forecast(in_mean, in_std, np.tile(lm, (horizon, 1)),
-                    np.tile(np.nan_to_num(ls), (horizon, 1)))
+                    np.tile(np.nan_to_num(ls), (horizon, 1)), in_predictive=False)
 
 
 class FallbackForecaster:
