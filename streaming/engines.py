@@ -19,6 +19,12 @@ Why this shape (numbers in docs/engines.md):
   this batch, while the source's task drops them in the same batch version. So no event
   waits in a buffer, a group has one owner in every batch version, no extra stage or task
   runs, and the driver never holds state bytes.
+* A hot key split (``dc``, ``wc``, :mod:`keyshift.policies.hot_split`): the input tasks that
+  read its group's events turn them into the operator's summary per key
+  (:meth:`keyshift.apps.base.Operator.summarize`, :func:`arrow_split`) before the engines'
+  shuffle, a combiner in the same stage; the summary rows go to the group's home engine,
+  which combines them and applies them to the key's state in the same batch, so the
+  outputs, the state and its one owner are those of key grouping.
 * Everything a task produces goes back into Spark as rows (complex events, dead letters, key
   loads, one task record); the executors write them to Delta, and the driver collects only
   the key loads and the task records (O(groups + engines) per batch). The task also stages
@@ -33,7 +39,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import cache, cached_property
+from functools import cache, cached_property, partial
 from typing import Any
 
 from keyshift.apps import make_operator, order_key
@@ -47,7 +53,10 @@ OUT, LOAD, TASK, DEAD = "out", "load", "task", "dead"
 # so neither side pickles a row, and the outputs are JVM rows that the executors write to
 # Delta without another trip through Python. ``pkey`` places a row in partition = engine.
 ENGINE_INPUT = ("grp INT, partition INT, offset BIGINT, event STRING, reason STRING, "
-                "raw STRING, kts DOUBLE, pkey BIGINT")
+                "raw STRING, kts DOUBLE, pkey BIGINT, summary STRING")
+# ``summary`` (JSON) is set only on rows :func:`arrow_split` makes: a key's summary {"k", "s",
+# "n", "e"} for its home engine, or {"task": record} (an input task's split record, which
+# engine 0 passes on)
 ENGINE_OUTPUT = ("tag STRING, engine INT, grp INT, key STRING, ts BIGINT, kind STRING, "
                  "detail STRING, event_id STRING, n BIGINT, size BIGINT, partition INT, "
                  "offset BIGINT, kts DOUBLE, raw STRING, reason STRING, task STRING")
@@ -102,6 +111,8 @@ class BatchSpec:
     started: datetime | None = None  # the batch's start (key_loads, state_snapshots)
     plan_version: int = 0  # the plan routing this batch
     migration_id: str | None = None  # the plan change this batch realizes, if any
+    split_homes: dict[int, int] = field(default_factory=dict)  # split group → home's pkey
+    engine0_pkey: int = 0  # where dead letters and the split tasks' records go
 
     @cached_property
     def sources(self) -> dict[int, int]:
@@ -170,13 +181,23 @@ def run_engine(spec: BatchSpec, engine: int, rows: Iterable[tuple]) -> Iterator[
         stage_snapshots(spec, engine, arrived)
         # (group, event, kafka ts, raw): a rejection's dead letter reports the last two
         events: list[tuple[int, dict[str, Any], float, str]] = []
+        summaries: dict[tuple[int, str], list[tuple[int, Any]]] = {}  # (group, key) → parts
+        summarized: dict[int, int] = {}  # group → events its summaries stand for
         kafka_first, kafka_last = float("inf"), float("-inf")
         dead = 0
         clock = _InputClock(rows)
-        for group, partition, offset, value, reason, raw, kts in clock:
+        for group, partition, offset, value, reason, raw, kts, summary in clock:
             if reason is not None:
                 dead += 1
                 yield (DEAD, (partition, offset, kts, raw, reason))
+                continue
+            if summary is not None:
+                part = json.loads(summary)
+                if "task" in part:  # a split task's record, passed on to the driver
+                    yield (TASK, part["task"])
+                    continue
+                summaries.setdefault((group, part["k"]), []).append((part["e"], part["s"]))
+                summarized[group] = summarized.get(group, 0) + part["n"]
                 continue
             e = json.loads(value)
             e["partition"], e["offset"] = partition, offset
@@ -184,7 +205,7 @@ def run_engine(spec: BatchSpec, engine: int, rows: Iterable[tuple]) -> Iterator[
             if kts:
                 kafka_first, kafka_last = min(kafka_first, kts), max(kafka_last, kts)
         events.sort(key=lambda ge: order_key(ge[1]))
-        touched = sorted({ge[0] for ge in events} - set(arrived))
+        touched = sorted(({ge[0] for ge in events} | set(summarized)) - set(arrived))
         t_load0 = time.perf_counter()
         for g, data in store.load(touched, spec.batch_id).items():
             op.restore(g, data)
@@ -204,6 +225,7 @@ def run_engine(spec: BatchSpec, engine: int, rows: Iterable[tuple]) -> Iterator[
         if rejected:
             dead += len(rejected)
             events = [ge for i, ge in enumerate(events) if i not in rejected]
+        outs += apply_summaries(op, summaries)
         t_save0 = time.perf_counter()
         snapshots = {g: op.snapshot(g) for g in sorted(set(touched) | set(arrived))}
         changes.update(snapshots)
@@ -217,7 +239,7 @@ def run_engine(spec: BatchSpec, engine: int, rows: Iterable[tuple]) -> Iterator[
         t_save = time.perf_counter() - t_save0
         for g, ce in outs:
             yield (OUT, (engine, g, ce.key, ce.ts, ce.kind, ce.detail, ce.event_id))
-        counts: dict[int, int] = {}
+        counts: dict[int, int] = dict(summarized)  # a split group's load, at its home
         for g, *_ in events:
             counts[g] = counts.get(g, 0) + 1
         for g, n in counts.items():
@@ -242,6 +264,7 @@ def run_engine(spec: BatchSpec, engine: int, rows: Iterable[tuple]) -> Iterator[
                 "kafka_ts_last": kafka_last if events else None,
                 "released": len(leaving),
                 "restored": len(arrived),
+                "summarized": sum(summarized.values()),
                 "restored_bytes": sum(len(s or b"") for s in arrived.values()),
                 "compacted": compacted,
                 "open_s": t_open,
@@ -269,7 +292,7 @@ def _count_only(engine: int, rows: Iterable[tuple]) -> Iterator[tuple]:
     dead, events = 0, 0
     kafka_first, kafka_last = float("inf"), float("-inf")
     clock = _InputClock(rows)
-    for group, partition, offset, _value, reason, raw, kts in clock:
+    for group, partition, offset, _value, reason, raw, kts, _summary in clock:
         if reason is not None:
             dead += 1
             yield (DEAD, (partition, offset, kts, raw, reason))
@@ -289,6 +312,105 @@ def _count_only(engine: int, rows: Iterable[tuple]) -> Iterator[tuple]:
                   "compacted": False, "kafka_ts_first": kafka_first if events else None,
                   "kafka_ts_last": kafka_last if events else None,
                   "input_wait_s": clock.wait_s, "duration_s": time.perf_counter() - t0})
+
+
+def apply_summaries(op: Any, summaries: Mapping[tuple[int, str], list[tuple[int, Any]]],
+                    ) -> list[tuple[int, Any]]:
+    """The home engine's side of a split key: its parts' summaries combined (in the split
+    engines' order, though any order gives the same) and applied to the key's state."""
+    outs: list[tuple[int, Any]] = []
+    for (g, key), parts in sorted(summaries.items()):
+        total = op._new_summary()
+        for _, part in sorted(parts, key=lambda p: p[0]):
+            total = op.combine(total, part)
+        outs.extend((g, ce) for ce in op.apply_summary(g, key, total))
+    return outs
+
+
+def run_split(spec: BatchSpec, part: int, rows: Iterable[tuple]) -> Iterator[tuple]:
+    """A split key's side in an input task (``part``, the task's partition): the split
+    groups' events it read, summarized per key, as rows of :data:`ENGINE_INPUT` for each
+    group's home engine, then the task's record (for engine 0 to pass on). An event the
+    operator refuses becomes a dead letter for engine 0. Stateless: a retry is free."""
+    from pyspark import TaskContext
+
+    t0 = time.perf_counter()
+    ctx = TaskContext.get()
+    op = make_operator(spec.app, **spec.params)
+    by_key: dict[tuple[int, str], list[tuple[dict[str, Any], float, str]]] = {}
+    kafka_first, kafka_last = float("inf"), float("-inf")
+    n = 0
+    for group, partition, offset, value, _reason, raw, kts, _summary in rows:
+        e = json.loads(value)
+        e["partition"], e["offset"] = partition, offset
+        by_key.setdefault((group, str(e.get("key"))), []).append((e, kts, raw))
+        n += 1
+        if kts:
+            kafka_first, kafka_last = min(kafka_first, kts), max(kafka_last, kts)
+    dead = 0
+    for (g, key), events in sorted(by_key.items()):
+        events.sort(key=lambda x: order_key(x[0]))
+        refused: dict[int, str] = {}
+        summary = op.summarize((x[0] for x in events), partial(_refuse, refused))
+        for i, why in refused.items():
+            e, kts, raw = events[i]
+            yield (g, e["partition"], e["offset"], None, f"rejected by operator: {why}", raw,
+                   kts, spec.engine0_pkey, None)
+        dead += len(refused)
+        kept = len(events) - len(refused)
+        if kept:
+            yield (g, None, None, None, None, None, None, spec.split_homes[g],
+                   json.dumps({"k": key, "e": part, "n": kept, "s": summary}))
+    if not n:
+        return
+    record = {"engine": None, "split": True, "partition": part,
+              "stage": ctx.stageId() if ctx else -1,
+              "attempt": ctx.attemptNumber() if ctx else -1, "pid": os.getpid(),
+              "host": os.uname().nodename, "events": n - dead, "outputs": 0, "dead": dead,
+              "keys": len(by_key), "kafka_ts_first": kafka_first,
+              "groups": {str(g): sum(len(v) for (h, _), v in by_key.items() if h == g)
+                         for g in sorted({g for g, _ in by_key})},
+              "kafka_ts_last": kafka_last, "input_wait_s": 0.0,
+              "duration_s": time.perf_counter() - t0}
+    yield (-1, None, None, None, None, None, None, spec.engine0_pkey,
+           json.dumps({"task": record}))
+
+
+def _refuse(refused: dict[int, str], i: int, exc: Exception) -> None:
+    refused[i] = str(exc)
+
+
+def arrow_split(spec: BatchSpec) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """The ``mapInArrow`` function that splits hot keys where their events are read, before
+    the engines' shuffle: :data:`ENGINE_INPUT` rows in and out. The other rows pass through
+    untouched as Arrow (no Python per row); the split groups' valid events are replaced by
+    their summaries (:func:`run_split`)."""
+
+    def run(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        schema = _arrow_schema(ENGINE_INPUT)
+        split = pa.array(sorted(spec.split_homes), type=pa.int32())
+        hot = []
+        for b in batches:
+            mask = pc.fill_null(pc.and_(pc.is_in(b.column("grp"), value_set=split),
+                                        pc.is_null(b.column("reason"))), False)
+            rest = b.filter(pc.invert(mask))
+            if rest.num_rows:
+                yield rest
+            if pc.any(mask).as_py():
+                hot.append(b.filter(mask))
+        rows = list(run_split(spec, ctx.partitionId() if ctx else 0, _input_rows(iter(hot))))
+        if rows:
+            cols = list(zip(*rows, strict=True))
+            yield pa.RecordBatch.from_arrays(
+                [pa.array(list(c), type=f.type) for c, f in zip(cols, schema, strict=True)],
+                schema=schema)
+
+    return run
 
 
 def stage_snapshots(spec: BatchSpec, engine: int, arrived: Mapping[int, bytes]) -> None:
@@ -339,7 +461,7 @@ def _input_rows(batches: Iterator[Any]) -> Iterator[tuple]:
     for b in batches:
         d = b.to_pydict()
         yield from zip(d["grp"], d["partition"], d["offset"], d["event"], d["reason"],
-                       d["raw"], d["kts"], strict=True)
+                       d["raw"], d["kts"], d["summary"], strict=True)
 
 
 class _OutputColumns:

@@ -6,6 +6,9 @@ One ``foreachBatch`` function composes the speed layer for micro-batch b:
 2. route: key → group (xxHash64, in the JVM) → engine through the plan in force for b;
 3. when the plan changed since b−1, each moving group's new engine reads the group's state
    as of b−1 from its old engine before it runs the group's events (:mod:`keyshift.streaming.migration`);
+   with ``dc``/``wc`` the input tasks replace the events of the groups the policy found hot
+   in the last window by their summaries per key, for the groups' home engines
+   (:mod:`keyshift.streaming.engines`);
 4. engines: one task per engine slot (:func:`keyshift.streaming.engines.run_engine`), state durable
    off the executor (:mod:`keyshift.streaming.engine_state`);
 5. the executors append ``events_out`` and ``dead_letter`` straight from the engine stage's
@@ -36,31 +39,41 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from keyshift.lakehouse.delta import RunAppends, concurrently
+from keyshift.lakehouse.logs import say
+from keyshift.lakehouse.storage import read_if_exists, write_atomically
 
-from keyshift.apps import event_schema
+from keyshift.apps import event_schema, make_operator
 from keyshift.config import Config
+from keyshift.control import policy_params
 from keyshift.groups import spark_group_expr_sql
 from keyshift.metrics import Balance, live_loads
+from keyshift.policies import (
+    PolicyInputError,
+    check_operator,
+    make_policy,
+    policy_class,
+)
+from keyshift.policies.hot_split import hot_groups, splitting_policy
 from keyshift.schemas import SCHEMA_VERSION
 
 from .broker_watch import BrokerWatch
 from .controller import Controller, ControlLog
-from keyshift.lakehouse.delta import RunAppends, concurrently
 from .engines import (
     DEAD,
+    ENGINE_INPUT,
     ENGINE_OUTPUT,
     LOAD,
     OUT,
     TASK,
     BatchSpec,
     arrow_engine,
+    arrow_split,
     work_seconds,
 )
 from .faults import kill_during, kill_point
-from keyshift.lakehouse.logs import say
 from .migration import Migration, record
 from .staging import StagedAppends
-from keyshift.lakehouse.storage import read_if_exists, write_atomically
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -138,6 +151,8 @@ class StreamJob:
         self.opt = options
         self.app = options.app
         self.event_schema = event_schema(self.app)  # a bad operator spec fails here, with why
+        self.splitter = None if options.ingest_only else hot_key_splitter(
+            cfg, options.policy, options.app, options.app_params, options.policy_params)
         self.groups = options.groups or cfg.groups.count
         self.engines = options.engines or cfg.engines.initial
         self.trigger_s = options.trigger_s or cfg.spark.trigger_s
@@ -153,6 +168,10 @@ class StreamJob:
                                      per_window, self.log, options.policy_params)
         self.totals = Totals()
         self.on_batch = on_batch
+        self.per_window = per_window
+        # dc / wc: the groups' loads of the open window, and the split made from the last one
+        self._window_loads: tuple[int, np.ndarray] | None = None
+        self._split: tuple[tuple[int, int], tuple[int, ...]] | None = None
         self._caches: dict[int, str] = {}  # engine → cache id its last task reported
         self._salts: dict[int, list[int]] = {}  # slots → a key per engine (see _placement)
         # the routing frame of the plan in force: ((plan version, slots), frame)
@@ -175,8 +194,14 @@ class StreamJob:
     def source(self) -> DataFrame:
         from keyshift.streaming.broker import spark_options
 
+        reader = self.spark.readStream.format("kafka")
+        if self.splitter is not None:
+            # a hot key's events all sit in one Kafka partition (producers partition by
+            # key); cut large partitions' offset ranges into at least one input task per
+            # engine, so the tasks that summarize a split key share its events
+            reader = reader.option("minPartitions", str(self.engines))
         return (
-            self.spark.readStream.format("kafka")
+            reader
             .option("kafka.bootstrap.servers", self.cfg.kafka.bootstrap)
             .option("subscribe", self.topic)
             .option("startingOffsets", self.opt.starting_offsets)
@@ -353,21 +378,64 @@ class StreamJob:
             self._route = (key, self.spark.createDataFrame(rows, "grp INT, pkey BIGINT"))
         return self._route[1]
 
-    def _engine_input(self, df: DataFrame, plan, slots: int) -> DataFrame:
+    def _engine_input(self, df: DataFrame, plan, slots: int, spec: BatchSpec) -> DataFrame:
         """The batch as the engine stage reads it (:data:`ENGINE_INPUT`): valid events keyed
         for their engine through the plan (a broadcast join in the JVM), rejected records
-        for engine 0, which writes them to ``dead_letter`` (one Spark job for all)."""
+        for engine 0, which writes them to ``dead_letter`` (one Spark job for all).
+
+        With split groups (``spec.split_homes``), the input tasks replace those groups'
+        events by their summaries per key before the shuffle (:func:`arrow_split`, in the
+        same stage as the read), keyed for the groups' home engines.
+        """
         from pyspark.sql import functions as F
 
         routes = F.broadcast(self._routes_frame(plan, slots))
         parsed = self._parse(df)
-        return parsed.join(routes, parsed["group"] == routes["grp"], "left").select(
+        routed = parsed.join(routes, parsed["group"] == routes["grp"], "left").select(
             F.col("group").cast("int").alias("grp"),
             F.col("partition").cast("int"), F.col("offset").cast("bigint"), "event", "reason",
             "raw", F.col("timestamp").cast("double").alias("kts"),
             F.when(F.col("reason").isNull(), F.col("pkey"))
             .otherwise(F.lit(self._placement(slots)[0])).alias("pkey"),
+            F.lit(None).cast("string").alias("summary"),
         )
+        if not spec.split_homes:
+            return routed
+        return routed.mapInArrow(arrow_split(spec), ENGINE_INPUT)
+
+    def _split_for(self, batch_id: int, plan) -> tuple[int, ...]:
+        """dc / wc: the groups split in this batch, from the last complete window's loads
+        (none in the first window). A pure function of Delta's ``key_loads`` and the plan,
+        so a re-executed or restarted batch is split as before."""
+        if self.splitter is None:
+            return ()
+        w = batch_id // self.per_window
+        key = (w, plan.version)
+        if self._split is not None and self._split[0] == key:
+            return self._split[1]
+        if w == 0:
+            last = np.zeros(self.groups)
+        elif self._window_loads is not None and self._window_loads[0] == w - 1:
+            last = self._window_loads[1]
+        else:  # a restart: the window before, from the executors' key loads
+            k = self.per_window
+            last = self.log.window_loads((w - 1) * k, w * k, self.groups)[0]
+        self._split = (key, hot_groups(self.splitter, last, plan))
+        return self._split[1]
+
+    def _count_window(self, batch_id: int, loads: np.ndarray) -> None:
+        """Add a batch's group loads to its window's (the next window's split reads them)."""
+        if self.splitter is None:
+            return
+        w = batch_id // self.per_window
+        if self._window_loads is None or self._window_loads[0] != w:
+            if batch_id % self.per_window:  # joined mid-window (a restart): read the rest
+                k = self.per_window
+                self._window_loads = (w, self.log.window_loads(w * k, batch_id,
+                                                               self.groups)[0])
+            else:
+                self._window_loads = (w, np.zeros(self.groups))
+        self._window_loads[1][:] += loads
 
     def _process_batch(self, df: DataFrame, batch_id: int) -> None:
         from pyspark import StorageLevel
@@ -392,15 +460,18 @@ class StreamJob:
         if self.opt.ingest_only:  # no state, nothing to hand over
             migration = Migration.between(self.run_id, batch_id, plan, plan)
         slots = max(plan.engines, prev.engines)
+        split = self._split_for(batch_id, plan)
+        salts = self._placement(slots)
         spec = BatchSpec(batch_id, self.app, dict(self.opt.app_params), self.run_id,
                          self.state_uri, self.cfg.engines.compact_every,
                          migration.moves_out(), migration.moves_in(), dict(self._caches),
                          self.opt.ingest_only, self.staging.root, start_wall, plan.version,
-                         migration.migration_id if len(migration) else None)
+                         migration.migration_id if len(migration) else None,
+                         {g: salts[int(plan.assignment[g])] for g in split}, salts[0])
         sc = self.spark.sparkContext
         sc.setLocalProperty("spark.job.description", f"keyshift {self.run_id} batch {batch_id}")
 
-        routed = self._engine_input(df, plan, slots)
+        routed = self._engine_input(df, plan, slots, spec)
         if len(migration):
             (self.run_dir / "migrating.json").write_text(json.dumps(
                 {"batch_id": batch_id, "groups": len(migration),
@@ -419,7 +490,9 @@ class StreamJob:
                 small = (result.where(F.col("tag").isin(LOAD, TASK))
                          .select("tag", "grp", "engine", "n", "size", "task").collect())
             engines_s = time.perf_counter() - t_engines
-            tasks = [json.loads(r["task"]) for r in small if r["tag"] == TASK]
+            records = [json.loads(r["task"]) for r in small if r["tag"] == TASK]
+            tasks = [t for t in records if not t.get("split")]
+            split_tasks = [t for t in records if t.get("split")]
             load_rows = [(r["grp"], r["engine"], r["n"], r["size"]) for r in small
                          if r["tag"] == LOAD]
             self._caches = {t["engine"]: t["cache_id"] for t in tasks}
@@ -431,9 +504,10 @@ class StreamJob:
                 state[g] = max(state[g], size)
             outs = sum(t["outputs"] for t in tasks)
             moved = sum(t.get("restored_bytes", 0) for t in tasks)
-            dead = sum(t["dead"] for t in tasks)
-            valid = sum(t["events"] for t in tasks)
-            engine_s = work_seconds(tasks)
+            dead = sum(t["dead"] for t in records)
+            valid = sum(t["events"] for t in records)
+            engine_s = work_seconds(records)
+            self._count_window(batch_id, loads)
             self.controller.collect(batch_id, loads, state, engine_s=engine_s,
                                     started=start_wall)
             # outputs (written by the executors from the cached engine result), the
@@ -464,9 +538,16 @@ class StreamJob:
             self.staging.commit_behind(batch_id)
         writes_s = time.perf_counter() - t_writes
         duration = time.perf_counter() - t0
-        engine_loads = np.bincount(plan.assignment, weights=loads, minlength=plan.engines)
-        bal = Balance.of(live_loads(plan.assignment, loads, plan.live))
-        arrived = [(t["kafka_ts_first"], t["kafka_ts_last"]) for t in tasks
+        if split:  # the engines ran the tail; the split groups' tuples ran in the input tasks
+            engine_loads = np.zeros(slots)
+            for t in tasks:
+                engine_loads[t["engine"]] += t["events"]
+            engine_loads = engine_loads[:plan.engines]
+            bal = Balance.of(engine_loads[plan.live])
+        else:
+            engine_loads = np.bincount(plan.assignment, weights=loads, minlength=plan.engines)
+            bal = Balance.of(live_loads(plan.assignment, loads, plan.live))
+        arrived = [(t["kafka_ts_first"], t["kafka_ts_last"]) for t in records
                    if t.get("kafka_ts_first") is not None]
         span = (max(b for _, b in arrived) - min(a for a, _ in arrived)) if arrived else 0.0
         metrics = {
@@ -514,7 +595,8 @@ class StreamJob:
             "controller_s": controller_s, "writes_s": writes_s,
             "committed_staged": committed,  # the last commit behind the stream, if it ended
             "duration_s": duration, "moved_groups": len(migration), "moved_bytes": moved,
-            "tasks": tasks})
+            "split_groups": list(split),
+            "tasks": tasks, "split_tasks": split_tasks})
         if self.on_batch is not None:
             self.on_batch(BatchReport(batch_id, valid, dead, outs, bal.rstd, plan.parallelism,
                                       plan.version, len(migration), moved, duration))
@@ -579,6 +661,24 @@ class StreamJob:
             "run_dir": str(self.run_dir), "checkpoint": self.checkpoint,
         })
         return out
+
+
+def hot_key_splitter(cfg: Config, policy: str, app: str, app_params: dict[str, Any],
+                     params: dict[str, Any] | None = None) -> Any:
+    """The policy that splits hot keys (dc, wc), or None for a policy that moves whole
+    groups; a split the operator cannot take is refused in one line, before Spark runs."""
+    if not policy_class(policy).splits_keys:
+        return None
+    op = make_operator(app, **app_params)
+    check_operator(policy, op)
+    if not op.summarizes():
+        raise PolicyInputError(
+            "policy", f"{policy} splits a hot key's events over engines, but operator "
+            f"{op.app!r} ({type(op).__name__}) offers no summary of part of a key's events "
+            "(summarize, combine, apply_summary; docs/operators.md); use a policy that moves "
+            "whole key groups (e.g. dlb-h, lptf, elb)")
+    made = make_policy(policy, **{**policy_params(cfg, policy), **(params or {})})
+    return splitting_policy(made)
 
 
 def _quantile(xs: list[float], q: float) -> float:

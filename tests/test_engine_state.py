@@ -108,7 +108,7 @@ def test_only_the_expected_cache_is_trusted(tmp_path) -> None:
 def _event_rows(n: int, groups: int = 5, start: int = 0):
     for i in range(start, start + n):
         event = {"key": f"w{i % 7}", "word": f"w{i % 7}", "ts": T0 + i, "id": f"e{i}"}
-        yield (i % 7 % groups, 0, i, json.dumps(event), None, None, T0 / 1e3 + i)
+        yield (i % 7 % groups, 0, i, json.dumps(event), None, None, T0 / 1e3 + i, None)
 
 
 def _spec(tmp_path, batch: int, **kw) -> BatchSpec:
@@ -235,7 +235,8 @@ def test_arrow_engine_reads_and_writes_the_stage_schemas(tmp_path, monkeypatch) 
     rows = list(_event_rows(12))
     names = ("grp", "partition", "offset", "event", "reason", "raw", "kts")
     batch = pa.RecordBatch.from_pydict(
-        {**{k: [r[i] for r in rows] for i, k in enumerate(names)}, "pkey": [7] * len(rows)})
+        {**{k: [r[i] for r in rows] for i, k in enumerate(names)}, "pkey": [7] * len(rows),
+         "summary": pa.array([None] * len(rows), type=pa.string())})
     assert batch.schema.names == _arrow_schema(ENGINE_INPUT).names
     back = list(_input_rows(iter([batch])))
     assert back == rows

@@ -274,8 +274,8 @@ class Operator(ABC):
         events of a batch into parts, :meth:`combine` of the parts' summaries, in any order,
         applied by :meth:`apply_summary` to the key's state as of the batch before, gives the
         state and the complex events of processing those events one by one. Any partition,
-        not only contiguous runs: the job then sends a split key's events to its engines by a
-        hash of their Kafka position, in the JVM's routing join, with no sort to cut runs.
+        not only contiguous runs: the job then summarizes a split key's events in the input
+        tasks that read them (a combiner before the engines' shuffle), with no sort to cut runs.
         """
         summary = self._new_summary()
         for i, event in enumerate(events):

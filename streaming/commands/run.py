@@ -34,6 +34,7 @@ from keyshift.lakehouse.logs import say as say_line
 SUMMARY = "run your operator on a Kafka topic, kept balanced"
 
 POLICIES = ("dlb-h", "dlb-l", "dlb-s", "elb", "kg", "lptf", "clb", "uhlb")
+SPLITTING = ("dc", "wc")  # split hot keys over engines (mergeable operators; not `stream`)
 _RUN_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
@@ -44,7 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "(default: controller.app)")
     p.add_argument("--params", default="{}", help="operator parameters as a JSON object")
     p.add_argument("--topic", help="Kafka topic to read (default: kafka.topic)")
-    p.add_argument("--policy", help=f"balancer: one of {', '.join(POLICIES)} "
+    p.add_argument("--policy", help=f"balancer: one of {', '.join(POLICIES + SPLITTING)} "
                    "(default: controller.policy)")
     p.add_argument("--planner", action="store_true",
                    help="let the engine scaler choose N as well ([planner] enabled)")
@@ -80,8 +81,9 @@ def options_from(args: argparse.Namespace, cfg) -> Any:
     from keyshift.streaming.job import JobOptions
 
     policy = args.policy or cfg.controller.policy
-    if policy not in POLICIES:
-        raise UsageError(f"--policy: unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
+    if policy not in POLICIES + SPLITTING:
+        raise UsageError(f"--policy: unknown policy {policy!r}; choose one of "
+                         f"{', '.join(POLICIES + SPLITTING)}")
     run_id = args.run_id or time.strftime("run-%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
     if not _RUN_ID.match(run_id):
         raise UsageError(f"--run-id: use 1-64 letters, digits, '.', '_' or '-', got {run_id!r}")
@@ -100,6 +102,15 @@ def options_from(args: argparse.Namespace, cfg) -> Any:
         raise UsageError("--params: must be a JSON object of operator parameters")
     app = args.app or cfg.controller.app
     _check_operator(app, params)
+    if policy in SPLITTING:
+        from keyshift.streaming.job import hot_key_splitter
+
+        from keyshift.policies import PolicyInputError
+
+        try:
+            hot_key_splitter(cfg, policy, app, params)
+        except PolicyInputError as exc:  # "policy: dc splits ... but operator 'fsd' ..."
+            raise UsageError(f"--{exc}") from None
     return JobOptions(app=app, policy=policy, run_id=run_id, topic=args.topic or cfg.kafka.topic,
                       engines=args.engines, app_params=params,
                       max_offsets_per_trigger=args.max_offsets,
