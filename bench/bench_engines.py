@@ -12,6 +12,10 @@ consumes the same pre-produced topic; reported per (input, policy), medians over
 and the RATIO of DLB-H to KG measured in the same run. Targets from the brief: with skew,
 DLB-H's p95 ≤ 0.8 × KG's; without skew, throughput ≥ 0.9 × KG's.
 
+A second table splits the hot key (issue 13 item 4): word count (mergeable) on Zipf 1.5 under
+KG, ``dc`` and ``wc`` on one topic, and the RATIO of each splitter's batch p95 to KG's
+(target ≤ 0.8), medians over the same repeats; ``--only split`` runs just that part.
+
     .venv/bin/python bench/bench_engines.py            # default: 3 repeats, 30,000 events
     .venv/bin/python bench/bench_engines.py --quick    # 1 repeat, 12,000 events
 
@@ -37,6 +41,7 @@ os.environ.setdefault("KEYSHIFT_CACHE", str(ROOT / ".keyshift" / "cache"))
 
 INPUTS = {"balanced (zipf 0.2)": "zipf:0.2", "skewed (zipf 1.5)": "zipf:1.5"}
 POLICIES = ("kg", "dlb-h")
+SPLIT_INPUT, SPLIT_POLICIES = "word count, zipf 1.5", ("kg", "dc", "wc")
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -75,10 +80,10 @@ def stage_bound(skew: str, records: int, engines: int, groups: int) -> tuple[flo
 
 
 def one_run(spark, cfg, topic: str, policy: str, records: int, engines: int,
-            batch: int) -> dict:
+            batch: int, app: str = "fsd") -> dict:
     from keyshift.streaming.job import JobOptions, StreamJob
 
-    job = StreamJob(spark, cfg, JobOptions(app="fsd", policy=policy, topic=topic,
+    job = StreamJob(spark, cfg, JobOptions(app=app, policy=policy, topic=topic,
                                            engines=engines, max_offsets_per_trigger=batch,
                                            run_id=f"bench-{policy}-{uuid.uuid4().hex[:6]}"))
     job.start()
@@ -89,8 +94,11 @@ def one_run(spark, cfg, topic: str, policy: str, records: int, engines: int,
         job.stop()
     lines = [json.loads(x) for x in (job.run_dir / "batches.jsonl").read_text().splitlines()]
     durations = [b["duration_s"] for b in lines]
-    # the engine stage's critical path: its slowest task (what key skew stretches)
-    slowest = [max(t["duration_s"] for t in b["tasks"] if not t.get("restore")) for b in lines]
+    # the engine stage's critical path: its slowest task (what key skew stretches), plus the
+    # slowest input task's split work before it when a hot key is split
+    slowest = [max(t["duration_s"] for t in b["tasks"] if not t.get("restore"))
+               + max((t["duration_s"] for t in b.get("split_tasks", [])), default=0.0)
+               for b in lines]
     pauses = [b["duration_s"] for b in lines if b["moved_groups"]]
     wall = sum(durations)
     return {
@@ -104,6 +112,7 @@ def one_run(spark, cfg, topic: str, policy: str, records: int, engines: int,
         "engines_share": sum(b["engines_s"] for b in lines) / wall,
         "writes_share": sum(b.get("writes_s", 0.0) for b in lines) / wall,
         "batches": len(lines),
+        "split_batches": sum(bool(b.get("split_groups")) for b in lines),
     }
 
 
@@ -114,13 +123,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--events", type=int, default=None)
     p.add_argument("--engines", type=int, default=4)
     p.add_argument("--batch", type=int, default=1000, help="max records per micro-batch")
+    p.add_argument("--only", choices=("all", "fsd", "split"), default="all",
+                   help="fsd: the KG / DLB-H table; split: the word-count KG / dc / wc table")
     args = p.parse_args(argv)
     repeats = args.repeats or (1 if args.quick else 3)
     records = args.events or (12_000 if args.quick else 30_000)
 
     from rich.console import Console
     from rich.progress import Progress
-    from rich.table import Table
 
     from keyshift.config import load_config
     from keyshift.workloads.events import make_generator
@@ -137,21 +147,26 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(width=220)  # the table is wide; a log file must not truncate it
     console.print(f"broker: {broker.start()}")
     results: dict[tuple[str, str], list[dict]] = {}
+    # (input, app, skew, policies) of each table, interleaved within a repeat
+    runs = ([(name, "fsd", skew, POLICIES) for name, skew in INPUTS.items()]
+            if args.only in ("all", "fsd") else [])
+    if args.only in ("all", "split"):
+        runs.append((SPLIT_INPUT, "wordcount", "zipf:1.5", SPLIT_POLICIES))
     try:
         topics = {}
-        for name, skew in INPUTS.items():
+        for name, app, skew, _ in runs:
             topics[name] = f"bench-{uuid.uuid4().hex[:6]}"
             create_topic(cfg.kafka.bootstrap, topics[name], 2)
-            gen = make_generator("fsd", skew=skew, seed=3, keys=500)
+            gen = make_generator(app, skew=skew, seed=3, keys=500)
             produce(connect(cfg.kafka.bootstrap), topics[name], gen, rate=1e9, count=records)
         spark = get_spark(cfg, app_name="keyshift-bench")
         with Progress(console=console, transient=True) as bar:
-            task = bar.add_task("runs", total=repeats * len(INPUTS) * len(POLICIES))
+            task = bar.add_task("runs", total=repeats * sum(len(r[3]) for r in runs))
             for _ in range(repeats):
-                for name in INPUTS:
-                    for policy in POLICIES:
+                for name, app, _, policies in runs:
+                    for policy in policies:
                         r = one_run(spark, cfg, topics[name], policy, records, args.engines,
-                                    args.batch)
+                                    args.batch, app)
                         results.setdefault((name, policy), []).append(r)
                         bar.advance(task)
     finally:
@@ -159,6 +174,47 @@ def main(argv: list[str] | None = None) -> int:
 
     def med(name: str, policy: str, key: str) -> float:
         return statistics.median(r[key] for r in results[(name, policy)])
+
+    if args.only in ("all", "fsd"):
+        fsd_table(console, med, records, args, repeats, cfg)
+    if args.only in ("all", "split"):
+        split_table(console, med, records, args, repeats)
+    (home / "bench_engines.json").write_text(json.dumps(
+        {f"{k[0]}|{k[1]}": v for k, v in results.items()}, indent=2))
+    console.print(f"raw results: {home / 'bench_engines.json'}")
+    return 0
+
+
+def split_table(console, med, records: int, args, repeats: int) -> None:
+    """Word count on Zipf 1.5: KG against the hot-key splitters, and their p95 ratios."""
+    from rich.table import Table
+
+    table = Table(title=f"word count, zipf 1.5, end to end, {records} events, {args.engines} "
+                        f"engines, batches of {args.batch}, median of {repeats}")
+    for col in ("policy", "events/s", "batch p50 s", "batch p95 s", "slowest task(s) p95 s",
+                "batches split", "engine stage share", "Delta writes share"):
+        table.add_column(col, justify="right")
+    for policy in SPLIT_POLICIES:
+        table.add_row(policy, f"{med(SPLIT_INPUT, policy, 'events_per_s'):.0f}",
+                      f"{med(SPLIT_INPUT, policy, 'p50'):.2f}",
+                      f"{med(SPLIT_INPUT, policy, 'p95'):.2f}",
+                      f"{med(SPLIT_INPUT, policy, 'task_p95'):.3f}",
+                      f"{med(SPLIT_INPUT, policy, 'split_batches'):.0f}"
+                      f" of {med(SPLIT_INPUT, policy, 'batches'):.0f}",
+                      f"{100 * med(SPLIT_INPUT, policy, 'engines_share'):.1f}%",
+                      f"{100 * med(SPLIT_INPUT, policy, 'writes_share'):.1f}%")
+    console.print(table)
+    for policy in SPLIT_POLICIES[1:]:
+        p95 = med(SPLIT_INPUT, policy, "p95") / med(SPLIT_INPUT, "kg", "p95")
+        p50 = med(SPLIT_INPUT, policy, "p50") / med(SPLIT_INPUT, "kg", "p50")
+        task = med(SPLIT_INPUT, policy, "task_p95") / med(SPLIT_INPUT, "kg", "task_p95")
+        console.print(f"RATIO word count zipf 1.5 batch p95 {policy}/KG = {p95:.2f} "
+                      f"(target <= 0.8); p50 {p50:.2f}; slowest task(s) p95 {task:.2f}")
+
+
+def fsd_table(console, med, records: int, args, repeats: int, cfg) -> None:
+    """FSD on balanced and skewed keys: KG against DLB-H, the ratios and the bound."""
+    from rich.table import Table
 
     table = Table(title=f"FSD end to end, {records} events, {args.engines} engines, "
                         f"batches of {args.batch}, median of {repeats}")
@@ -191,10 +247,6 @@ def main(argv: list[str] | None = None) -> int:
     console.print(f"bound: no key-granular plan can make the skewed engine stage shorter than "
                   f"{best:.2f}x KG's (event counts, {args.engines} engines), "
                   f"{cores:.2f}x on this machine's {os.cpu_count()} cores")
-    (home / "bench_engines.json").write_text(json.dumps(
-        {f"{k[0]}|{k[1]}": v for k, v in results.items()}, indent=2))
-    console.print(f"raw results: {home / 'bench_engines.json'}")
-    return 0
 
 
 if __name__ == "__main__":
