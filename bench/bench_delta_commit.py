@@ -40,8 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows", type=int, default=20)
     args = p.parse_args(argv)
 
-    from keyshift.config import load_config
     from keyshift.lakehouse.session import get_spark
+
+    from keyshift.config import load_config
 
     home = Path(tempfile.mkdtemp(prefix="keyshift-bench-delta-"))
     cfg = load_config(env={}, home=str(home), spark={"master": "local[2]",

@@ -20,10 +20,10 @@ from rich.console import Console
 from rich.table import Table
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import dijkstra
+from timing import median_ms  # bench/timing.py (bench/ is on sys.path when run)
 
 from keyshift.elastic.cost import Costs, Forecast, vertex_costs
 from keyshift.elastic.planner import GraphPlanner
-from timing import median_ms  # bench/timing.py (bench/ is on sys.path when run)
 
 
 def forecast(h: int, k: int, rng: np.random.Generator) -> Forecast:

@@ -35,12 +35,12 @@ import numpy as np
 from rich.console import Console
 from rich.progress import track
 from rich.table import Table
+from timing import median_ms  # bench/timing.py (bench/ is on sys.path when run)
 
 from keyshift.metrics import rstd
 from keyshift.plan import Plan
 from keyshift.policies import PolicyInputError, Window, make_policy
 from keyshift.policies.dlb import DLBLight
-from timing import median_ms  # bench/timing.py (bench/ is on sys.path when run)
 
 THETA = 15.0
 TIME_TARGETS_MS = {(4096, 64): 1.0, (10**6, 1000): 500.0}

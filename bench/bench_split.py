@@ -20,9 +20,9 @@ import argparse
 import numpy as np
 from rich.console import Console
 from rich.table import Table
+from timing import median_ms  # bench/timing.py (bench/ is on sys.path when run)
 
 from keyshift.split import WeightedSplit, fox_minimax, objective
-from timing import median_ms  # bench/timing.py (bench/ is on sys.path when run)
 
 TARGET_MS = 1.0
 

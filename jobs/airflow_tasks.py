@@ -18,6 +18,7 @@ from datetime import date, datetime, timedelta
 from typing import Any
 
 from keyshift.jobs.history import DayRange, HistoryError, parse_day
+
 from keyshift.config import ConfigError, load_config
 
 log = logging.getLogger(__name__)

@@ -25,7 +25,6 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-
 from keyshift.jobs.history import (
     DayRange,
     HistoryError,
@@ -35,10 +34,17 @@ from keyshift.jobs.history import (
     range_from_args,
     read_key_loads,
 )
+from keyshift.lakehouse.delta import (
+    append_rows,
+    plan_of,
+    plan_row,
+    read_table,
+    table_exists,
+)
+
 from keyshift.config import Config, load_config
 from keyshift.plan import Plan
 from keyshift.policies import Window, make_policy
-from keyshift.lakehouse.delta import append_rows, plan_of, plan_row, read_table, table_exists
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -33,6 +33,7 @@ from keyshift.jobs.history import (
     range_from_args,
     read_metrics,
 )
+
 from keyshift.config import Config, load_config
 
 if TYPE_CHECKING:

@@ -57,7 +57,12 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from keyshift.models.evaluation import SeriesError, backtest, default_models, read_series_csv
+    from keyshift.models.evaluation import (
+        SeriesError,
+        backtest,
+        default_models,
+        read_series_csv,
+    )
     from keyshift.models.gp import ModelInputError
 
     if args.iters < 1:

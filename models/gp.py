@@ -56,11 +56,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from keyshift.models.features import LATENCY_FEATURES, RATE_FEATURES, TIMESTAMP_COLUMN
+from keyshift.models.gp_predictor import (
+    PREDICTOR_FORMAT,
+    PREDICTOR_PARTS,
+    to_target_units,
+)
+from keyshift.models.seasonal import SlotProfile
 
 from keyshift.errors import FieldError
-from keyshift.models.features import LATENCY_FEATURES, RATE_FEATURES, TIMESTAMP_COLUMN
-from keyshift.models.gp_predictor import PREDICTOR_FORMAT, PREDICTOR_PARTS, to_target_units
-from keyshift.models.seasonal import SlotProfile
 
 KERNELS = ("ard", "ard+daily", "ard+weekly", "ard+daily+weekly")
 METHODS = ("exact", "sgpr", "auto")

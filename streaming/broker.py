@@ -32,11 +32,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from keyshift.lakehouse.jars import JarResolutionError, cache_dir, resolve
+
 from keyshift.config import Config, KafkaConfig
 from keyshift.errors import ConfigError
 
 from .broker_watch import reachable
-from keyshift.lakehouse.jars import JarResolutionError, cache_dir, resolve
 
 log = logging.getLogger(__name__)
 

@@ -19,12 +19,18 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from keyshift.lakehouse.delta import (
+    RunAppends,
+    ensure_tables,
+    plan_of,
+    plan_row,
+    read_run,
+    read_table,
+)
 
 from keyshift.config import Config
 from keyshift.control import ControlRecord, ScalerState, WindowSample
 from keyshift.plan import Plan
-
-from keyshift.lakehouse.delta import RunAppends, ensure_tables, plan_of, plan_row, read_run, read_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

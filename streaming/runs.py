@@ -18,13 +18,13 @@ from datetime import UTC, datetime
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
+from keyshift.lakehouse.delta import read_table, table_exists
+from keyshift.lakehouse.storage import filesystem, read_if_exists
+
 from keyshift.config import Config
 from keyshift.schemas import table
 
-from keyshift.lakehouse.delta import read_table, table_exists
-from .staging import is_staged
-from .staging import ROW_KEY, arrow_schema
-from keyshift.lakehouse.storage import filesystem, read_if_exists
+from .staging import ROW_KEY, arrow_schema, is_staged
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -41,7 +41,11 @@ def open_spark(cfg: Config, log_level: str | None = None,
                app_name: str = "keyshift-status") -> SparkSession:
     """A session for reading the warehouse, with Spark's log lines kept off the terminal
     (a person asked for a table, not for Spark's WARN lines): :mod:`keyshift.lakehouse.logs`."""
-    from keyshift.lakehouse.logs import configure_spark_logging, log_file, set_session_level
+    from keyshift.lakehouse.logs import (
+        configure_spark_logging,
+        log_file,
+        set_session_level,
+    )
     from keyshift.lakehouse.session import get_spark
 
     configure_spark_logging(log_file(cfg, app_name.removeprefix("keyshift-")),

@@ -7,9 +7,7 @@ import socket
 import uuid
 
 import pytest
-
-from keyshift.cli import main
-from keyshift.config import load_config
+from keyshift.lakehouse.jars import JarResolutionError, resolve
 from keyshift.streaming.broker import (
     Broker,
     BrokerError,
@@ -18,7 +16,9 @@ from keyshift.streaming.broker import (
     free_port,
     metadata,
 )
-from keyshift.lakehouse.jars import JarResolutionError, resolve
+
+from keyshift.cli import main
+from keyshift.config import load_config
 
 
 def _broker(tmp_path, port=None, controller=None) -> Broker:

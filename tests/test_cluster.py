@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from cluster_fixtures import cluster_app_env
+
 from keyshift.config import load_config
 from keyshift.errors import ConfigError
 

@@ -12,8 +12,8 @@ from keyshift.plan import Plan
 
 
 def test_records_and_plans_round_trip_once_per_batch(spark, spark_config) -> None:
-    from keyshift.streaming.control_store import ControlLog
     from keyshift.lakehouse.delta import ensure_tables
+    from keyshift.streaming.control_store import ControlLog
 
     ensure_tables(spark, spark_config, ["plans"])
     log = ControlLog(spark, spark_config, f"store-{uuid.uuid4().hex[:6]}")

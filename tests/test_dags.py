@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 from airflow_support import DAGS, airflow_env
 
-
 _INSPECT = r"""
 import json, sys
 from airflow.dag_processing.dagbag import DagBag

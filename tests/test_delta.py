@@ -7,10 +7,10 @@ from datetime import UTC, datetime
 
 import numpy as np
 import pytest
+from keyshift.lakehouse.delta import plan_of, plan_row
 
 from keyshift.plan import Plan
 from keyshift.schemas import TABLES
-from keyshift.lakehouse.delta import plan_of, plan_row
 
 
 def test_plan_row_round_trips_a_plan_with_a_dead_slot() -> None:

@@ -30,11 +30,6 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
-from test_fuzz_commands import _mutated, json_values
-
-from keyshift.apps import SHIPPED, event_schema
-from keyshift.groups import group_of
-from keyshift.schemas import MAX_EVENT_BYTES, Column
 from keyshift.streaming.engines import (
     DEAD,
     ENGINE_OUTPUT,
@@ -44,6 +39,11 @@ from keyshift.streaming.engines import (
     BatchSpec,
     run_engine,
 )
+from test_fuzz_commands import _mutated, json_values
+
+from keyshift.apps import SHIPPED, event_schema
+from keyshift.groups import group_of
+from keyshift.schemas import MAX_EVENT_BYTES, Column
 
 APPS = sorted(SHIPPED)
 T0 = 1_700_000_000_000
@@ -248,11 +248,10 @@ COUNT = int(os.environ.get("KEYSHIFT_FUZZ_EVENTS", "300"))
 @pytest.mark.parametrize("app", APPS)
 def test_every_record_is_valid_or_has_its_reason_and_no_engine_task_fails(spark, tmp_path,
                                                                            app):
-    from pyspark.sql import functions as F
-
     from keyshift.streaming.engines import arrow_engine
     from keyshift.streaming.ingest import classify
     from keyshift.streaming.job import StreamJob
+    from pyspark.sql import functions as F
 
     drawn = draw_records(app, COUNT, SEED)
     where = f"(KEYSHIFT_FUZZ_SEED={SEED})"
@@ -314,11 +313,11 @@ def _rows(docs: list[dict], groups: int = 64):
     nulls left out (Spark's to_json); a document None stands for a refused record."""
     for i, doc in enumerate(docs):
         if doc is None:
-            yield (None, 0, i, None, "malformed json", "{", T0 / 1e3)
+            yield (None, 0, i, None, "malformed json", "{", T0 / 1e3, None)
         else:
             event = {k: v for k, v in doc.items() if v is not None}
             yield (group_of(str(doc["key"]), groups), 0, i, json.dumps(event), None,
-                   json.dumps(doc), T0 / 1e3 + i)
+                   json.dumps(doc), T0 / 1e3 + i, None)
 
 
 def _run(tmp_path, app: str, docs: list, batch: int = 0, **params) -> list:

@@ -116,8 +116,8 @@ def test_classify_gives_each_bad_record_its_reason(spark):
 def test_ingest_batch_is_idempotent_and_groups_as_python_does(spark, spark_config):
     """A batch replayed after a crash writes nothing twice; its key loads are Python's groups
     through the KG plan (no Kafka: the job's batch function on a static frame)."""
-    from keyshift.streaming.job import TABLES_WRITTEN
     from keyshift.lakehouse.delta import ensure_tables
+    from keyshift.streaming.job import TABLES_WRITTEN
 
     cfg = spark_config
     run = f"idem-{uuid.uuid4().hex[:6]}"

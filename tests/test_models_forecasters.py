@@ -33,7 +33,6 @@ def test_online_updates_match_a_fresh_posterior_on_the_same_rows():
     across the trim back to max_train."""
     import gpytorch
     import torch
-
     from keyshift.models.features import rate_features
     from keyshift.models.gp import _MAX_CHOLESKY, _ONLINE_SLACK, InputRateGP
 
@@ -73,7 +72,6 @@ def test_online_factor_grows_past_its_buffer():
     posterior still equals GPyTorch's on the same rows."""
     import gpytorch
     import torch
-
     from keyshift.models.features import rate_features
     from keyshift.models.gp import _MAX_CHOLESKY, _ONLINE_SLACK, InputRateGP
 

@@ -6,11 +6,17 @@ import json
 
 import numpy as np
 import pytest
-
 from keyshift.models.baselines import NNForecaster, SeasonalNaive, SVMForecaster
 from keyshift.models.evaluation import score
 from keyshift.models.features import latency_features, rate_features
-from keyshift.models.gp import _ONLINE_SLACK, KERNELS, GPForecaster, InputRateGP, LatencyGP, ModelInputError
+from keyshift.models.gp import (
+    _ONLINE_SLACK,
+    KERNELS,
+    GPForecaster,
+    InputRateGP,
+    LatencyGP,
+    ModelInputError,
+)
 
 HOUR = 3600.0
 

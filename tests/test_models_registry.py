@@ -7,12 +7,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from keyshift.models.features import latency_features, rate_features
+from keyshift.models.gp import KERNELS
+from keyshift.models.registry import (
+    RegistryError,
+    load_champion,
+    load_version,
+    tracking,
+)
+from keyshift.models.training import train_and_register
 
 from keyshift.config import load_config
-from keyshift.models.gp import KERNELS
-from keyshift.models.features import latency_features, rate_features
-from keyshift.models.registry import RegistryError, load_champion, load_version, tracking
-from keyshift.models.training import train_and_register
 
 pytestmark = pytest.mark.integration
 

@@ -9,8 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from keyshift.models.review import DeltaSource, held_out_figures, plot_path, version_description
+from keyshift.models.review import (
+    DeltaSource,
+    held_out_figures,
+    plot_path,
+    version_description,
+)
 
 T0 = 1_764_547_200.0  # 2025-12-01 00:00 UTC
 
@@ -72,9 +76,8 @@ def _training_input(client, run_id: str):
 
 @pytest.mark.integration
 def test_a_training_run_logs_plots_lineage_and_a_version_description(tmp_path) -> None:
-    from test_models_registry import _metrics
-
     from keyshift.models.training import train_and_register
+    from test_models_registry import _metrics
 
     cfg = _cfg(tmp_path)
     source = DeltaSource("metrics", str(tmp_path / "wh" / "metrics"), 7)

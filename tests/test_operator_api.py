@@ -13,22 +13,23 @@ from importlib.metadata import EntryPoint
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from keyshift.examples import sessions
 from keyshift.examples.sessions import SPEC, SessionOperator, generate
+
 from keyshift.apps import (
+    EVENTS,
     OPERATOR_API_VERSION,
     SHIPPED,
     OperatorInputError,
     UnknownOperatorError,
+    event_schema,
     make_operator,
     order_key,
+    registry,
     resolve_operator,
 )
-from keyshift.apps import registry
 from keyshift.apps.declaration import is_ddl_type
 from keyshift.groups import group_of
-from keyshift.apps import EVENTS, event_schema
 
 
 @pytest.fixture(autouse=True)

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from keyshift.elastic.baselines import EngineObservation, ThresholdScaler, engine_utilisation
+from keyshift.elastic.baselines import (
+    EngineObservation,
+    ThresholdScaler,
+    engine_utilisation,
+)
 from keyshift.elastic.decision import Observation
 from keyshift.elastic.errors import ElasticInputError
 

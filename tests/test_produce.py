@@ -6,10 +6,17 @@ import json
 import uuid
 
 import pytest
+from keyshift.streaming.producer import (
+    ProducerError,
+    TokenBucket,
+    _bad_slots,
+    connect,
+    produce,
+    replay,
+)
 
 from keyshift.cli import main
 from keyshift.workloads import make_generator
-from keyshift.streaming.producer import ProducerError, TokenBucket, _bad_slots, connect, produce, replay
 
 
 class FakeClock:

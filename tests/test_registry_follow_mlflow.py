@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 from engines_support import MemoryControlLog
-from test_scaling_adapters import Clock, config, run_windows, synthetic_metrics
-
 from keyshift.streaming.controller import Controller
+from test_scaling_adapters import Clock, config, run_windows, synthetic_metrics
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -39,9 +38,8 @@ def register(cfg, tmp_path: Path) -> set[Path]:
 
 
 def point_alias(cfg, rate: str, latency: str) -> None:
-    from mlflow import MlflowClient
-
     from keyshift.models.registry import tracking
+    from mlflow import MlflowClient
 
     with tracking(cfg):
         client = MlflowClient()

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 from engines_support import new_topic, outputs, reference, table_rows
-
 from keyshift.examples.sessions import SPEC, generate
+
 from keyshift.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]

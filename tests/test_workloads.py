@@ -7,12 +7,18 @@ import json
 import numpy as np
 import pytest
 
-from keyshift.apps.traffic import area_of
 from keyshift.apps import EVENTS
+from keyshift.apps.traffic import area_of
 from keyshift.schemas import MAX_EVENT_BYTES
 from keyshift.workloads import (
-    BAD_KINDS, GENERATORS, KeySampler, SkewSchedule, WorkloadInputError, bad_record,
-    make_generator, replay_events,
+    BAD_KINDS,
+    GENERATORS,
+    KeySampler,
+    SkewSchedule,
+    WorkloadInputError,
+    bad_record,
+    make_generator,
+    replay_events,
 )
 
 _PY_TYPES = {"STRING": str, "BIGINT": int, "INT": int, "DOUBLE": float}

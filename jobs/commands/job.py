@@ -11,9 +11,10 @@ from __future__ import annotations
 import argparse
 from datetime import UTC, datetime, timedelta
 
+from keyshift.lakehouse.logs import one_line_failure
+
 from keyshift.cli import add_log_options
 from keyshift.config import load_config
-from keyshift.lakehouse.logs import one_line_failure
 
 SUMMARY = "run a nightly batch job by hand (retrain, plans, upkeep)"
 
@@ -56,7 +57,11 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def _history(args: argparse.Namespace) -> dict:
-    from keyshift.jobs.history import SyntheticHistory, parse_day, write_synthetic_history
+    from keyshift.jobs.history import (
+        SyntheticHistory,
+        parse_day,
+        write_synthetic_history,
+    )
     from keyshift.lakehouse.session import get_spark
 
     cfg = load_config(args.config)

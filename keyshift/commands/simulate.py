@@ -225,10 +225,18 @@ def run(args: argparse.Namespace) -> int:
 def _plain(args: argparse.Namespace) -> int:
     from keyshift.config import load_config
     from keyshift.experiments.report import (
-        markdown_table, report_dir, show_progress, time_series_plots,
+        markdown_table,
+        report_dir,
+        show_progress,
+        time_series_plots,
     )
     from keyshift.sim import (
-        Schedule, SimConfig, Simulator, SyntheticWorkload, TraceWorkload, ZipfKeys,
+        Schedule,
+        SimConfig,
+        Simulator,
+        SyntheticWorkload,
+        TraceWorkload,
+        ZipfKeys,
     )
 
     cfg = load_config()  # ConfigError: the CLI's one-line message

@@ -29,7 +29,13 @@ from typing import Any
 
 import numpy as np
 
-from keyshift.split import OrderedRegion, SplitInputError, WeightedSplit, even_weights, fox_minimax
+from keyshift.split import (
+    OrderedRegion,
+    SplitInputError,
+    WeightedSplit,
+    even_weights,
+    fox_minimax,
+)
 
 # what `keyshift simulate --scenario NAME -h` shows: the docstring above is for developers
 DESCRIPTION = (

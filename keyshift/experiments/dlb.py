@@ -28,12 +28,22 @@ from typing import Any
 import numpy as np
 
 from keyshift.experiments.report import (
-    markdown_table, plot_bars, report_dir, show_progress, time_series_plots,
+    markdown_table,
+    plot_bars,
+    report_dir,
+    show_progress,
+    time_series_plots,
 )
 from keyshift.plan import Plan
 from keyshift.policies import REGISTRY, make_policy
 from keyshift.sim import (
-    Schedule, SimConfig, SimResult, Simulator, SyntheticWorkload, TraceWorkload, ZipfKeys,
+    Schedule,
+    SimConfig,
+    SimResult,
+    Simulator,
+    SyntheticWorkload,
+    TraceWorkload,
+    ZipfKeys,
     zipf_cycle,
 )
 

@@ -35,7 +35,12 @@ from typing import Any
 
 import numpy as np
 
-from keyshift.elastic.baselines import QueueingScaler, RateScaler, StaticMax, ThresholdScaler
+from keyshift.elastic.baselines import (
+    QueueingScaler,
+    RateScaler,
+    StaticMax,
+    ThresholdScaler,
+)
 from keyshift.elastic.capacity import LatencyModel
 from keyshift.elastic.controller import PathController
 from keyshift.elastic.cost import Costs, Forecast

@@ -23,13 +23,24 @@ from typing import Any
 import numpy as np
 
 from keyshift.experiments.report import (
-    markdown_table, plot_bars, plot_series, report_dir, show_progress, time_series_plots,
+    markdown_table,
+    plot_bars,
+    plot_series,
+    report_dir,
+    show_progress,
+    time_series_plots,
 )
 from keyshift.plan import Plan
 from keyshift.policies import REGISTRY, make_policy
 from keyshift.policies.base import Policy, Window
 from keyshift.sim import (
-    GaussianKeys, Schedule, SimConfig, SimResult, Simulator, SyntheticWorkload, ZipfKeys,
+    GaussianKeys,
+    Schedule,
+    SimConfig,
+    SimResult,
+    Simulator,
+    SyntheticWorkload,
+    ZipfKeys,
 )
 
 # what `keyshift simulate --scenario NAME -h` shows: the docstring above is for developers

@@ -46,7 +46,6 @@ from keyshift.plan import Plan
 from keyshift.policies.base import Policy, PolicyInputError, Window
 from keyshift.policies.engine_index import EngineIndex
 
-
 _NO_STEPS = np.empty((0, 3), dtype=np.int64)
 
 

@@ -39,7 +39,12 @@ import numpy as np
 
 from keyshift.plan import Plan
 from keyshift.policies.base import Policy, PolicyInputError, Window
-from keyshift.policies.dlb import EXACT_EVERY, DynamicLoadBalancing, _help_tol, check_theta
+from keyshift.policies.dlb import (
+    EXACT_EVERY,
+    DynamicLoadBalancing,
+    _help_tol,
+    check_theta,
+)
 from keyshift.policies.engine_index import radix_key
 
 

@@ -18,7 +18,6 @@ from keyshift.split.cluster import cluster_connections
 from keyshift.split.errors import SplitInputError
 from keyshift.split.fox import fox_minimax
 
-
 ZERO_WEIGHT_CLUSTERED = 0.0
 
 

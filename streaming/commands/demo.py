@@ -18,10 +18,11 @@ import time
 import uuid
 from typing import Any
 
-from keyshift.cli import UsageError, add_log_options
-from keyshift.config import load_config
 from keyshift.lakehouse.logs import one_line_failure
 from keyshift.lakehouse.logs import say as say_line
+
+from keyshift.cli import UsageError, add_log_options
+from keyshift.config import load_config
 
 SUMMARY = "see the balancer at work on a skewed stream, with a report"
 
@@ -102,7 +103,12 @@ def run(args: argparse.Namespace) -> int:
     skew = args.skew or f"zipf:0.2@0,1.5@{args.duration / 3:g}"
     run_id = time.strftime("demo-%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
 
-    from keyshift.streaming.broker import Broker, BrokerError, client_options, create_topic
+    from keyshift.streaming.broker import (
+        Broker,
+        BrokerError,
+        client_options,
+        create_topic,
+    )
 
     broker = Broker.from_config(cfg)
     started_broker = False
@@ -225,9 +231,10 @@ def _seed(cfg, run_id: str, rate: float, log_level: str | None, say) -> dict[str
 
 def _produce(cfg, topic: str, app: str, skew: str, rate: float, duration: float,
              stop: threading.Event, out: dict) -> None:
-    from keyshift.workloads.events import make_generator
     from keyshift.streaming.broker import client_options
     from keyshift.streaming.producer import connect, produce
+
+    from keyshift.workloads.events import make_generator
 
     gen = make_generator(app, skew=skew, seed=0, producer_id=topic[-4:])
 

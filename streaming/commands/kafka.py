@@ -42,7 +42,12 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from keyshift.streaming.broker import Broker, BrokerError, client_options, create_topic
+    from keyshift.streaming.broker import (
+        Broker,
+        BrokerError,
+        client_options,
+        create_topic,
+    )
 
     cfg = load_config(args.config)  # ConfigError: the CLI's one-line message
     broker = Broker.from_config(cfg)

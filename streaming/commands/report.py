@@ -11,9 +11,10 @@ import argparse
 import json
 from pathlib import Path
 
+from keyshift.lakehouse.logs import one_line_failure
+
 from keyshift.cli import UsageError
 from keyshift.config import load_config
-from keyshift.lakehouse.logs import one_line_failure
 
 from .status import add_common
 
@@ -44,7 +45,12 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--out: {folder} is a file; give a folder for the report")
     from keyshift.lakehouse.delta import TableSchemaError
     from keyshift.streaming.report import report_run
-    from keyshift.streaming.runs import RunLookupError, check_warehouse, find_run, open_spark
+    from keyshift.streaming.runs import (
+        RunLookupError,
+        check_warehouse,
+        find_run,
+        open_spark,
+    )
 
     try:
         check_warehouse(cfg)

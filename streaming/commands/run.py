@@ -26,10 +26,11 @@ import time
 import uuid
 from typing import Any
 
-from keyshift.cli import UsageError, add_log_options
-from keyshift.config import load_config
 from keyshift.lakehouse.logs import log_hint, one_line_failure
 from keyshift.lakehouse.logs import say as say_line
+
+from keyshift.cli import UsageError, add_log_options
+from keyshift.config import load_config
 
 SUMMARY = "run your operator on a Kafka topic, kept balanced"
 
@@ -159,13 +160,17 @@ def start_job(cfg, opts, log_level: str | None = None, say=None):
     and live metrics (Prometheus on ``[metrics] host:port`` unless the port is 0,
     :mod:`keyshift.streaming.live_metrics`), the query. ``keyshift run`` and ``keyshift demo`` both
     use it."""
+    from keyshift.lakehouse.logs import (
+        configure_spark_logging,
+        log_file,
+        set_session_level,
+    )
     from keyshift.streaming.live_metrics import live_metrics_for
-    from keyshift.lakehouse.logs import configure_spark_logging, log_file, set_session_level
 
     say = say or say_line
     configure_spark_logging(log_file(cfg, "run", opts.run_id), log_level)
-    from keyshift.streaming.job import StreamJob
     from keyshift.lakehouse.session import get_spark
+    from keyshift.streaming.job import StreamJob
 
     spark = get_spark(cfg, app_name=f"keyshift-{opts.run_id}")
     set_session_level(spark, log_level)

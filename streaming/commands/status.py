@@ -12,9 +12,10 @@ import json
 import math
 from typing import Any
 
+from keyshift.lakehouse.logs import one_line_failure
+
 from keyshift.cli import UsageError, add_log_options
 from keyshift.config import load_config
-from keyshift.lakehouse.logs import one_line_failure
 
 SUMMARY = "list the runs, or one run's last batches and decisions"
 
@@ -48,8 +49,8 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)  # ConfigError: the CLI's one-line message
     if args.last < 1:
         raise UsageError(f"--last: must be >= 1, got {args.last}")
-    from keyshift.streaming import runs
     from keyshift.lakehouse.delta import TableSchemaError
+    from keyshift.streaming import runs
 
     try:
         runs.check_warehouse(cfg)
