@@ -40,9 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rows", type=int, default=20)
     args = p.parse_args(argv)
 
-    from keyshift.lakehouse.session import get_spark
-
     from keyshift.config import load_config
+    from keyshift.lakehouse.session import get_spark
 
     home = Path(tempfile.mkdtemp(prefix="keyshift-bench-delta-"))
     cfg = load_config(env={}, home=str(home), spark={"master": "local[2]",

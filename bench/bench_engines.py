@@ -129,13 +129,13 @@ def main(argv: list[str] | None = None) -> int:
     repeats = args.repeats or (1 if args.quick else 3)
     records = args.events or (12_000 if args.quick else 30_000)
 
-    from keyshift.lakehouse.session import get_spark
-    from keyshift.streaming.broker import Broker, create_topic, free_port
-    from keyshift.streaming.producer import connect, produce
     from rich.console import Console
     from rich.progress import Progress
 
     from keyshift.config import load_config
+    from keyshift.lakehouse.session import get_spark
+    from keyshift.streaming.broker import Broker, create_topic, free_port
+    from keyshift.streaming.producer import connect, produce
     from keyshift.workloads.events import make_generator
 
     home = Path(tempfile.mkdtemp(prefix="keyshift-bench-"))

@@ -73,6 +73,7 @@ def online_step(console: Console, X_tr, y_tr, X_te, y_te, windows: int, kernel: 
     same rows; the predictions are compared too."""
     import gpytorch
     import torch
+
     from keyshift.models.gp import _MAX_CHOLESKY, _ONLINE_SLACK
 
     if windows > _ONLINE_SLACK:  # before any fit: the comparison holds within one trim period

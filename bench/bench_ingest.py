@@ -47,16 +47,16 @@ def main(argv: list[str] | None = None) -> int:
 
     import os
 
-    from keyshift.lakehouse.delta import read_table
-    from keyshift.lakehouse.session import get_spark
-    from keyshift.streaming.broker import Broker, create_topic, free_port
-    from keyshift.streaming.job import JobOptions, StreamJob
-    from keyshift.streaming.producer import connect, produce
     from rich.console import Console
     from rich.progress import Progress
     from rich.table import Table
 
     from keyshift.config import load_config
+    from keyshift.lakehouse.delta import read_table
+    from keyshift.lakehouse.session import get_spark
+    from keyshift.streaming.broker import Broker, create_topic, free_port
+    from keyshift.streaming.job import JobOptions, StreamJob
+    from keyshift.streaming.producer import connect, produce
     from keyshift.workloads import make_generator
 
     os.environ.setdefault("KEYSHIFT_CACHE", str(ROOT / ".keyshift" / "cache"))

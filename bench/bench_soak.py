@@ -574,10 +574,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.sample_s > args.duration:
         ap.error("--sample-s: longer than --duration, no sample would be taken")
 
-    from keyshift.streaming import broker as brokers
     from rich.console import Console
 
     from keyshift.config import load_config
+    from keyshift.streaming import broker as brokers
 
     console = Console(width=200)
     home = Path(tempfile.mkdtemp(prefix="keyshift-bench-soak-"))

@@ -120,7 +120,6 @@ def produce_topic(cfg, topic: str, events: int, *, window_s: float, seed: int = 
     """
     from keyshift.streaming.broker import create_topic
     from keyshift.streaming.producer import connect, produce
-
     from keyshift.workloads import make_generator
 
     if events < 1:
@@ -658,9 +657,8 @@ def peer_main(argv: list[str]) -> int:
     ap.add_argument("--max-batches", type=int, default=None)
     args = ap.parse_args(argv)
 
-    from keyshift.lakehouse.session import get_spark
-
     from keyshift.config import load_config
+    from keyshift.lakehouse.session import get_spark
 
     cfg = load_config(env={}, **json.loads(args.overrides))
     ref = pickle.loads(Path(args.reference).read_bytes()) if args.reference else None
@@ -734,10 +732,10 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')}: must be >= 1")
 
-    from keyshift.streaming.broker import Broker, free_port
     from rich.console import Console
 
     from keyshift.config import load_config
+    from keyshift.streaming.broker import Broker, free_port
 
     console = Console(width=220)
     window_s = WindowedWordCount().window_s  # what `keyshift run --app wordcount` uses

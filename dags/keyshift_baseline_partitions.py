@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from airflow.sdk import Asset, Param, dag, get_current_context, task
+
 from keyshift.jobs.airflow_tasks import MODELS_ASSET_URI, default_args, job_timeout
 
 MODELS = Asset(MODELS_ASSET_URI)

@@ -12,8 +12,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from airflow.sdk import Param, dag, get_current_context, task
-from keyshift.jobs.airflow_tasks import default_args, job_timeout
 
+from keyshift.jobs.airflow_tasks import default_args, job_timeout
 from keyshift.schemas import TABLES
 
 

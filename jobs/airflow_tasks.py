@@ -17,9 +17,8 @@ import logging
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from keyshift.jobs.history import DayRange, HistoryError, parse_day
-
 from keyshift.config import ConfigError, load_config
+from keyshift.jobs.history import DayRange, HistoryError, parse_day
 
 log = logging.getLogger(__name__)
 

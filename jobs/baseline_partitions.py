@@ -25,6 +25,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from keyshift.config import Config, load_config
 from keyshift.jobs.history import (
     DayRange,
     HistoryError,
@@ -41,8 +43,6 @@ from keyshift.lakehouse.delta import (
     read_table,
     table_exists,
 )
-
-from keyshift.config import Config, load_config
 from keyshift.plan import Plan
 from keyshift.policies import Window, make_policy
 

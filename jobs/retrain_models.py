@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+from keyshift.config import Config, load_config
 from keyshift.jobs.history import (
     DayRange,
     HistoryError,
@@ -33,8 +34,6 @@ from keyshift.jobs.history import (
     range_from_args,
     read_metrics,
 )
-
-from keyshift.config import Config, load_config
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -24,14 +24,13 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from keyshift.config import Config
 from keyshift.jobs.history import (
     DayRange,
     SyntheticHistory,
     daily_shape,
     synthetic_frames,
 )
-
-from keyshift.config import Config
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -17,9 +17,10 @@ import time
 from typing import Any
 
 import numpy as np
+from threadpoolctl import threadpool_limits
+
 from keyshift.models.features import TIMESTAMP_COLUMN
 from keyshift.models.gp import ModelInputError, _check_xy
-from threadpoolctl import threadpool_limits
 
 _SEASONS_S = (7 * 86_400.0, 86_400.0)
 

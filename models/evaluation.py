@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from keyshift.errors import FieldError
 from keyshift.models.baselines import (
     NNForecaster,
     RecentRows,
@@ -34,8 +36,6 @@ from keyshift.models.baselines import (
 )
 from keyshift.models.features import FeatureError, rate_features, to_epoch_seconds
 from keyshift.models.gp import Z_90, InputRateGP
-
-from keyshift.errors import FieldError
 
 METRICS = ("mae", "rmse", "mase", "cc", "coverage_90", "train_s")
 

@@ -8,6 +8,7 @@ layer.
 from __future__ import annotations
 
 import numpy as np
+
 from keyshift.models.features import rate_features
 from keyshift.models.gp import InputRateGP
 

@@ -56,6 +56,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from keyshift.errors import FieldError
 from keyshift.models.features import LATENCY_FEATURES, RATE_FEATURES, TIMESTAMP_COLUMN
 from keyshift.models.gp_predictor import (
     PREDICTOR_FORMAT,
@@ -63,8 +65,6 @@ from keyshift.models.gp_predictor import (
     to_target_units,
 )
 from keyshift.models.seasonal import SlotProfile
-
-from keyshift.errors import FieldError
 
 KERNELS = ("ard", "ard+daily", "ard+weekly", "ard+daily+weekly")
 METHODS = ("exact", "sgpr", "auto")

@@ -29,12 +29,12 @@ from typing import Any, Literal
 import mlflow
 import numpy as np
 import pandas as pd
-from keyshift.models.gp import GPForecaster, ModelInputError
 from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 from mlflow.models import infer_signature
 
 from keyshift.config import Config
+from keyshift.models.gp import GPForecaster, ModelInputError
 
 EXPERIMENT = "keyshift-forecasters"
 Which = Literal["input_rate", "latency"]

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
 from keyshift.models.features import METRICS_COLUMNS
 
 if TYPE_CHECKING:

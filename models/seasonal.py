@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
 from keyshift.models.gp_predictor import slot_index, to_target_units
 
 DAY_S = 86_400.0

@@ -17,6 +17,8 @@ from typing import Any
 import mlflow
 import numpy as np
 import pandas as pd
+
+from keyshift.config import Config
 from keyshift.models.evaluation import score, split_tail
 from keyshift.models.features import TIMESTAMP_COLUMN, build_features
 from keyshift.models.gp import GPForecaster, InputRateGP, LatencyGP
@@ -36,8 +38,6 @@ from keyshift.models.review import (
     log_training_data,
     version_description,
 )
-
-from keyshift.config import Config
 
 DEFAULT_MIN_ROWS = 48
 

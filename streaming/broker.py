@@ -32,10 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from keyshift.lakehouse.jars import JarResolutionError, cache_dir, resolve
-
 from keyshift.config import Config, KafkaConfig
 from keyshift.errors import ConfigError
+from keyshift.lakehouse.jars import JarResolutionError, cache_dir, resolve
 
 from .broker_watch import reachable
 

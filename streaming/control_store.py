@@ -19,6 +19,9 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from keyshift.config import Config
+from keyshift.control import ControlRecord, ScalerState, WindowSample
 from keyshift.lakehouse.delta import (
     RunAppends,
     ensure_tables,
@@ -27,9 +30,6 @@ from keyshift.lakehouse.delta import (
     read_run,
     read_table,
 )
-
-from keyshift.config import Config
-from keyshift.control import ControlRecord, ScalerState, WindowSample
 from keyshift.plan import Plan
 
 if TYPE_CHECKING:

@@ -39,14 +39,14 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from keyshift.lakehouse.delta import RunAppends, concurrently
-from keyshift.lakehouse.logs import say
-from keyshift.lakehouse.storage import read_if_exists, write_atomically
 
 from keyshift.apps import event_schema, make_operator
 from keyshift.config import Config
 from keyshift.control import policy_params
 from keyshift.groups import spark_group_expr_sql
+from keyshift.lakehouse.delta import RunAppends, concurrently
+from keyshift.lakehouse.logs import say
+from keyshift.lakehouse.storage import read_if_exists, write_atomically
 from keyshift.metrics import Balance, live_loads
 from keyshift.policies import (
     PolicyInputError,

@@ -79,6 +79,7 @@ def connect(bootstrap: str, timeout_s: float = 10.0,
     configuration, so a secured cluster works wherever only a bootstrap string is at hand)."""
     from kafka import KafkaProducer
     from kafka.errors import KafkaError
+
     from keyshift.streaming.broker import BrokerError, auth_hint, environment_security
 
     try:

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from keyshift.lakehouse.delta import read_run
 
 from keyshift.apps import TopK
+from keyshift.lakehouse.delta import read_run
 
 from .runs import current
 

@@ -18,10 +18,9 @@ from datetime import UTC, datetime
 from functools import reduce
 from typing import TYPE_CHECKING, Any
 
+from keyshift.config import Config
 from keyshift.lakehouse.delta import read_table, table_exists
 from keyshift.lakehouse.storage import filesystem, read_if_exists
-
-from keyshift.config import Config
 from keyshift.schemas import table
 
 from .staging import ROW_KEY, arrow_schema, is_staged

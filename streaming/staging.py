@@ -34,13 +34,13 @@ from typing import TYPE_CHECKING, Any
 
 from keyshift.lakehouse.logs import say
 from keyshift.lakehouse.storage import filesystem, write_atomically
-
 from keyshift.schemas import SCHEMA_VERSION, table
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from keyshift.lakehouse.delta import RunAppends
     from pyspark.sql import SparkSession
+
+    from keyshift.lakehouse.delta import RunAppends
 
 # each staged table with the columns that identify one of its rows (the first names the run)
 ROW_KEY = {
@@ -240,8 +240,9 @@ class StagedAppends:
             self.last_commit[name] = round(time.perf_counter() - t0, 3)
 
     def _commit(self, name: str, batches: Mapping[int, list[str]]) -> int:
-        from keyshift.lakehouse.delta import append_frame
         from pyspark.sql import functions as F
+
+        from keyshift.lakehouse.delta import append_frame
 
         cfg = self.appends.cfg
         uris = [u for _, us in sorted(batches.items()) for u in us]

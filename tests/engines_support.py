@@ -23,7 +23,6 @@ def produce_events(bootstrap: str, topic: str, app: str, count: int, skew: str, 
     """Send ``count`` generated events (plus ``malformed`` bad records); returns the good ones
     in production order."""
     from keyshift.streaming.producer import connect, produce
-
     from keyshift.workloads.events import make_generator
 
     sent: list[dict[str, Any]] = []

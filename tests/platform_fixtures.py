@@ -26,9 +26,8 @@ def platform_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def kafka_broker(platform_home: Path) -> Iterator:
     """A running single-node broker on free ports; stopped at the end of the session."""
-    from keyshift.streaming.broker import Broker, free_port
-
     from keyshift.config import load_config
+    from keyshift.streaming.broker import Broker, free_port
 
     port = free_port()
     controller = free_port()

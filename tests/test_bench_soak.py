@@ -210,8 +210,9 @@ def test_jstat_heap_columns(soak):
 
 
 def test_lag_gauge_of_the_run_from_the_exposition(soak):
-    from keyshift.streaming.live_metrics import LiveMetrics
     from prometheus_client import generate_latest
+
+    from keyshift.streaming.live_metrics import LiveMetrics
 
     live = LiveMetrics("r1", window_s=10)
     other = LiveMetrics("r2", live.families)

@@ -7,6 +7,9 @@ import socket
 import uuid
 
 import pytest
+
+from keyshift.cli import main
+from keyshift.config import load_config
 from keyshift.lakehouse.jars import JarResolutionError, resolve
 from keyshift.streaming.broker import (
     Broker,
@@ -16,9 +19,6 @@ from keyshift.streaming.broker import (
     free_port,
     metadata,
 )
-
-from keyshift.cli import main
-from keyshift.config import load_config
 
 
 def _broker(tmp_path, port=None, controller=None) -> Broker:

@@ -6,13 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from engines_support import MemoryControlLog
-from keyshift.streaming.controller import Controller
 
 from keyshift.config import load_config
 from keyshift.control import FallbackForecaster
 from keyshift.elastic.sim_bridge import SimulatorDriver
 from keyshift.sim import SimConfig, Simulator, SyntheticWorkload, ZipfKeys
 from keyshift.sim.workload import Schedule
+from keyshift.streaming.controller import Controller
 
 WINDOW_S = 10.0
 LAT_S = 2.0 ** -7  # a power of two: the job's Lat (engine s / tuples) comes out exact

@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 
 import numpy as np
 import pytest
-from keyshift.lakehouse.delta import plan_of, plan_row
 
+from keyshift.lakehouse.delta import plan_of, plan_row
 from keyshift.plan import Plan
 from keyshift.schemas import TABLES
 

@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from keyshift.streaming.broker import free_port
 
 from keyshift.cli import main
+from keyshift.streaming.broker import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from keyshift.jobs.history import synthetic_frames
-from keyshift.jobs.seed import TASK_S, TUPLE_S, demo_history
-from keyshift.streaming.broker import free_port
 from test_demo import ROOT, _demo_env
 
 from keyshift.config import load_config
+from keyshift.jobs.history import synthetic_frames
+from keyshift.jobs.seed import TASK_S, TUPLE_S, demo_history
+from keyshift.streaming.broker import free_port
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ import json
 import time
 
 import pytest
+
 from keyshift.streaming.engine_state import (
     DurableState,
     EngineStore,
@@ -226,8 +227,9 @@ def test_engine_task_separates_the_wait_for_input_from_its_work(tmp_path, monkey
 def test_arrow_engine_reads_and_writes_the_stage_schemas(tmp_path, monkeypatch) -> None:
     """The mapInArrow function: Arrow batches of ENGINE_INPUT in, the same records as the
     tuple path out, as Arrow batches of exactly ENGINE_OUTPUT."""
-    import keyshift.streaming.engines as engines
     import pyarrow as pa
+
+    import keyshift.streaming.engines as engines
     from keyshift.streaming.engines import (
         ENGINE_INPUT,
         ENGINE_OUTPUT,

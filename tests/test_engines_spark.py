@@ -16,6 +16,7 @@ from engines_support import (
     run_job,
     table_rows,
 )
+
 from keyshift.streaming.engine_state import DurableState
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

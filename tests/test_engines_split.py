@@ -23,11 +23,11 @@ from engines_support import (
     table_rows,
     wait_until,
 )
-from keyshift.streaming.engine_state import DurableState
-from keyshift.streaming.job import JobOptions, StreamJob
 
 from keyshift.groups import group_of
 from keyshift.policies import PolicyInputError
+from keyshift.streaming.engine_state import DurableState
+from keyshift.streaming.job import JobOptions, StreamJob
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from engines_support import MemoryControlLog
-from keyshift.streaming.controller import Controller, ControllerError, policy_params
-from keyshift.streaming.migration import Migration
 
 from keyshift.config import load_config
 from keyshift.plan import Plan
+from keyshift.streaming.controller import Controller, ControllerError, policy_params
+from keyshift.streaming.migration import Migration
 
 
 def test_migration_between_plans_groups_moves_by_engine() -> None:

@@ -117,6 +117,7 @@ def test_sigkill_at_random_points_of_a_batch_then_restart_gives_the_reference(
     import random
 
     from engines_support import job_config, outputs, reference
+
     from keyshift.streaming.faults import ENV, PHASES
 
     seed = int(os.environ.get("KEYSHIFT_FAULT_SEED", random.SystemRandom().randrange(10**6)))

@@ -30,6 +30,11 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
+from test_fuzz_commands import _mutated, json_values
+
+from keyshift.apps import SHIPPED, event_schema
+from keyshift.groups import group_of
+from keyshift.schemas import MAX_EVENT_BYTES, Column
 from keyshift.streaming.engines import (
     DEAD,
     ENGINE_OUTPUT,
@@ -39,11 +44,6 @@ from keyshift.streaming.engines import (
     BatchSpec,
     run_engine,
 )
-from test_fuzz_commands import _mutated, json_values
-
-from keyshift.apps import SHIPPED, event_schema
-from keyshift.groups import group_of
-from keyshift.schemas import MAX_EVENT_BYTES, Column
 
 APPS = sorted(SHIPPED)
 T0 = 1_700_000_000_000
@@ -248,10 +248,11 @@ COUNT = int(os.environ.get("KEYSHIFT_FUZZ_EVENTS", "300"))
 @pytest.mark.parametrize("app", APPS)
 def test_every_record_is_valid_or_has_its_reason_and_no_engine_task_fails(spark, tmp_path,
                                                                            app):
+    from pyspark.sql import functions as F
+
     from keyshift.streaming.engines import arrow_engine
     from keyshift.streaming.ingest import classify
     from keyshift.streaming.job import StreamJob
-    from pyspark.sql import functions as F
 
     drawn = draw_records(app, COUNT, SEED)
     where = f"(KEYSHIFT_FUZZ_SEED={SEED})"
@@ -291,7 +292,8 @@ def test_every_record_is_valid_or_has_its_reason_and_no_engine_task_fails(spark,
     parsed = StreamJob._parse(job, raw).select(
         F.col("group").cast("int").alias("grp"), F.col("partition").cast("int"),
         F.col("offset").cast("bigint"), "event", "reason", "raw",
-        F.col("timestamp").cast("double").alias("kts"), F.lit(0).cast("bigint").alias("pkey"))
+        F.col("timestamp").cast("double").alias("kts"), F.lit(0).cast("bigint").alias("pkey"),
+        F.lit(None).cast("string").alias("summary"))
     spec = BatchSpec(0, app, {}, f"fuzz-{app}", str(tmp_path / "state"), compact_every=0)
     out = parsed.coalesce(1).mapInArrow(arrow_engine(spec), ENGINE_OUTPUT).collect()
     (task,) = [json.loads(r["task"]) for r in out if r["tag"] == TASK]

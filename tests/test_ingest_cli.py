@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from keyshift.streaming.broker import free_port
 
 from keyshift.cli import main
+from keyshift.streaming.broker import free_port
 
 
 @pytest.mark.parametrize("argv, field", [
@@ -27,9 +27,8 @@ def test_stream_options_are_the_jobs_ingest_mode():
     """One pipeline: ``keyshift stream`` is StreamJob with ingest_only, kg by default."""
     import argparse
 
-    from keyshift.streaming.commands.stream import ingest_options, register
-
     from keyshift.config import load_config
+    from keyshift.streaming.commands.stream import ingest_options, register
 
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers())

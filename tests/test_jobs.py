@@ -12,6 +12,8 @@ from datetime import UTC, date, datetime
 
 import numpy as np
 import pytest
+
+from keyshift.config import load_config
 from keyshift.jobs.baseline_partitions import compute_baselines
 from keyshift.jobs.history import (
     DayRange,
@@ -24,8 +26,6 @@ from keyshift.jobs.history import (
     synthetic_frames,
 )
 from keyshift.jobs.retrain_models import TrackingStoreError, check_tracking_store
-
-from keyshift.config import load_config
 from keyshift.metrics import rstd
 from keyshift.plan import Plan
 from keyshift.schemas import TABLES
@@ -161,6 +161,7 @@ def test_retrain_job_checks_the_store_before_touching_spark(monkeypatch) -> None
 
 def test_history_error_is_a_clear_failure_not_a_skip() -> None:
     from airflow.sdk.exceptions import AirflowFailException
+
     from keyshift.jobs.airflow_tasks import _run
 
     def missing():
@@ -172,6 +173,7 @@ def test_history_error_is_a_clear_failure_not_a_skip() -> None:
 
 def test_skipped_result_becomes_an_airflow_skip_with_the_reason() -> None:
     from airflow.sdk.exceptions import AirflowSkipException
+
     from keyshift.jobs.airflow_tasks import _run
 
     with pytest.raises(AirflowSkipException, match="nothing to train on"):
@@ -191,6 +193,7 @@ def test_transient_errors_are_left_to_the_retries() -> None:
 
 def test_nightly_range_covers_the_days_before_the_run() -> None:
     from airflow.sdk.exceptions import AirflowFailException
+
     from keyshift.jobs.airflow_tasks import nightly_range
 
     run = datetime(2026, 11, 26, 2, 0, tzinfo=UTC)

@@ -18,6 +18,10 @@ import time
 from pathlib import Path
 
 import pytest
+
+from keyshift.cli import main
+from keyshift.config import load_config
+from keyshift.errors import ConfigError
 from keyshift.streaming.broker import (
     Broker,
     BrokerError,
@@ -25,10 +29,6 @@ from keyshift.streaming.broker import (
     metadata,
     spark_options,
 )
-
-from keyshift.cli import main
-from keyshift.config import load_config
-from keyshift.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
@@ -156,7 +156,6 @@ def _env(cfg, broker: Broker, password: str) -> dict[str, str]:
 def test_job_on_a_sasl_plain_broker_and_wrong_credentials_fail_fast(tmp_path):
     from keyshift.streaming.broker import create_topic, free_port
     from keyshift.streaming.producer import connect, produce
-
     from keyshift.workloads.events import make_generator
 
     os.environ.setdefault("KEYSHIFT_CACHE", str(ROOT / ".keyshift" / "cache"))

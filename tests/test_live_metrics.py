@@ -18,6 +18,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from prometheus_client import CollectorRegistry
+
+from keyshift.config import load_config
 from keyshift.streaming.live_metrics import (
     METRICS,
     Families,
@@ -29,9 +32,6 @@ from keyshift.streaming.live_metrics import (
     live_metrics_for,
     series_names,
 )
-from prometheus_client import CollectorRegistry
-
-from keyshift.config import load_config
 
 
 @dataclass
@@ -330,6 +330,7 @@ def _wait_for_value(base: str, promql: str, expected: float, timeout_s: float = 
 @pytest.mark.slow
 def test_a_real_prometheus_scrapes_a_running_job(spark, platform_config, prometheus) -> None:
     from engines_support import job_config, new_topic, produce_events
+
     from keyshift.streaming.commands.run import start_job
     from keyshift.streaming.job import JobOptions
 

@@ -33,6 +33,7 @@ def test_online_updates_match_a_fresh_posterior_on_the_same_rows():
     across the trim back to max_train."""
     import gpytorch
     import torch
+
     from keyshift.models.features import rate_features
     from keyshift.models.gp import _MAX_CHOLESKY, _ONLINE_SLACK, InputRateGP
 
@@ -72,6 +73,7 @@ def test_online_factor_grows_past_its_buffer():
     posterior still equals GPyTorch's on the same rows."""
     import gpytorch
     import torch
+
     from keyshift.models.features import rate_features
     from keyshift.models.gp import _MAX_CHOLESKY, _ONLINE_SLACK, InputRateGP
 

@@ -38,6 +38,9 @@ print("SERVED " + json.dumps(out))
 
 def test_a_registered_version_serves_in_a_fresh_venv_with_its_pins_only(tmp_path) -> None:
     import mlflow
+    from test_models_registry import _metrics
+
+    from keyshift.config import load_config
     from keyshift.models.features import (
         LATENCY_FEATURES,
         RATE_FEATURES,
@@ -46,9 +49,6 @@ def test_a_registered_version_serves_in_a_fresh_venv_with_its_pins_only(tmp_path
     )
     from keyshift.models.registry import load_version, tracking
     from keyshift.models.training import train_and_register
-    from test_models_registry import _metrics
-
-    from keyshift.config import load_config
 
     cfg = load_config(env={}, home=str(tmp_path / "ks"),
                       mlflow={"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",

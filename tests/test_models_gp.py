@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+
 from keyshift.models.baselines import NNForecaster, SeasonalNaive, SVMForecaster
 from keyshift.models.evaluation import score
 from keyshift.models.features import latency_features, rate_features

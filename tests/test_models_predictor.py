@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from keyshift.models.features import latency_features, rate_features
 from keyshift.models.gp import InputRateGP, LatencyGP
 from keyshift.models.gp_predictor import GPPredictor, PredictorError

@@ -7,6 +7,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+
+from keyshift.config import load_config
 from keyshift.models.features import latency_features, rate_features
 from keyshift.models.gp import KERNELS
 from keyshift.models.registry import (
@@ -16,8 +18,6 @@ from keyshift.models.registry import (
     tracking,
 )
 from keyshift.models.training import train_and_register
-
-from keyshift.config import load_config
 
 pytestmark = pytest.mark.integration
 

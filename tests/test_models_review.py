@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from keyshift.models.review import (
     DeltaSource,
     held_out_figures,
@@ -76,8 +77,9 @@ def _training_input(client, run_id: str):
 
 @pytest.mark.integration
 def test_a_training_run_logs_plots_lineage_and_a_version_description(tmp_path) -> None:
-    from keyshift.models.training import train_and_register
     from test_models_registry import _metrics
+
+    from keyshift.models.training import train_and_register
 
     cfg = _cfg(tmp_path)
     source = DeltaSource("metrics", str(tmp_path / "wh" / "metrics"), 7)

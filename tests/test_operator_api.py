@@ -13,8 +13,6 @@ from importlib.metadata import EntryPoint
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from keyshift.examples import sessions
-from keyshift.examples.sessions import SPEC, SessionOperator, generate
 
 from keyshift.apps import (
     EVENTS,
@@ -29,6 +27,8 @@ from keyshift.apps import (
     resolve_operator,
 )
 from keyshift.apps.declaration import is_ddl_type
+from keyshift.examples import sessions
+from keyshift.examples.sessions import SPEC, SessionOperator, generate
 from keyshift.groups import group_of
 
 

@@ -6,6 +6,8 @@ import json
 import uuid
 
 import pytest
+
+from keyshift.cli import main
 from keyshift.streaming.producer import (
     ProducerError,
     TokenBucket,
@@ -14,8 +16,6 @@ from keyshift.streaming.producer import (
     produce,
     replay,
 )
-
-from keyshift.cli import main
 from keyshift.workloads import make_generator
 
 

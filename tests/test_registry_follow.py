@@ -11,12 +11,12 @@ import threading
 import numpy as np
 import pytest
 from engines_support import MemoryControlLog
-from keyshift.streaming.controller import Controller
-from keyshift.streaming.scaling import ChampionForecast, JobForecaster
 from test_scaling_adapters import T0, Clock, config, run_windows, train_gps
 
 from keyshift.control import WindowSample
 from keyshift.errors import ConfigError
+from keyshift.streaming.controller import Controller
+from keyshift.streaming.scaling import ChampionForecast, JobForecaster
 
 K = 3  # planner.registry_check_windows of these tests: checks before windows 3, 6, 9, ...
 

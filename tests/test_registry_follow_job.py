@@ -23,8 +23,9 @@ def new_champion_versions(cfg) -> tuple[str, str]:
     """Register each champion's stored model again as a new version and move the alias
     to it, as a nightly retrain that won would (the content does not matter here, the
     version does)."""
-    from keyshift.models.registry import tracking
     from mlflow import MlflowClient
+
+    from keyshift.models.registry import tracking
 
     versions = []
     with tracking(cfg):

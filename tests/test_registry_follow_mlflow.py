@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 from engines_support import MemoryControlLog
-from keyshift.streaming.controller import Controller
 from test_scaling_adapters import Clock, config, run_windows, synthetic_metrics
+
+from keyshift.streaming.controller import Controller
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -38,8 +39,9 @@ def register(cfg, tmp_path: Path) -> set[Path]:
 
 
 def point_alias(cfg, rate: str, latency: str) -> None:
-    from keyshift.models.registry import tracking
     from mlflow import MlflowClient
+
+    from keyshift.models.registry import tracking
 
     with tracking(cfg):
         client = MlflowClient()

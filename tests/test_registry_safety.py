@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+
 from keyshift.models.features import rate_features
 from keyshift.models.gp import STORED_FORMAT, GPForecaster, InputRateGP, ModelInputError
 
@@ -106,10 +107,10 @@ def test_stored_form_round_trips_and_names_a_bad_field(gp, tmp_path):
 @pytest.mark.integration
 def test_registry_refuses_a_crafted_artifact_without_running_it(tmp_path):
     import pandas as pd
-    from keyshift.models.registry import RegistryError, load_champion
-    from keyshift.models.training import train_and_register
 
     from keyshift.config import load_config
+    from keyshift.models.registry import RegistryError, load_champion
+    from keyshift.models.training import train_and_register
 
     cfg = load_config(env={}, home=str(tmp_path / "ks"),
                       mlflow={"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",

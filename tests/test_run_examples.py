@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 from engines_support import new_topic, outputs, reference, table_rows
-from keyshift.examples.sessions import SPEC, generate
 
 from keyshift.cli import main
+from keyshift.examples.sessions import SPEC, generate
 
 ROOT = Path(__file__).resolve().parents[1]
 PARAMS = {"gap_s": 2.0, "alert_amount": 100.0}

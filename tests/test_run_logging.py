@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from keyshift.lakehouse import logs
 from keyshift.lakehouse.logs import failure_line
 
@@ -137,6 +138,7 @@ class Boom(SessionOperator):
 def test_a_failing_run_is_one_line_by_default_and_spark_log_with_v(
         platform_config, tmp_path: Path) -> None:
     from engines_support import new_topic
+
     from keyshift.examples.sessions import generate
     from keyshift.streaming.producer import connect
 

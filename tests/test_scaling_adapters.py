@@ -8,13 +8,13 @@ import numpy as np
 import pandas as pd
 import pytest
 from engines_support import MemoryControlLog
-from keyshift.streaming.controller import Controller
-from keyshift.streaming.scaling import ChampionForecast, JobForecaster, load_champions
 
 from keyshift.config import load_config
 from keyshift.control import MIN_FALLBACK_WINDOWS, WindowSample, fallback_forecast
 from keyshift.control import scale_plan as realize
 from keyshift.plan import Plan
+from keyshift.streaming.controller import Controller
+from keyshift.streaming.scaling import ChampionForecast, JobForecaster, load_champions
 
 WINDOW_S = 10.0
 T0 = 1_764_000_000.0  # a fixed epoch second: runs are reproducible
@@ -314,9 +314,10 @@ def test_controller_scaler_change_is_the_windows_plan_change(tmp_path, champion)
 
 def test_load_champions_reports_a_missing_alias(tmp_path) -> None:
     """A real MLflow SQLite store: models registered by the nightly job, alias removed."""
+    from mlflow import MlflowClient
+
     from keyshift.models.registry import RegistryError, tracking
     from keyshift.models.training import train_and_register
-    from mlflow import MlflowClient
 
     cfg = config(tmp_path)
     summary = train_and_register(synthetic_metrics(), cfg, min_rows=20, kernel="ard", iters=5)

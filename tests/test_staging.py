@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+
 from keyshift.streaming.staging import (
     BOOKKEEPING,
     StagedAppends,
@@ -189,10 +190,10 @@ def test_plans_are_staged_under_their_own_key(spark, spark_config, tmp_path) -> 
     """A plan row has no run id or batch: its key is (scope, version); the initial plan,
     written "before batch 0", stages apart from a plan decided in batch 0."""
     import numpy as np
-    from keyshift.lakehouse.delta import RunAppends, ensure_tables
-    from keyshift.streaming.control_store import ControlLog
 
+    from keyshift.lakehouse.delta import RunAppends, ensure_tables
     from keyshift.plan import Plan
+    from keyshift.streaming.control_store import ControlLog
 
     cfg = spark_config.model_copy(update={"warehouse": spark_config.warehouse.model_copy(
         update={"root": str(tmp_path / "wh")})})

@@ -49,11 +49,10 @@ def _out(run: str, app: str) -> dict:
 @pytest.fixture(scope="module")
 def warehouse(spark, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The config file of a home whose warehouse holds the three runs."""
+    from keyshift.config import load_config
     from keyshift.lakehouse.delta import append_rows
     from keyshift.lakehouse.storage import write_atomically
     from keyshift.streaming.staging import stage_rows
-
-    from keyshift.config import load_config
 
     home = tmp_path_factory.mktemp("status")
     conf = home / "keyshift.toml"

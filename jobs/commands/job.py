@@ -11,10 +11,9 @@ from __future__ import annotations
 import argparse
 from datetime import UTC, datetime, timedelta
 
-from keyshift.lakehouse.logs import one_line_failure
-
 from keyshift.cli import add_log_options
 from keyshift.config import load_config
+from keyshift.lakehouse.logs import one_line_failure
 
 SUMMARY = "run a nightly batch job by hand (retrain, plans, upkeep)"
 

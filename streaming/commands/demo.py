@@ -18,11 +18,10 @@ import time
 import uuid
 from typing import Any
 
-from keyshift.lakehouse.logs import one_line_failure
-from keyshift.lakehouse.logs import say as say_line
-
 from keyshift.cli import UsageError, add_log_options
 from keyshift.config import load_config
+from keyshift.lakehouse.logs import one_line_failure
+from keyshift.lakehouse.logs import say as say_line
 
 SUMMARY = "see the balancer at work on a skewed stream, with a report"
 
@@ -190,6 +189,7 @@ def _seed(cfg, run_id: str, rate: float, log_level: str | None, say) -> dict[str
     import io
     import warnings
 
+    from keyshift.control.scaling import one_line
     from keyshift.jobs.seed import champion_line, seed_champions
     from keyshift.lakehouse.logs import (
         configure_spark_logging,
@@ -197,8 +197,6 @@ def _seed(cfg, run_id: str, rate: float, log_level: str | None, say) -> dict[str
         set_session_level,
     )
     from keyshift.lakehouse.session import get_spark
-
-    from keyshift.control.scaling import one_line
 
     log = log_file(cfg, "run", run_id)
     configure_spark_logging(log, log_level)
@@ -233,7 +231,6 @@ def _produce(cfg, topic: str, app: str, skew: str, rate: float, duration: float,
              stop: threading.Event, out: dict) -> None:
     from keyshift.streaming.broker import client_options
     from keyshift.streaming.producer import connect, produce
-
     from keyshift.workloads.events import make_generator
 
     gen = make_generator(app, skew=skew, seed=0, producer_id=topic[-4:])

@@ -78,13 +78,13 @@ def _validate(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     import uuid
 
-    from keyshift.lakehouse.logs import configure_python_logging, log_file
-    from keyshift.streaming.broker import BrokerError, client_options, create_topic
-    from keyshift.streaming.producer import ProducerError, connect, produce, replay
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
+    from keyshift.lakehouse.logs import configure_python_logging, log_file
+    from keyshift.streaming.broker import BrokerError, client_options, create_topic
+    from keyshift.streaming.producer import ProducerError, connect, produce, replay
     from keyshift.workloads import make_generator, replay_events
 
     _validate(args)

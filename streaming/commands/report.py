@@ -11,10 +11,9 @@ import argparse
 import json
 from pathlib import Path
 
-from keyshift.lakehouse.logs import one_line_failure
-
 from keyshift.cli import UsageError
 from keyshift.config import load_config
+from keyshift.lakehouse.logs import one_line_failure
 
 from .status import add_common
 

@@ -26,11 +26,10 @@ import time
 import uuid
 from typing import Any
 
-from keyshift.lakehouse.logs import log_hint, one_line_failure
-from keyshift.lakehouse.logs import say as say_line
-
 from keyshift.cli import UsageError, add_log_options
 from keyshift.config import load_config
+from keyshift.lakehouse.logs import log_hint, one_line_failure
+from keyshift.lakehouse.logs import say as say_line
 
 SUMMARY = "run your operator on a Kafka topic, kept balanced"
 
@@ -104,9 +103,8 @@ def options_from(args: argparse.Namespace, cfg) -> Any:
     app = args.app or cfg.controller.app
     _check_operator(app, params)
     if policy in SPLITTING:
-        from keyshift.streaming.job import hot_key_splitter
-
         from keyshift.policies import PolicyInputError
+        from keyshift.streaming.job import hot_key_splitter
 
         try:
             hot_key_splitter(cfg, policy, app, params)

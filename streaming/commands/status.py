@@ -12,10 +12,9 @@ import json
 import math
 from typing import Any
 
-from keyshift.lakehouse.logs import one_line_failure
-
 from keyshift.cli import UsageError, add_log_options
 from keyshift.config import load_config
+from keyshift.lakehouse.logs import one_line_failure
 
 SUMMARY = "list the runs, or one run's last batches and decisions"
 

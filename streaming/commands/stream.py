@@ -22,11 +22,10 @@ import signal
 import sys
 from typing import Any
 
-from keyshift.lakehouse.logs import one_line_failure
-from keyshift.lakehouse.logs import say as say_line
-
 from keyshift.cli import UsageError, add_log_options
 from keyshift.config import Config, load_config
+from keyshift.lakehouse.logs import one_line_failure
+from keyshift.lakehouse.logs import say as say_line
 
 SUMMARY = "ingest a Kafka topic into Delta without an operator"
 
@@ -74,10 +73,9 @@ def ingest_options(args: argparse.Namespace, cfg: Config) -> tuple[Config, Any]:
     controller's window, so one statistic window is one micro-batch as the flag says; the
     engine scaler is off because its latency model is an operator's, and there is none.
     """
-    from keyshift.streaming.job import JobOptions
-
     from keyshift.apps import event_schema
     from keyshift.errors import FieldError
+    from keyshift.streaming.job import JobOptions
 
     from .run import POLICIES
 
@@ -137,8 +135,9 @@ def run(args: argparse.Namespace) -> int:
     if failed:
         print(f"keyshift stream: {query_failed(failed, job.run_id)}", file=sys.stderr)
         return 1
-    from keyshift.lakehouse.delta import read_table
     from rich.console import Console
+
+    from keyshift.lakehouse.delta import read_table
 
     _summary(read_table(job.spark, cfg, "metrics"), job.run_id, Console())
     return 130 if why and why[0] == signal.SIGINT else 0
