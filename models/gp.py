@@ -447,20 +447,27 @@ class GPForecaster:
         window's spread and covers too little (58–75 % of a nominal 90 % in the backtests).
         A common factor on the output scales and the noise leaves the posterior mean exactly
         as fitted (it cancels in K⁻¹y) and widens only the variance. Returns the factor."""
+        prior = sum(float(k.outputscale.item()) for k in self._scale_kernels())
+        prior += float(self._likelihood.noise.item())
+        factor = 1.0 / prior if prior < 1.0 else 1.0
+        self._scale_variance(factor)
+        return factor
+
+    def _scale_kernels(self) -> list:
         import gpytorch
 
-        torch = _torch()
-        scales = [m for m in self._model.covar_module.modules()
-                  if isinstance(m, gpytorch.kernels.ScaleKernel)]
-        with torch.no_grad():
-            prior = sum(float(k.outputscale.item()) for k in scales)
-            prior += float(self._likelihood.noise.item())
-            factor = 1.0 / prior if prior < 1.0 else 1.0
-            if factor > 1.0:
-                for k in scales:
-                    k.outputscale = k.outputscale * factor
-                self._likelihood.noise = self._likelihood.noise * factor
-        return factor
+        return [m for m in self._model.covar_module.modules()
+                if isinstance(m, gpytorch.kernels.ScaleKernel)]
+
+    def _scale_variance(self, factor: float) -> None:
+        """Every output scale and the noise times ``factor`` (> 1): the posterior mean stays
+        as fitted (the factor cancels in K⁻¹y) and every predictive variance is multiplied."""
+        if factor <= 1.0:
+            return
+        with _torch().no_grad():
+            for k in self._scale_kernels():
+                k.outputscale = k.outputscale * factor
+            self._likelihood.noise = self._likelihood.noise * factor
 
     def _calibrate_interval(self, X: np.ndarray, y_log: np.ndarray) -> float:
         """Widen the predictive interval until it covers 90 % of a held-out tail; returns the
@@ -482,8 +489,6 @@ class GPForecaster:
         h = min(max(day, 48), n // 5)  # a 90 % quantile of fewer errors is mostly noise
         if h < 2 or n - h < 3:
             return 1.0
-        import gpytorch
-
         torch = _torch()
         t = X[:, TIMESTAMP_COLUMN]
         profile = (None if self._profile is None
@@ -499,12 +504,7 @@ class GPForecaster:
             mean, std = profile.restore(t[-h:], mean, std)
         err = np.abs(y_log[-h:] - mean) / np.maximum(std, 1e-12)
         factor = max(float(np.quantile(err, 0.9)) / Z_90, 1.0)
-        if factor > 1.0:
-            with torch.no_grad():
-                for k in self._model.covar_module.modules():
-                    if isinstance(k, gpytorch.kernels.ScaleKernel):
-                        k.outputscale = k.outputscale * factor ** 2
-                self._likelihood.noise = self._likelihood.noise * factor ** 2
+        self._scale_variance(factor ** 2)
         return factor
 
     def _log(self, y: np.ndarray) -> np.ndarray:
