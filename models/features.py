@@ -96,13 +96,19 @@ def latency_features(timestamps: Any, engines: Any, window_tuples: Any) -> np.nd
 
 
 def build_features(
-    metrics: pd.DataFrame,
+    metrics: pd.DataFrame, window_s: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(X_rate, y_rate, X_lat, y_lat) from rows of the Delta ``metrics`` table.
 
     Rows are ordered by ``window_start`` so a held-out tail is the most recent history.
     Rows whose target is missing or not finite (or, for latency, not positive) are dropped (a window that crashed mid-way
     must not poison a nightly fit); a missing column is an error naming it.
+
+    ``window_s``: the controller's statistic window. The running job writes one ``metrics``
+    row per micro-batch but asks the latency GP about whole windows (In = the window's
+    tuples), so the latency rows are first summed into the windows the job would have seen
+    (:func:`window_latency`); without it each row is taken as one window (synthetic and
+    seeded histories, whose rows are windows already).
     """
     if not isinstance(metrics, pd.DataFrame):
         raise FeatureError("metrics", f"expected a pandas DataFrame, got {type(metrics).__name__}")
@@ -112,7 +118,8 @@ def build_features(
             raise FeatureError(col, "is no longer a column of the metrics table schema")
         if col not in metrics.columns:
             raise FeatureError(col, "missing from the metrics rows")
-    frame = metrics.loc[:, list(METRICS_COLUMNS)].copy()
+    run = metrics["run_id"] if "run_id" in metrics.columns else ""
+    frame = metrics.loc[:, list(METRICS_COLUMNS)].assign(_run=run)
     for col in ("input_rate", "latency_s", "engines", "events_in"):
         frame[col] = pd.to_numeric(frame[col], errors="coerce")
     frame = frame.dropna(subset=["window_start", "engines"])
@@ -128,9 +135,34 @@ def build_features(
               & np.isfinite(events) & (events >= 0))
     rate = frame[rate_ok]
     lat = frame[lat_ok]
+    if window_s is not None:
+        lat = window_latency(lat, window_s)
     X_rate = rate_features(rate["_t"].to_numpy())
     y_rate = rate["input_rate"].to_numpy(np.float64)
     X_lat = latency_features(lat["_t"].to_numpy(), lat["engines"].to_numpy(),
                              lat["events_in"].to_numpy(np.float64))
     y_lat = lat["latency_s"].to_numpy(np.float64)
     return X_rate, y_rate, X_lat, y_lat
+
+
+def window_latency(rows: pd.DataFrame, window_s: float) -> pd.DataFrame:
+    """Batch rows summed into the statistic windows the job measures, as the job sums them
+    (:class:`keyshift.control.window.WindowStats`): per run, per ``window_s`` bucket of
+    time and per engine count, the window starts at its first batch, In is the sum of the
+    batches' tuples and Lat their engine seconds over their tuples (a tuple-weighted mean
+    of the per-batch Lat). Rows of one engine count stay apart so a window's Lat is that
+    of one N. ``rows`` carries the frame columns of :func:`build_features` (``_t``,
+    ``_run``)."""
+    if not window_s > 0 or not np.isfinite(window_s):
+        raise FeatureError("window_s", f"must be a positive number of seconds, got {window_s!r}")
+    if rows.empty:
+        return rows
+    events = rows["events_in"].to_numpy(np.float64)
+    keyed = rows.assign(_bucket=np.floor(rows["_t"].to_numpy() / window_s),
+                        _work=rows["latency_s"].to_numpy(np.float64) * events)
+    windows = (keyed.groupby(["_run", "_bucket", "engines"], sort=False)
+               .agg(_t=("_t", "min"), events_in=("events_in", "sum"), _work=("_work", "sum"))
+               .reset_index())
+    windows = windows[windows["events_in"] > 0]
+    windows = windows.assign(latency_s=windows["_work"] / windows["events_in"])
+    return windows.sort_values("_t", kind="stable").reset_index(drop=True)

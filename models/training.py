@@ -85,7 +85,7 @@ def train_and_register(
         raise ValueError(f"test_fraction: must be in (0, 1), got {test_fraction!r}")
     if min_rows < 4:
         raise ValueError(f"min_rows: must be >= 4, got {min_rows!r}")
-    X_rate, y_rate, X_lat, y_lat = build_features(metrics)
+    X_rate, y_rate, X_lat, y_lat = build_features(metrics, cfg.controller.window_s)
     usable = min(len(y_rate), len(y_lat))
     if usable < min_rows:
         return {"skipped": f"{usable} usable metrics rows, need at least {min_rows}",

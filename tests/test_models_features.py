@@ -83,3 +83,30 @@ def test_unparseable_times_name_the_field():
         to_epoch_seconds(["not a time"])
     with pytest.raises(FeatureError, match="NaN"):
         to_epoch_seconds(np.array([1.0, np.nan]))
+
+
+def test_batch_rows_are_summed_into_the_windows_the_job_asks_about():
+    """The job writes a row per micro-batch and queries the latency GP per statistic window
+    (In = the window's tuples): training sums the batches into those windows, per run and
+    engine count, with Lat their engine seconds over their tuples."""
+    t0 = pd.Timestamp("2026-11-23 10:00:00", tz="UTC")
+    rows = []
+    for run, offset in (("a", 0), ("b", 0)):
+        for i in range(20):  # 1-s batches, 10-s windows: two windows per run
+            rows.append({"run_id": run, "window_start": t0 + pd.Timedelta(seconds=offset + i),
+                         "input_rate": 100.0, "latency_s": 0.01 if i % 2 else 0.03,
+                         "engines": 2 if i < 15 else 4, "events_in": 100 if i % 2 else 300})
+    df = pd.DataFrame(rows)
+    _, y_rate, X_lat, y_lat = build_features(df, window_s=10.0)
+    assert len(y_rate) == 40  # the rate GP keeps every row: its unit is per second either way
+    # per run: window [0,10) on 2 engines, [10,20) split at the scale change into 2 and 4
+    assert X_lat.shape == (6, 5)
+    first = X_lat[0]
+    assert first[0] == t0.timestamp() and first[3] == 2
+    np.testing.assert_allclose(first[4], np.log1p((5 * 100 + 5 * 300) / 2))
+    np.testing.assert_allclose(y_lat[0], (5 * 100 * 0.01 + 5 * 300 * 0.03) / 2000)
+    assert sorted(X_lat[:, 3].tolist()) == [2, 2, 2, 2, 4, 4]
+    # without a window each row is one window (seeded histories are written per window)
+    assert build_features(df)[2].shape == (40, 5)
+    with pytest.raises(FeatureError, match="^window_s"):
+        build_features(df, window_s=0.0)
