@@ -47,6 +47,7 @@ import argparse
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -288,6 +289,48 @@ def jvm_heap(jvm_pid: int | None, collect: bool = False) -> tuple[float, float, 
         return math.nan, math.nan, math.nan
 
 
+_NMT_LINE = re.compile(r"^(?:(?P<total>Total):|-\s+(?P<name>\S.*?)\s+\()\s*"
+                       r"reserved=\d+KB, committed=(?P<committed>\d+)KB")
+
+
+def parse_nmt_summary(text: str) -> dict[str, float]:
+    """``jcmd <pid> VM.native_memory summary`` as category -> committed MB (``Total``, ``Java
+    Heap``, ``Class``, ``Thread``, ``Code``, ``GC``, ``Internal``, ``Other``, ``Symbol``,
+    ``Arena Chunk``, ...): where a JVM's memory outside the heap goes, which RSS and
+    ``jstat`` cannot tell apart."""
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        m = _NMT_LINE.match(line.strip())
+        if m:
+            found[m.group("total") or m.group("name")] = int(m.group("committed")) / 1024
+    if "Total" not in found:
+        raise ValueError(f"not a native memory summary: {text[:200]!r}")
+    return found
+
+
+def jvm_native(jvm_pid: int | None) -> dict[str, float]:
+    """The JVM's committed memory per NMT category in MB (empty when the JVM runs without
+    ``-XX:NativeMemoryTracking=summary``, which ``--nmt`` gives it, or there is no ``jcmd``)."""
+    import shutil
+
+    jcmd = shutil.which("jcmd")
+    if jvm_pid is None or jcmd is None:
+        return {}
+    try:
+        out = subprocess.run([jcmd, str(jvm_pid), "VM.native_memory", "summary"],
+                             capture_output=True, text=True, timeout=60, check=True).stdout
+        return parse_nmt_summary(out)
+    except (subprocess.SubprocessError, OSError, ValueError):
+        return {}
+
+
+def nonheap_mb(native: dict[str, float]) -> float:
+    """Committed outside the Java heap (NMT's total minus its Java Heap); nan without NMT."""
+    if "Total" not in native:
+        return math.nan
+    return native["Total"] - native.get("Java Heap", 0.0)
+
+
 def gauge_value(exposition: str, name: str, run_id: str) -> float:
     """The value of gauge ``name`` for ``run_id`` in a Prometheus text exposition (the job's
     live metrics endpoint); nan when the job has not set it yet."""
@@ -395,6 +438,9 @@ class Sample:
     batch_p95_s: float
     migrations: int
     tables: dict[str, dict[str, int]] = field(default_factory=dict)
+    # --nmt: JVM committed memory outside the heap, and per NMT category (MB)
+    jvm_nonheap_mb: float = math.nan
+    native: dict[str, float] = field(default_factory=dict)
 
 
 class Sampler:
@@ -408,10 +454,11 @@ class Sampler:
 
     def __init__(self, pid: int, home: Path, warehouse: Path, run_id: str,
                  rate: float, ends: Any = None,
-                 metrics_url: str | None = None, live_heap: bool = False) -> None:
+                 metrics_url: str | None = None, live_heap: bool = False,
+                 nmt: bool = False) -> None:
         self.pid, self.home, self.warehouse, self.run_id = pid, home, warehouse, run_id
         self.rate, self.ends, self.metrics_url = rate, ends, metrics_url
-        self.live_heap = live_heap
+        self.live_heap, self.nmt = live_heap, nmt
         self.batches_file = home / "runs" / run_id / "batches.jsonl"
         self.seen = self.batches = self.events = self.migrations = 0
         self.jvm_pid: int | None = None
@@ -419,6 +466,7 @@ class Sampler:
     def take(self, t_min: float) -> Sample:
         python, jvm, worker, self.jvm_pid = rss_split(self.pid)
         used, committed, metaspace = jvm_heap(self.jvm_pid, collect=self.live_heap)
+        native = jvm_native(self.jvm_pid) if self.nmt else {}
         durable, _ = tree_bytes(self.warehouse / "_engine_state" / self.run_id)
         cache = sum(tree_bytes(p)[0] for p in cache_folders(self.home / "spark-local",
                                                               self.run_id))
@@ -448,18 +496,21 @@ class Sampler:
             behind=max(0, produced - self.events), lag_records=lag,
             producer_short=round(self.rate * t_min * 60) - produced,
             batch_p95_s=percentile([float(b["duration_s"]) for b in fresh], 95),
-            migrations=self.migrations, tables=tables)
+            migrations=self.migrations, tables=tables, jvm_nonheap_mb=nonheap_mb(native),
+            native=native)
 
 
 # --- the report ------------------------------------------------------------------------
 SERIES = ("driver_rss_mb", "driver_py_rss_mb", "jvm_rss_mb", "jvm_heap_used_mb",
-          "jvm_heap_committed_mb", "jvm_metaspace_mb", "worker_rss_mb", "state_durable_mb",
+          "jvm_heap_committed_mb", "jvm_metaspace_mb", "jvm_nonheap_mb", "worker_rss_mb",
+          "state_durable_mb",
           "state_cache_mb", "staged_files", "batch_p95_s", "behind", "lag_records",
           "delta_parquet", "delta_log_json", "batches", "events", "produced",
           "producer_short", "migrations")
 HEAD = {"driver_rss_mb": "driver MB", "driver_py_rss_mb": "python MB", "jvm_rss_mb": "JVM MB",
         "jvm_heap_used_mb": "heap used", "jvm_heap_committed_mb": "heap comm.",
-        "jvm_metaspace_mb": "metasp.", "worker_rss_mb": "workers MB",
+        "jvm_metaspace_mb": "metasp.", "jvm_nonheap_mb": "non-heap",
+        "worker_rss_mb": "workers MB",
         "state_durable_mb": "state MB", "state_cache_mb": "cache MB", "staged_files": "staged",
         "batch_p95_s": "p95 s", "behind": "behind", "lag_records": "lag gauge",
         "events": "read", "produced": "produced", "producer_short": "prod. short",
@@ -471,7 +522,9 @@ def row_text(s: Sample) -> str:
     return (f"{s.t_min:5.1f} min  driver {s.driver_rss_mb:6.0f} MB (python "
             f"{s.driver_py_rss_mb:4.0f}, JVM {s.jvm_rss_mb:5.0f}: heap "
             f"{s.jvm_heap_used_mb:5.0f}/{s.jvm_heap_committed_mb:5.0f}, metaspace "
-            f"{s.jvm_metaspace_mb:3.0f})  workers "
+            f"{s.jvm_metaspace_mb:3.0f}"
+            + ("" if math.isnan(s.jvm_nonheap_mb) else f", non-heap {s.jvm_nonheap_mb:4.0f}")
+            + ")  workers "
             f"{s.worker_rss_mb:4.0f} MB  state {s.state_durable_mb:5.2f} MB  cache "
             f"{s.state_cache_mb:5.2f} MB  staged {s.staged_files:3d}  parquet "
             f"{s.delta_parquet:5d}  log {s.delta_log_json:5d}  batches {s.batches:4d}  "
@@ -501,6 +554,20 @@ def flatness_line(f: Flatness, tolerance: float) -> str:
             f"{f.span_min:.1f} min, {f.samples} samples: "
             f"{f.verdict} (rule: |slope| x {f.span_min:.1f} min "
             f"{'<=' if f.verdict == 'FLAT' else '>'} {tolerance:.0%} of the mean)")
+
+
+def native_growth(samples: Sequence[Sample], warmup_min: float, tolerance: float,
+                  top: int = 8) -> list[str]:
+    """``--nmt``: the JVM's NMT categories after the warm-up, fastest-growing first (Theil–Sen
+    slope, judged as every series): which part of the memory outside the heap moves."""
+    names = sorted({k for s in samples for k in s.native if k != "Total"})
+    t = [s.t_min for s in samples]
+    found = [flatness(f"nmt {n}", t, [s.native.get(n, math.nan) for s in samples],
+                      warmup_min, tolerance) for n in names]
+    found = [f for f in found if not math.isnan(f.slope_per_min)]
+    found.sort(key=lambda f: -abs(f.slope_per_min))
+    return [f"NMT {f.series[4:]}: {f.slope_per_min:+.3f} MB/min, mean {f.mean:.1f} MB, "
+            f"{f.verdict}" for f in found[:top]]
 
 
 def print_table(console, samples: Iterable[Sample]) -> None:
@@ -557,6 +624,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--live-heap", action="store_true",
                     help="a full GC of the driver JVM before each sample (jcmd GC.run): heap "
                          "used is then the live heap; pauses the job, lets the heap shrink")
+    ap.add_argument("--nmt", action="store_true",
+                    help="the driver JVM with -XX:NativeMemoryTracking=summary (via "
+                         "JDK_JAVA_OPTIONS); each sample reads its committed memory per "
+                         "category (jcmd VM.native_memory): what grows outside the heap")
     ap.add_argument("--trace-every-s", type=float, default=300.0,
                     help="seconds between two Python heap reports (default 300)")
     ap.add_argument("--json", dest="json_out", default=None,
@@ -602,6 +673,9 @@ def main(argv: list[str] | None = None) -> int:
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(HERE / "soak_hook"), env.get("PYTHONPATH")) if p)
         env["SOAK_TRACE_PYTHON"] = f"{trace_dir},{args.warmup_s:g},{args.trace_every_s:g}"
+    if args.nmt:  # read by every `java` the job starts: its driver JVM is the one sampled
+        env["JDK_JAVA_OPTIONS"] = " ".join(
+            x for x in (env.get("JDK_JAVA_OPTIONS"), "-XX:NativeMemoryTracking=summary") if x)
     topic = f"soak-{uuid.uuid4().hex[:6]}"
     run_id = f"soak-{uuid.uuid4().hex[:6]}"
     skew = shifting_skew(args.duration, args.shift_s)
@@ -637,7 +711,7 @@ def main(argv: list[str] | None = None) -> int:
                                      brokers.client_options(cfg.kafka))
             sampler = Sampler(job.pid, home, warehouse, run_id, args.rate, ends,
                               f"http://{cfg.metrics.host}:{metrics_port}/metrics",
-                              live_heap=args.live_heap)
+                              live_heap=args.live_heap, nmt=args.nmt)
             t0 = time.monotonic()
             next_at = args.sample_s
             while next_at <= args.duration + 1e-9:
@@ -672,6 +746,8 @@ def main(argv: list[str] | None = None) -> int:
     print_table(console, samples)
     for f in verdicts:
         console.print(flatness_line(f, args.tolerance), highlight=False)
+    for line in native_growth(samples, warmup_min, args.tolerance):
+        console.print(line, highlight=False)
     rates = {f.series: f.slope_per_min for f in verdicts
              if f.series in ("events", "produced") and not math.isnan(f.slope_per_min)}
     if rates:

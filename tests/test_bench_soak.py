@@ -4,6 +4,7 @@ samples. The soak itself is a bench (it prints, a person judges); these are fast
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import math
@@ -82,6 +83,8 @@ def test_judge_marks_delta_and_counters_by_design(soak):
     assert by_name == {"driver_rss_mb": "FLAT", "driver_py_rss_mb": "FLAT",
                        "jvm_rss_mb": "FLAT", "jvm_heap_used_mb": "GROWS",
                        "jvm_heap_committed_mb": "FLAT", "jvm_metaspace_mb": "FLAT",
+                       # measured with --nmt only
+                       "jvm_nonheap_mb": "n/a (0 samples after the warm-up, need 3)",
                        "worker_rss_mb": "FLAT",
                        "state_durable_mb": "FLAT", "state_cache_mb": "FLAT",
                        "staged_files": "FLAT", "batch_p95_s": "FLAT", "behind": "FLAT",
@@ -283,3 +286,56 @@ def test_python_trace_hook_finds_what_the_job_keeps(soak, tmp_path):
                    env={**env, "SOAK_TRACE_PYTHON": f"{other},0,0.1"}, timeout=60,
                    capture_output=True, check=False)
     assert not other.exists()
+
+
+NMT_SUMMARY = """30958:
+
+Native Memory Tracking:
+
+(Omitting categories weighting less than 1KB)
+
+Total: reserved=7842514KB, committed=484730KB
+       malloc: 10122KB #61012
+       mmap:   reserved=7832392KB, committed=474608KB
+
+-                 Java Heap (reserved=6172672KB, committed=397312KB)
+                            (mmap: reserved=6172672KB, committed=397312KB)
+
+-                     Class (reserved=1048783KB, committed=1359KB)
+                            (classes #2499)
+                            (  Metadata:   )
+                            (    reserved=65536KB, committed=7936KB)
+
+-                    Thread (reserved=19506KB, committed=890KB)
+                            (stack: reserved=19456KB, committed=840KB)
+
+-                        GC (reserved=267162KB, committed=52842KB)
+                            (mmap: reserved=262036KB, committed=47716KB)
+"""
+
+
+def test_native_memory_summary_per_category(soak):
+    """jcmd VM.native_memory summary (JDK 17's text): committed MB per category, the first
+    line of each (not its mmap / metadata sub-lines), and what is outside the heap."""
+    got = soak.parse_nmt_summary(NMT_SUMMARY)
+    assert got == pytest.approx({"Total": 484730 / 1024, "Java Heap": 397312 / 1024,
+                                 "Class": 1359 / 1024, "Thread": 890 / 1024,
+                                 "GC": 52842 / 1024})
+    assert soak.nonheap_mb(got) == pytest.approx((484730 - 397312) / 1024)
+    assert math.isnan(soak.nonheap_mb({}))
+    with pytest.raises(ValueError, match="native memory"):
+        soak.parse_nmt_summary("Native memory tracking is not enabled")
+
+
+def test_native_growth_names_the_category_that_grows(soak):
+    def sample(t, native):
+        s = soak.Sample(**{f.name: 0 for f in dataclasses.fields(soak.Sample)
+                           if f.name not in ("tables", "jvm_nonheap_mb", "native")})
+        return dataclasses.replace(s, t_min=t, native=native)
+
+    samples = [sample(t, {"Total": 500 + 3 * t, "GC": 50.0, "Other": 20 + 3 * t})
+               for t in range(30)]
+    lines = soak.native_growth(samples, warmup_min=5, tolerance=0.10)
+    assert lines[0].startswith("NMT Other: +3.000 MB/min") and lines[0].endswith("GROWS")
+    assert lines[1].startswith("NMT GC: +0.000 MB/min") and lines[1].endswith("FLAT")
+    assert len(lines) == 2  # the total is not a category
