@@ -9,7 +9,7 @@ of the 90 % interval per series × model, then the GP's full row (MAE, RMSE, CC,
 the issue's targets: GP MASE < 1, coverage 85–95 %, CC ≥ 0.94.
 
     .venv/bin/python bench/bench_forecast.py [--series taxi,bike,...] [--models gp,...]
-                                             [--origins 5] [--json FILE]
+                                             [--origins 5] [--kernel K] [--json FILE]
 """
 
 from __future__ import annotations
@@ -30,7 +30,12 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from keyshift.models.evaluation import DEFAULT_NAMES, backtest, default_models  # noqa: E402
+from keyshift.models.evaluation import (  # noqa: E402
+    DEFAULT_KERNEL,
+    DEFAULT_NAMES,
+    backtest,
+    default_models,
+)
 from keyshift.models.features import to_epoch_seconds  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
@@ -136,6 +141,8 @@ def main() -> int:
     ap.add_argument("--models", default=",".join(DEFAULT_NAMES))
     ap.add_argument("--origins", type=int, default=5)
     ap.add_argument("--iters", type=int, default=60)
+    ap.add_argument("--kernel", default=DEFAULT_KERNEL,
+                    help="the GP's kernel, or several joined by '|' (default %(default)s)")
     ap.add_argument("--json", metavar="FILE", help="also write every score as JSON")
     args = ap.parse_args()
     import torch
@@ -154,7 +161,8 @@ def main() -> int:
         h = horizon_of(t, args.origins)
         started = time.process_time()
         r = backtest(t, y, origins=args.origins, horizon=h,
-                     models=default_models(gp_iters=args.iters), names=names)
+                     models=default_models(gp_iters=args.iters, kernel=args.kernel),
+                     names=names)
         results[key] = {"title": title, "n": len(t), "horizon": h, "n_test": r["n_test"],
                         "cpu_s": time.process_time() - started, "models": r["models"]}
         gp = r["models"].get("gp", {})

@@ -18,7 +18,7 @@ from keyshift.cli import UsageError
 
 SUMMARY = "compare the GP forecaster with other models on your series"
 
-KERNELS = ("ard", "ard+daily", "ard+weekly", "ard+daily+weekly")  # keyshift.models.gp.KERNELS, without
+KERNELS = ("ard", "ard+local", "ard+daily", "ard+weekly", "ard+daily+weekly")  # keyshift.models.gp.KERNELS, without
 # importing torch to build the parser
 
 
@@ -45,9 +45,11 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--max-train", type=int, default=None, metavar="N",
                    help="at most N rows before each origin for every model (default: all; "
                         "SVM and NN take the last 2,000 of them)")
-    p.add_argument("--kernel", default="ard", choices=["auto", *KERNELS],
-                   help="GP kernel (default ard, Eq. 8, on the profile's residual); auto picks "
-                        "by marginal likelihood")
+    p.add_argument("--kernel", default="ard|ard+local", metavar="K[|K...]",  # evaluation.DEFAULT_KERNEL
+                   help=f"GP kernel on the profile's residual, one of {', '.join(KERNELS)}, or "
+                        "several joined by '|' (or auto: all), the one that forecast the "
+                        "held-out tail of the training window best kept at each origin "
+                        "(default ard|ard+local: Eq. 8, with a local term where it helps)")
     p.add_argument("--iters", type=int, default=60, help="GP optimiser steps (default 60)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -67,6 +69,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.iters < 1:
         raise UsageError(f"--iters: must be >= 1, got {args.iters}")
+    unknown = [k for k in args.kernel.split("|") if k not in KERNELS] if args.kernel != "auto" else []
+    if unknown:
+        raise UsageError(f"--kernel: {unknown[0]!r} is not one of auto, {', '.join(KERNELS)}")
     names = [n.strip() for n in args.models.split(",") if n.strip()]
     if not names:
         raise UsageError("--models: empty list")

@@ -131,12 +131,20 @@ def split_tail(n: int, test_fraction: float, min_train: int = 10, min_test: int 
     return cut
 
 
-def default_models(gp_iters: int = 60, kernel: str = "ard", seed: int = 0,
+DEFAULT_KERNEL = "ard|ard+local"
+"""The backtest GP's kernels: Eq. 8 alone or with a local term, whichever forecast the held-out
+tail of each origin's training window better. The local term won on the taxi (MASE 0.95 against
+1.06 for Eq. 8 alone), the NASA log (0.98 against 1.03) and the ELB requests, and lost on the
+AAPL tweets (0.83 against 0.69) and the bikes (1.05 against 0.97): no one kernel serves all."""
+
+
+def default_models(gp_iters: int = 60, kernel: str = DEFAULT_KERNEL, seed: int = 0,
                    baseline_rows: int = 2000) -> dict[str, Callable[[], Any]]:
     """Factories of the Table II line-up, the sparse GP, and the two seasonal bars.
 
     ``gp`` is the structured GP (residual of the seasonal profile, exact up to 4,000 rows and
-    sparse beyond: every row of the history); ``gp-eq8`` the paper's constant-mean ARD GP on a
+    sparse beyond: every row of the history; ``kernel`` as :class:`InputRateGP` takes it, a
+    list joined by ``|`` chosen per origin on the training tail); ``gp-eq8`` the paper's constant-mean ARD GP on a
     strided subset, for reference; ``gp-sparse`` forces the sparse posterior. SVM and NN fit
     the most recent ``baseline_rows`` (their cost grows too fast for more).
     """
@@ -209,7 +217,7 @@ def backtest(
     preds: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {name: [] for name in chosen}
     naive: list[np.ndarray] = []
     train_s = {name: 0.0 for name in chosen}
-    kernels: dict[str, str] = {}
+    kernels: dict[str, list[str]] = {}
     for k, start in enumerate(starts):
         lo = 0 if max_train is None else max(0, start - max_train)
         X_tr, y_tr, X_te = X[lo:start], values[lo:start], X[start:start + horizon]
@@ -223,7 +231,7 @@ def backtest(
             train_s[name] += time.perf_counter() - started
             preds[name].append(model.predict(X_te))
             if getattr(model, "kernel_", None):
-                kernels[name] = model.kernel_
+                kernels.setdefault(name, []).append(model.kernel_)
     y_te = values[starts[0]:starts[-1] + horizon]
     naive_mae = float(np.abs(np.concatenate(naive) - y_te).mean())
     results: dict[str, Any] = {}
@@ -233,8 +241,10 @@ def backtest(
         std = np.concatenate([np.broadcast_to(s, m.shape) for m, s in preds[name]])
         predictions[name] = mean
         results[name] = {**score(y_te, mean, std, naive_mae), "train_s": train_s[name]}
-        if name in kernels:
-            results[name]["kernel"] = kernels[name]
+        if name in kernels:  # the kernel of each origin, "ard+local ×3, ard ×2"
+            results[name]["kernel"] = ", ".join(
+                f"{k} ×{kernels[name].count(k)}" if kernels[name].count(k) > 1 else k
+                for k in dict.fromkeys(kernels[name]))
     return {
         "n_train": int(starts[0]),
         "n_test": int(len(y_te)),

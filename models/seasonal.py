@@ -11,7 +11,12 @@ thousand rows captures well. Back in the target's units, mean = m + s·μ_z and 
 the predictive interval widens at busy hours and narrows at quiet ones.
 
 The cycle is a week when the history covers two weeks (as seasonal naive's), else a day when
-it covers ``MIN_CYCLES`` days, else there is no cycle (one slot: a plain standardisation). The slot
+it covers ``MIN_CYCLES`` days, else there is no cycle: one slot, whose mean is the current
+level of the series (simple exponential smoothing, its smoothing weight fitted on the
+one-step errors of the history). Under a day of history (NASA's one day at 5-minute bins, the
+Dublin AVL feed's hours) the all-history mean was the level the GP reverted to: it sat between
+the morning ramp and the afternoon, and the GP lost to the last value (MASE 1.02, 1.14); the
+smoothed level is where a noisy series without a cycle is best expected to stay. The slot
 length is the median spacing of the timestamps. A slot's spread is smoothed over its
 neighbours (few weekly cycles give noisy per-slot spreads) and floored, so z never divides by
 a near-zero spread.
@@ -36,6 +41,28 @@ HALF_LIFE_CYCLES = 2.0
 between seasonal naive (the last cycle only) and the all-history mean (which lags level
 shifts: a season, a holiday period)."""
 _SMOOTH_SLOTS = 2  # the spread of a slot is pooled with this many neighbours on each side
+
+
+_ALPHAS = np.linspace(0.05, 1.0, 20)
+
+
+def smoothed_level(y: np.ndarray) -> float:
+    """The last level of simple exponential smoothing, l_t = a·y_t + (1 − a)·l_(t−1), with the
+    weight a of the grid ``_ALPHAS`` whose one-step forecasts l_(t−1) erred least (squared) on
+    ``y`` itself: a = 1 (the last value) for a series whose level jumps and stays, a small
+    a for one whose points are noise about a level that moves slowly."""
+    from scipy.signal import lfilter
+
+    y = np.asarray(y, dtype=np.float64)
+    if y.size < 3:
+        return float(y[-1])
+    best = (np.inf, float(y[-1]))
+    for a in _ALPHAS:
+        levels, _ = lfilter([a], [1.0, a - 1.0], y[1:], zi=[(1.0 - a) * y[0]])
+        sse = float(np.sum((y[1:] - np.concatenate([[y[0]], levels[:-1]])) ** 2))
+        if sse < best[0]:
+            best = (sse, float(levels[-1]))
+    return best[1]
 
 
 @dataclass(frozen=True)
@@ -63,6 +90,11 @@ class SlotProfile:
         n_slots = max(int(round(period_s / slot)), 1) if period_s > 0 else 1
         probe = cls(float(period_s), slot, np.zeros(n_slots), np.ones(n_slots))
         idx = probe.slot(t)
+        if period_s == 0 and t.size:
+            level = smoothed_level(y)
+            var = float(np.mean((y - level) ** 2))
+            floor = max(float(y.std()) * 0.05, 1e-9)
+            return cls(0.0, slot, np.array([level]), np.array([max(np.sqrt(var), floor)]))
         if half_life is not None and period_s > 0 and t.size:
             age = np.floor((t[-1] - t) / period_s)
             w = np.power(0.5, age / half_life)

@@ -82,6 +82,7 @@ def test_bad_files_exit_2_with_one_line(tmp_path, capsys, content, message):
     (["--test-fraction", "1.5"], "test_fraction"),
     (["--models", "gp,arima"], "unknown"),
     (["--iters", "0"], "--iters"),
+    (["--kernel", "ard|ard+hourly"], "--kernel: 'ard+hourly' is not one of"),
     (["--origins", "0"], "origins"),
     (["--horizon", "400", "--origins", "5"], "need at least"),
 ])

@@ -13,6 +13,7 @@ from keyshift.models.features import latency_features, rate_features
 from keyshift.models.gp import (
     _ONLINE_SLACK,
     KERNELS,
+    Z_90,
     GPForecaster,
     InputRateGP,
     LatencyGP,
@@ -42,12 +43,25 @@ def test_fit_predict_beats_the_mean_and_gives_positive_std():
     assert (latent_std <= std + 1e-12).all()  # observation noise only widens the band
 
 
-def test_auto_kernel_keeps_the_highest_marginal_likelihood():
+def test_auto_kernel_keeps_the_one_that_forecast_the_held_out_tail_best():
     X, y = _daily(n=150)
     gp = InputRateGP(kernel="auto", iters=15, hyper_points=150).fit(X, y)
-    assert set(gp.kernel_scores_) == set(KERNELS)
-    assert gp.kernel_ == max(gp.kernel_scores_, key=gp.kernel_scores_.get)
+    assert set(gp.kernel_scores_) == set(gp.kernel_errors_) == set(KERNELS)
+    assert gp.kernel_ == min(gp.kernel_errors_, key=gp.kernel_errors_.get)
     assert gp.mll_ == gp.kernel_scores_[gp.kernel_]
+
+
+def test_too_short_a_history_for_a_held_out_block_picks_by_marginal_likelihood():
+    X, y = _daily(n=9)
+    gp = InputRateGP(kernel="ard|ard+local", iters=10).fit(X, y)
+    assert gp.kernel_errors_ == {}
+    assert gp.kernel_ == max(gp.kernel_scores_, key=gp.kernel_scores_.get)
+
+
+def test_a_kernel_list_names_only_known_kernels():
+    X, y = _daily(n=50)
+    with pytest.raises(ModelInputError, match=r"kernel.*'ard\+hourly' is not one of"):
+        InputRateGP(kernel="ard|ard+hourly").fit(X, y)
 
 
 def test_hyper_points_subsample_still_conditions_on_every_row():
@@ -260,18 +274,26 @@ class _Uncalibrated(InputRateGP):
     calibrate_interval = False
 
 
-def test_the_interval_is_widened_to_cover_a_held_out_day_and_the_mean_stays():
-    """A series whose last days are far noisier than its first: the fitted GP's interval is
-    too narrow for the tail, the calibration widens it by one factor (every std times
-    ``interval_scale_``), and the posterior mean does not move."""
+def _noise_changes(day: int, before: float, after: float):
+    """Twelve days of an hourly daily cycle whose noise is ``before`` until ``day`` and
+    ``after`` from then on; the GP fitted on the first eleven without and with the interval
+    calibration. Returns y, X, the test slice and the two GPs."""
     rng = np.random.default_rng(3)
     t = 1_700_000_000.0 + np.arange(24 * 12) * HOUR
-    noise = np.where(np.arange(t.size) < 24 * 8, 0.05, 1.5)
+    noise = np.where(np.arange(t.size) < 24 * day, before, after)
     y = 10 + 3 * np.sin(2 * np.pi * t / 86_400.0) + rng.normal(0, 1, t.size) * noise
     X = rate_features(t)
     fit, test = slice(0, 24 * 11), slice(24 * 11, None)
     plain = _Uncalibrated(kernel="ard", iters=20, seed=1).fit(X[fit], y[fit])
-    wide = InputRateGP(kernel="ard", iters=20, seed=1).fit(X[fit], y[fit])
+    calibrated = InputRateGP(kernel="ard", iters=20, seed=1).fit(X[fit], y[fit])
+    return y, X, test, plain, calibrated
+
+
+def test_the_interval_is_widened_to_cover_a_held_out_day_and_the_mean_stays():
+    """A series whose last days are far noisier than its first: the fitted GP's interval is
+    too narrow for the tail, the calibration widens it by one factor (every std times
+    ``interval_scale_``), and the posterior mean does not move."""
+    y, X, test, plain, wide = _noise_changes(day=8, before=0.05, after=1.5)
     assert plain.interval_scale_ == 1.0 and wide.interval_scale_ > 2.0
     m0, s0 = plain.predict(X[test])
     m1, s1 = wide.predict(X[test])
@@ -285,3 +307,29 @@ def test_a_calm_tail_leaves_the_interval_alone():
     X, y = _daily(n=240, noise=0.3)
     gp = InputRateGP(kernel="ard+daily", iters=20).fit(X, y)
     assert 1.0 <= gp.interval_scale_ < 1.6  # 1.0-1.5 over four seeds; a noisier tail: 2.3-4.3
+
+
+def test_without_a_cycle_the_gp_holds_the_current_level_not_the_history_mean():
+    """Hours of 2-minute counts, too short for a daily cycle: a decay from 800, then a
+    hundred empty bins (the Dublin feed's shape). The forecast stays at the current level, 0;
+    reverting to the mean of the history (as the GP did) it climbed to 13 within 20 minutes,
+    and the last value (0) beat it."""
+    rng = np.random.default_rng(1)
+    t = 1_700_000_000.0 + 120.0 * np.arange(170)
+    y = np.r_[np.maximum(800 * np.exp(-np.arange(60) / 15) + rng.normal(0, 10, 60), 0),
+              np.zeros(110)]
+    X = rate_features(t)
+    mean, std = InputRateGP(iters=60).fit(X[:160], y[:160]).predict(X[160:])
+    assert np.abs(mean).max() < 1.0
+    assert (std > 0).all()
+
+
+def test_a_calm_tail_narrows_the_interval_and_still_covers_it():
+    """Five wild days, then calm ones: the noise fitted on all of them is too wide for the
+    calm tail; every held-out block says so, and the calibration narrows (factor < 1)."""
+    y, X, test, plain, narrow = _noise_changes(day=5, before=2.0, after=0.3)
+    assert narrow.interval_scale_ < 0.9
+    (m0, s0), (m1, s1) = plain.predict(X[test]), narrow.predict(X[test])
+    np.testing.assert_allclose(m1, m0, rtol=1e-6, atol=1e-6)
+    assert (s1 < s0).all()
+    assert np.mean(np.abs(y[test] - m1) <= Z_90 * s1) >= 0.75  # 20 of 24 points

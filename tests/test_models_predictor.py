@@ -30,6 +30,7 @@ def _rate_history(n: int = 400, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 @pytest.mark.parametrize("params", [
     {"kernel": "ard"},                                   # profile mean, exact
     {"kernel": "ard+daily+weekly"},                      # periodic terms on the timestamp
+    {"kernel": "ard+local", "mean": "profile+offset"},   # two RBF terms, a learnt offset
     {"kernel": "ard", "mean": "constant"},               # the paper's Eq. 8 GP
     {"kernel": "ard+daily", "method": "sgpr", "inducing": 64},  # sparse posterior
 ])
