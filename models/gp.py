@@ -29,7 +29,7 @@ Kernels (``kernel=``):
   at a few row spacings: two time scales, a slow deviation (a trend, a storm) and a local level
   that moves from one window to the next. With Eq. 8 alone the marginal likelihood chose one
   length scale of hours on the NASA log (5-minute bins, one day) and the forecast was the
-  level of the last hours, not the current one (MASE 1.03 against the last value; 1.00 with
+  level of the last hours, not the current one (MASE 1.03 against the last value; 0.98 with
   the local term, whose marginal likelihood is higher at every origin).
 - ``"auto"``, or several names joined by ``|`` (``"ard|ard+local"``): fit every candidate by
   marginal likelihood, then keep the one whose forecasts of the held-out blocks at the end of
@@ -544,8 +544,8 @@ class GPForecaster:
         """Errors and predictive stds (in the (log) target's units) of the forecast of rows
         [lo, hi) by the current hyper-parameters conditioned on the rows before ``lo`` only,
         with a seasonal profile fitted on those rows too (the full profile has seen the block
-        and would flatter it). Leaves the posterior on those rows: the caller conditions
-        again."""
+        and would flatter it). Leaves the model conditioned on those rows: the caller
+        conditions it on all of them again."""
         torch = _torch()
         t = X[:, TIMESTAMP_COLUMN]
         profile = (None if self._profile is None
@@ -1011,6 +1011,7 @@ class GPForecaster:
         likelihood.eval()
         gp._model, gp._likelihood = model, model.likelihood
         gp.kernel_scores_ = {gp.kernel_: gp.mll_}
+        gp.kernel_errors_ = {}
         gp._posterior = None
         gp._X, gp._y = X, z
         gp._inducing_z = arrays.get("inducing_z")
