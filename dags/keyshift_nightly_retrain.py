@@ -32,8 +32,11 @@ MODELS = Asset(MODELS_ASSET_URI)
         "to": Param(None, type=["null", "string"], format="date",
                     description="last day (UTC); empty: the day before the run"),
         "kernel": Param("auto", type="string",
-                        enum=["auto", "ard", "ard+daily", "ard+weekly"],
-                        description="GP kernel; auto keeps the best by marginal likelihood"),
+                        enum=["auto", "ard|ard+local", "ard", "ard+local", "ard+daily",
+                              "ard+weekly", "ard+daily+weekly"],
+                        description="GP kernel; auto keeps the one that best forecasts "
+                                    "held-out days of the training tail, a|b chooses "
+                                    "among those"),
     },
     doc_md=__doc__,
 )

@@ -105,16 +105,19 @@ def run(
 ) -> dict[str, Any]:
     """Retrain on ``days``; returns a JSON-able summary with ``status`` trained|skipped.
 
-    ``kernel`` is passed to the GPs: ``auto`` fits every candidate and keeps the best by
-    marginal likelihood; naming one (e.g. ``ard+daily`` for a known daily cycle) costs a
-    third of the training time.
+    ``kernel`` is passed to the GPs: ``auto`` fits every candidate and keeps the one that
+    forecasts the training tail's held-out days best (marginal likelihood on a history too
+    short for them), ``a|b`` chooses among those listed; naming one (e.g. ``ard+daily`` for a
+    known daily cycle) costs a fifth of auto's training time (2.2 against 14.6 CPU-s on
+    2,000 taxi rows).
     """
     if not 0.0 < test_fraction < 1.0:
         raise ValueError(f"test_fraction: must be in (0, 1), got {test_fraction}")
     from keyshift.models.gp import KERNELS
 
-    if kernel not in (*KERNELS, "auto"):
-        raise ValueError(f"kernel: {kernel!r} is not one of auto, {', '.join(KERNELS)}")
+    if kernel != "auto" and any(k not in KERNELS for k in kernel.split("|")):
+        raise ValueError(f"kernel: {kernel!r} is not one of auto, {', '.join(KERNELS)} "
+                         "(or a list of them joined by '|')")
     summary: dict[str, Any] = {"job": "retrain_models", "range": str(days),
                                "tracking_uri": cfg.mlflow_tracking_uri, "kernel": kernel}
     check_tracking_store(cfg.mlflow_tracking_uri)
@@ -194,9 +197,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-rows", type=int, default=None,
                    help="fewer windows than this → skip (default: the models' own minimum)")
     p.add_argument("--kernel", default="auto",
-                   help="GP kernel: auto (best by marginal likelihood), ard, ard+daily, "
-                        "ard+weekly, ard+daily+weekly (each on the residual of the seasonal "
-                        "profile for the input rate)")
+                   help="GP kernel: auto (the one that best forecasts held-out days of the "
+                        "training tail), ard, ard+local, ard+daily, ard+weekly, "
+                        "ard+daily+weekly, or a list joined by '|' to choose from (each on "
+                        "the residual of the seasonal profile for the input rate)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 

@@ -264,9 +264,12 @@ def test_clb_baseline_is_reported_on_the_history_it_was_computed_on() -> None:
 def test_retrain_rejects_an_unknown_kernel_naming_the_field() -> None:
     from keyshift.jobs import retrain_models
 
+    days = DayRange.parse("2026-11-01", "2026-11-02")
     with pytest.raises(ValueError, match="kernel: 'rbf' is not one of auto"):
-        retrain_models.run(load_config(env={}), DayRange.parse("2026-11-01", "2026-11-02"),
-                           kernel="rbf", spark=object())
+        retrain_models.run(load_config(env={}), days, kernel="rbf", spark=object())
+    # a list ('ard|ard+local', the backtest's) is checked part by part
+    with pytest.raises(ValueError, match=r"kernel: 'ard\|rbf' is not one of auto"):
+        retrain_models.run(load_config(env={}), days, kernel="ard|rbf", spark=object())
 
 
 @pytest.mark.integration
@@ -294,3 +297,4 @@ def test_report_line_for_a_retrain_names_versions_and_the_champion_decision() ->
     })
     assert "keyshift-input-rate v2 (ard+daily): CC 0.970, RMSE 13.3" in line
     assert "champion kept (champion RMSE 12.9 is better)" in line
+
