@@ -331,6 +331,25 @@ def nonheap_mb(native: dict[str, float]) -> float:
     return native["Total"] - native.get("Java Heap", 0.0)
 
 
+_FULL_GC = re.compile(r"Pause Full \(.*?\) (?P<before>\d+)M->(?P<after>\d+)M\((?P<heap>\d+)M\)")
+
+
+def last_full_gc_mb(log: Path) -> float:
+    """The heap left by the last full GC in a JVM's ``-Xlog:gc`` file (``Pause Full
+    (Diagnostic Command) 834M->245M(1899M)``: 245), in MB; nan without one. What a full
+    collection leaves is the live heap at that instant; ``jstat`` read afterwards also counts
+    whatever the running batch allocated since, which put 250–830 MB of "used" after
+    consecutive forced GCs of one steady run."""
+    if not log.is_file():
+        return math.nan
+    found = math.nan
+    with log.open(errors="replace") as f:
+        for line in f:
+            if m := _FULL_GC.search(line):
+                found = float(m.group("after"))
+    return found
+
+
 def gauge_value(exposition: str, name: str, run_id: str) -> float:
     """The value of gauge ``name`` for ``run_id`` in a Prometheus text exposition (the job's
     live metrics endpoint); nan when the job has not set it yet."""
@@ -441,6 +460,8 @@ class Sample:
     # --nmt: JVM committed memory outside the heap, and per NMT category (MB)
     jvm_nonheap_mb: float = math.nan
     native: dict[str, float] = field(default_factory=dict)
+    # --live-heap: the heap the forced full GC left (the JVM's own gc log)
+    jvm_live_heap_mb: float = math.nan
 
 
 class Sampler:
@@ -467,6 +488,8 @@ class Sampler:
         python, jvm, worker, self.jvm_pid = rss_split(self.pid)
         used, committed, metaspace = jvm_heap(self.jvm_pid, collect=self.live_heap)
         native = jvm_native(self.jvm_pid) if self.nmt else {}
+        live = (last_full_gc_mb(self.home / "logs" / f"gc-{self.jvm_pid}.log")
+                if self.live_heap and self.jvm_pid is not None else math.nan)
         durable, _ = tree_bytes(self.warehouse / "_engine_state" / self.run_id)
         cache = sum(tree_bytes(p)[0] for p in cache_folders(self.home / "spark-local",
                                                               self.run_id))
@@ -497,19 +520,21 @@ class Sampler:
             producer_short=round(self.rate * t_min * 60) - produced,
             batch_p95_s=percentile([float(b["duration_s"]) for b in fresh], 95),
             migrations=self.migrations, tables=tables, jvm_nonheap_mb=nonheap_mb(native),
-            native=native)
+            native=native, jvm_live_heap_mb=live)
 
 
 # --- the report ------------------------------------------------------------------------
 SERIES = ("driver_rss_mb", "driver_py_rss_mb", "jvm_rss_mb", "jvm_heap_used_mb",
-          "jvm_heap_committed_mb", "jvm_metaspace_mb", "jvm_nonheap_mb", "worker_rss_mb",
+          "jvm_heap_committed_mb", "jvm_live_heap_mb", "jvm_metaspace_mb", "jvm_nonheap_mb",
+          "worker_rss_mb",
           "state_durable_mb",
           "state_cache_mb", "staged_files", "batch_p95_s", "behind", "lag_records",
           "delta_parquet", "delta_log_json", "batches", "events", "produced",
           "producer_short", "migrations")
 HEAD = {"driver_rss_mb": "driver MB", "driver_py_rss_mb": "python MB", "jvm_rss_mb": "JVM MB",
         "jvm_heap_used_mb": "heap used", "jvm_heap_committed_mb": "heap comm.",
-        "jvm_metaspace_mb": "metasp.", "jvm_nonheap_mb": "non-heap",
+        "jvm_live_heap_mb": "live heap", "jvm_metaspace_mb": "metasp.",
+        "jvm_nonheap_mb": "non-heap",
         "worker_rss_mb": "workers MB",
         "state_durable_mb": "state MB", "state_cache_mb": "cache MB", "staged_files": "staged",
         "batch_p95_s": "p95 s", "behind": "behind", "lag_records": "lag gauge",
@@ -521,7 +546,9 @@ HEAD = {"driver_rss_mb": "driver MB", "driver_py_rss_mb": "python MB", "jvm_rss_
 def row_text(s: Sample) -> str:
     return (f"{s.t_min:5.1f} min  driver {s.driver_rss_mb:6.0f} MB (python "
             f"{s.driver_py_rss_mb:4.0f}, JVM {s.jvm_rss_mb:5.0f}: heap "
-            f"{s.jvm_heap_used_mb:5.0f}/{s.jvm_heap_committed_mb:5.0f}, metaspace "
+            f"{s.jvm_heap_used_mb:5.0f}/{s.jvm_heap_committed_mb:5.0f}"
+            + ("" if math.isnan(s.jvm_live_heap_mb) else f", live {s.jvm_live_heap_mb:4.0f}")
+            + ", metaspace "
             f"{s.jvm_metaspace_mb:3.0f}"
             + ("" if math.isnan(s.jvm_nonheap_mb) else f", non-heap {s.jvm_nonheap_mb:4.0f}")
             + ")  workers "
@@ -622,8 +649,9 @@ def main(argv: list[str] | None = None) -> int:
                          "(bench/soak_hook): what grew since the warm-up, every "
                          "--trace-every-s, printed at the end; slows the driver a little")
     ap.add_argument("--live-heap", action="store_true",
-                    help="a full GC of the driver JVM before each sample (jcmd GC.run): heap "
-                         "used is then the live heap; pauses the job, lets the heap shrink")
+                    help="a full GC of the driver JVM before each sample (jcmd GC.run); the "
+                         "heap it leaves, from the JVM's gc log, is the live heap; pauses the "
+                         "job, lets the heap shrink")
     ap.add_argument("--nmt", action="store_true",
                     help="the driver JVM with -XX:NativeMemoryTracking=summary (via "
                          "JDK_JAVA_OPTIONS); each sample reads its committed memory per "
@@ -673,9 +701,12 @@ def main(argv: list[str] | None = None) -> int:
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(HERE / "soak_hook"), env.get("PYTHONPATH")) if p)
         env["SOAK_TRACE_PYTHON"] = f"{trace_dir},{args.warmup_s:g},{args.trace_every_s:g}"
-    if args.nmt:  # read by every `java` the job starts: its driver JVM is the one sampled
-        env["JDK_JAVA_OPTIONS"] = " ".join(
-            x for x in (env.get("JDK_JAVA_OPTIONS"), "-XX:NativeMemoryTracking=summary") if x)
+    # read by every `java` the job starts (%p: one gc log per JVM): the driver's is sampled
+    java_opts = ([f"-Xlog:gc:file={home / 'logs'}/gc-%p.log"] if args.live_heap else []) + \
+        (["-XX:NativeMemoryTracking=summary"] if args.nmt else [])
+    if java_opts:
+        env["JDK_JAVA_OPTIONS"] = " ".join([*filter(None, [env.get("JDK_JAVA_OPTIONS")]),
+                                            *java_opts])
     topic = f"soak-{uuid.uuid4().hex[:6]}"
     run_id = f"soak-{uuid.uuid4().hex[:6]}"
     skew = shifting_skew(args.duration, args.shift_s)

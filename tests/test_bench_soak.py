@@ -83,8 +83,9 @@ def test_judge_marks_delta_and_counters_by_design(soak):
     assert by_name == {"driver_rss_mb": "FLAT", "driver_py_rss_mb": "FLAT",
                        "jvm_rss_mb": "FLAT", "jvm_heap_used_mb": "GROWS",
                        "jvm_heap_committed_mb": "FLAT", "jvm_metaspace_mb": "FLAT",
-                       # measured with --nmt only
+                       # measured with --nmt and --live-heap only
                        "jvm_nonheap_mb": "n/a (0 samples after the warm-up, need 3)",
+                       "jvm_live_heap_mb": "n/a (0 samples after the warm-up, need 3)",
                        "worker_rss_mb": "FLAT",
                        "state_durable_mb": "FLAT", "state_cache_mb": "FLAT",
                        "staged_files": "FLAT", "batch_p95_s": "FLAT", "behind": "FLAT",
@@ -339,3 +340,17 @@ def test_native_growth_names_the_category_that_grows(soak):
     assert lines[0].startswith("NMT Other: +3.000 MB/min") and lines[0].endswith("GROWS")
     assert lines[1].startswith("NMT GC: +0.000 MB/min") and lines[1].endswith("FLAT")
     assert len(lines) == 2  # the total is not a category
+
+
+def test_live_heap_is_what_the_last_full_gc_left(soak, tmp_path):
+    """The JVM's own -Xlog:gc line of a forced full GC: the "after" figure of the last one."""
+    log = tmp_path / "gc-123.log"
+    assert math.isnan(soak.last_full_gc_mb(log))
+    log.write_text(
+        "[5.2s][info][gc] GC(0) Pause Full (Diagnostic Command) 834M->245M(1899M) 9.9ms\n"
+        "[6.0s][info][gc] GC(1) Pause Young (Normal) (G1 Evacuation Pause) 500M->260M(1899M)\n"
+        "[9.1s][info][gc] GC(2) Pause Full (System.gc()) 700M->251M(1200M) 80.1ms\n"
+        "[9.5s][info][gc] GC(3) Pause Young (Normal) (G1 Evacuation Pause) 400M->255M(1200M)\n")
+    assert soak.last_full_gc_mb(log) == 251.0
+    (tmp_path / "gc-124.log").write_text("[1.0s][info][gc] Using G1\n")
+    assert math.isnan(soak.last_full_gc_mb(tmp_path / "gc-124.log"))
