@@ -85,6 +85,12 @@ def get_spark(cfg: Config | None = None, app_name: str | None = None,
         # the driver, not by a Spark job per read (its default above 32 paths), which
         # halved the commit of a run's key loads (streaming/staging.py).
         "spark.sql.sources.parallelPartitionDiscovery.threshold": "1024",
+        # ... and none of those listings is kept: Spark's FileStatusCache (250 MB by default)
+        # holds the status of every file a read by path has listed, and each staged file is
+        # read once and then deleted, so over hours the cache filled the driver's heap with
+        # statuses of files long gone (soak run 4, docs/engines.md). No keyshift table is a
+        # partitioned catalog table, the case that cache serves.
+        "spark.sql.hive.filesourcePartitionFileCacheSize": "0",
         # Small local batches: Arrow keeps the pandas operators of the engines cheap.
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         **(cluster_conf(cfg) if on_cluster else {}),

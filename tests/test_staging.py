@@ -119,6 +119,11 @@ def test_staged_rows_read_back_as_the_contract(spark, tmp_path) -> None:
     assert row["schema_version"] == 1 and row["engine_loads"] == [3, 2]
     assert row["window_start"].replace(tzinfo=UTC) == NOW  # the session runs in UTC
     assert row["batch_id"] == 7 and row["policy"] == "kg"
+    # and nothing of the listing is kept: each staged file is read once and then deleted,
+    # and Spark's FileStatusCache would hold every such file's status (up to 250 MB)
+    jvm = spark._jvm.org.apache.spark.sql.execution.datasources
+    cache = jvm.FileStatusCache.getOrCreate(spark._jsparkSession)
+    assert "NoopCache" in cache.getClass().getName()
 
 
 @pytest.mark.integration
