@@ -113,9 +113,9 @@ def run(
     """
     if not 0.0 < test_fraction < 1.0:
         raise ValueError(f"test_fraction: must be in (0, 1), got {test_fraction}")
-    from keyshift.models.gp import KERNELS
+    from keyshift.models.gp import KERNELS, unknown_kernels
 
-    if kernel != "auto" and any(k not in KERNELS for k in kernel.split("|")):
+    if unknown_kernels(kernel):
         raise ValueError(f"kernel: {kernel!r} is not one of auto, {', '.join(KERNELS)} "
                          "(or a list of them joined by '|')")
     summary: dict[str, Any] = {"job": "retrain_models", "range": str(days),

@@ -19,6 +19,7 @@ use the planner makes of these models). Scores pool every origin's points:
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -243,8 +244,7 @@ def backtest(
         results[name] = {**score(y_te, mean, std, naive_mae), "train_s": train_s[name]}
         if name in kernels:  # the kernel of each origin, "ard+local ×3, ard ×2"
             results[name]["kernel"] = ", ".join(
-                f"{k} ×{kernels[name].count(k)}" if kernels[name].count(k) > 1 else k
-                for k in dict.fromkeys(kernels[name]))
+                f"{k} ×{n}" if n > 1 else k for k, n in Counter(kernels[name]).items())
     return {
         "n_train": int(starts[0]),
         "n_test": int(len(y_te)),

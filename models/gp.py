@@ -109,6 +109,13 @@ class ModelInputError(FieldError):
     """Bad arrays or parameters given to a forecaster; the message names the field."""
 
 
+def unknown_kernels(kernel: str) -> list[str]:
+    """The parts of a kernel setting (``auto``, a name, or names joined by ``|``) that are not
+    one of KERNELS: the one reading of that syntax, for the GPs and every command that
+    checks it before a fit."""
+    return [] if kernel == "auto" else [k for k in kernel.split("|") if k not in KERNELS]
+
+
 def _torch():
     import torch
 
@@ -428,7 +435,7 @@ class GPForecaster:
         """The kernels ``kernel`` names: ``"auto"`` is every one of KERNELS, ``"a|b"`` those
         listed; each must be one of KERNELS."""
         names = list(KERNELS) if self.kernel == "auto" else str(self.kernel).split("|")
-        bad = [k for k in names if k not in KERNELS]
+        bad = unknown_kernels(str(self.kernel))
         if bad or not names:
             raise ModelInputError("kernel", f"{self.kernel!r}: {bad[0] if bad else 'empty'!r} "
                                             f"is not one of {KERNELS} (or 'auto', or a list "

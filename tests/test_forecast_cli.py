@@ -90,3 +90,11 @@ def test_bad_options_exit_2(taxi_csv, capsys, argv, message):
     rc = main(["forecast", "--series", str(taxi_csv), "--json", *argv])
     assert rc == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_help_text_lists_the_kernels_the_gp_has():
+    """`keyshift forecast -h` names the kernels without importing the model layer: its copy
+    must be the GP's."""
+    from keyshift.models import commands, gp
+
+    assert commands.KERNELS == gp.KERNELS
