@@ -6,7 +6,11 @@ each model is fitted on the history before each of ``--origins`` consecutive ori
 forecasts the next ``horizon`` points (one day of points, or a twentieth of a series too
 short for five days of forecasts to take at most half of it). Prints MASE (MAE over seasonal naive's on the same points) and the coverage
 of the 90 % interval per series × model, then the GP's full row (MAE, RMSE, CC, train s) and
-the issue's targets: GP MASE < 1, coverage 85–95 %, CC ≥ 0.94.
+the issue's targets: GP MASE < 1, coverage 85–95 %, CC ≥ 0.94. Coverage is a share of a
+few dozen to a few hundred points, so the GP table gives its binomial (Wilson) 95 % interval
+too: a coverage outside 85–95 % whose interval still reaches the band is "missed (within
+sampling noise)", not evidence of a bad interval. The Wilson interval treats the points as
+independent; a day's errors are correlated, so the true uncertainty is wider still.
 
     .venv/bin/python bench/bench_forecast.py [--series taxi,bike,...] [--models gp,...]
                                              [--origins 5] [--kernel K] [--json FILE]
@@ -26,6 +30,7 @@ import numpy as np
 import pandas as pd
 from rich.console import Console
 from rich.table import Table
+from scipy.stats import binomtest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -125,6 +130,21 @@ SERIES: dict[str, tuple[str, Callable[[], tuple[np.ndarray, np.ndarray]]]] = {
 }
 
 
+def coverage_interval(coverage: float, n: int) -> tuple[float, float]:
+    """Wilson 95 % interval of a coverage measured on ``n`` points."""
+    ci = binomtest(round(coverage * n), n).proportion_ci(0.95, method="wilson")
+    return float(ci.low), float(ci.high)
+
+
+def coverage_verdict(coverage: float, n: int, band: tuple[float, float] = (0.85, 0.95)) -> str:
+    """``met`` inside the band; ``noise`` outside it with an interval that reaches it;
+    ``missed`` when even the interval stays out."""
+    if band[0] <= coverage <= band[1]:
+        return "met"
+    low, high = coverage_interval(coverage, n)
+    return "noise" if high >= band[0] and low <= band[1] else "missed"
+
+
 def horizon_of(t: np.ndarray, origins: int) -> int:
     """One day of points, unless the origins' days would take more than half the series
     (then a quarter of the series spread over the origins)."""
@@ -183,16 +203,21 @@ def main() -> int:
     if "gp" in names:
         detail = Table(title="GP per series, with the targets (MASE < 1, coverage 85–95 %, CC ≥ 0.94)")
         for col in ("series", "points", "horizon", "MAE", "RMSE", "MASE", "CC", "cover 90%",
-                    "train s", "targets missed"):
+                    "95% CI", "train s", "targets missed"):
             detail.add_column(col, justify="left" if col in ("series", "targets missed") else "right")
         for key, res in results.items():
             m = res["models"]["gp"]
+            verdict = coverage_verdict(m["coverage_90"], res["n_test"])
+            low, high = coverage_interval(m["coverage_90"], res["n_test"])
+            m["coverage_90_ci"] = [low, high]
             missed = [label for label, ok in (("MASE", m["mase"] < 1),
-                                              ("coverage", 0.85 <= m["coverage_90"] <= 0.95),
+                                              ("coverage" if verdict == "missed"
+                                               else "coverage (within noise)", verdict == "met"),
                                               ("CC", m["cc"] >= 0.94)) if not ok]
             detail.add_row(key, str(res["n"]), str(res["horizon"]), f"{m['mae']:.4g}",
                            f"{m['rmse']:.4g}", f"{m['mase']:.3f}", f"{m['cc']:.3f}",
-                           f"{m['coverage_90']:.1%}", f"{m['train_s']:.1f}",
+                           f"{m['coverage_90']:.1%}", f"{low:.0%}–{high:.0%}",
+                           f"{m['train_s']:.1f}",
                            ", ".join(missed) or "—")
         console.print(detail)
     if args.json:
