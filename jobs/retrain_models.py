@@ -198,9 +198,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="fewer windows than this → skip (default: the models' own minimum)")
     p.add_argument("--kernel", default="auto",
                    help="GP kernel: auto (the one that best forecasts held-out days of the "
-                        "training tail), ard, ard+local, ard+daily, ard+weekly, "
-                        "ard+daily+weekly, or a list joined by '|' to choose from (each on "
-                        "the residual of the seasonal profile for the input rate)")
+                        "training tail; the latency GP's candidates include ard+load), ard, "
+                        "ard+local, ard+daily, ard+weekly, ard+daily+weekly, or a list "
+                        "joined by '|' to choose from (each on the residual of the seasonal "
+                        "profile for the input rate)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 

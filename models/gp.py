@@ -31,6 +31,15 @@ Kernels (``kernel=``):
   length scale of hours on the NASA log (5-minute bins, one day) and the forecast was the
   level of the last hours, not the current one (MASE 1.03 against the last value; 0.98 with
   the local term, whose marginal likelihood is higher at every origin).
+- ``"ard+load"`` (latency only, its default): Eq. 8 plus an ARD squared exponential over the load columns
+  alone (engines, log tuples per engine). Eq. 8 is a product over every column, so a window
+  an hour past the history is far from all of it and its forecast reverts to the mean,
+  whatever N and window size it is asked about — the load effect the planner needs vanishes
+  with time. The load term has no clock: latency as a function of N and window size carries
+  to any future window, and Eq. 8 adds what the calendar explains on top. On the latency
+  windows the job measured (bench/bench_latency_gp.py, the tail past the history) Eq. 8's
+  forecast did worse than the previous window's latency (MASE 2.32; 0.87 with the load
+  term); see docs/models.md. ``"ard+load+local"`` adds the local term as well.
 - ``"auto"``, or several names joined by ``|`` (``"ard|ard+local"``): fit every candidate by
   marginal likelihood, then keep the one whose forecasts of the held-out blocks at the end of
   the TRAINING window (the calibration's blocks, each forecast from the rows before it) erred
@@ -82,7 +91,17 @@ from keyshift.models.gp_predictor import (
 )
 from keyshift.models.seasonal import SlotProfile
 
-KERNELS = ("ard", "ard+local", "ard+daily", "ard+weekly", "ard+daily+weekly")
+KERNELS = ("ard", "ard+local", "ard+load", "ard+load+local", "ard+daily", "ard+weekly",
+           "ard+daily+weekly")
+LOAD_KERNELS = ("ard+load", "ard+load+local")
+"""Kernels with a term over the load columns (after the calendar's): only for forecasters
+whose features have them, and what ``"auto"`` means for :class:`LatencyGP`. The planner asks
+the latency GP about engine counts the job is not running; a kernel without the load term
+answers from the calendar (far from the data, the mean), and the held-out blocks that choose
+among kernels hold only the N the job ran, so they cannot see that: on the job's windows they
+chose ``ard+local`` (held-out error 0.28 against 0.31), which forecast the tail past the
+history at MASE 1.03 against the previous window, where the load kernels reached 0.82–0.87
+(bench/bench_latency_gp.py)."""
 METHODS = ("exact", "sgpr", "auto")
 MEANS = ("constant", "profile", "profile+offset", "auto")
 STORED_FORMAT = 3
@@ -184,6 +203,14 @@ def _build_model(kernel: str, x, y, scaling: _Scaling):
     d = x.shape[1]
     covar = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel(ard_num_dims=d))  # Eq. 8
     for part in kernel.split("+")[1:]:
+        if part == "load":
+            columns = tuple(range(len(RATE_FEATURES), d))
+            if not columns:
+                raise ModelInputError("kernel", f"{kernel!r} needs load features (engines, "
+                                                "window size): only the latency GP has them")
+            covar = covar + gpytorch.kernels.ScaleKernel(
+                gpytorch.kernels.RBFKernel(ard_num_dims=len(columns), active_dims=columns))
+            continue
         if part == "local":
             local = gpytorch.kernels.RBFKernel(ard_num_dims=d)
             steps = x[1:, TIMESTAMP_COLUMN] - x[:-1, TIMESTAMP_COLUMN]
@@ -381,10 +408,11 @@ class GPForecaster:
     # widen the interval to cover a held-out tail (a time series forecast a day ahead)
     calibrate_interval: bool = False
     default_mean: str = "constant"  # what mean="auto" means for this target
+    default_kernel: str = "ard"  # the kernel when none is named
 
     def __init__(
         self,
-        kernel: str = "ard",
+        kernel: str | None = None,
         method: str = "auto",
         mean: str = "auto",
         iters: int = 60,
@@ -396,7 +424,7 @@ class GPForecaster:
         seed: int = 0,
         threads: int = 1,
     ) -> None:
-        self.kernel = kernel
+        self.kernel = self.default_kernel if kernel is None else kernel
         self.method = method
         self.mean = mean
         self.iters = iters
@@ -434,12 +462,22 @@ class GPForecaster:
     def _candidates(self) -> list[str]:
         """The kernels ``kernel`` names: ``"auto"`` is every one of KERNELS, ``"a|b"`` those
         listed; each must be one of KERNELS."""
-        names = list(KERNELS) if self.kernel == "auto" else str(self.kernel).split("|")
+        has_load = len(self.feature_names) > len(RATE_FEATURES)
+        if self.kernel == "auto":
+            # the latency GP: only kernels with the load term (see LOAD_KERNELS)
+            names = list(LOAD_KERNELS) if has_load else [k for k in KERNELS
+                                                         if k not in LOAD_KERNELS]
+        else:
+            names = str(self.kernel).split("|")
         bad = unknown_kernels(str(self.kernel))
         if bad or not names:
             raise ModelInputError("kernel", f"{self.kernel!r}: {bad[0] if bad else 'empty'!r} "
                                             f"is not one of {KERNELS} (or 'auto', or a list "
                                             "joined by '|')")
+        if not has_load and (load := [k for k in names if k in LOAD_KERNELS]):
+            raise ModelInputError("kernel", f"{load[0]!r} needs load features (engines, window "
+                                            f"size): {type(self).__name__} has only "
+                                            f"{', '.join(self.feature_names)}")
         return list(dict.fromkeys(names))
 
     # -- training ----------------------------------------------------------------------
@@ -862,6 +900,8 @@ class GPForecaster:
             else:
                 entry.update(type="rbf",
                              lengthscale=base.lengthscale.detach().numpy().reshape(-1).tolist())
+                if base.active_dims is not None:  # the load term: its columns only
+                    entry["columns"] = [int(c) for c in base.active_dims]
             kernels.append(entry)
         s, profile = self._scaling, self._profile
         arrays: dict[str, Any] = {"x_mean": s.x_mean, "x_std": s.x_std}
@@ -1059,3 +1099,4 @@ class LatencyGP(GPForecaster):
 
     feature_names = LATENCY_FEATURES
     log_target = True
+    default_kernel = "ard+load"

@@ -143,7 +143,9 @@ class GPPredictor:
         for k in self.kernels:
             if k["type"] == "rbf":
                 scale = np.asarray(k["lengthscale"], dtype=np.float64)
-                a_, b_ = a / scale, b / scale
+                cols = k.get("columns")  # a term over some columns only (the load term)
+                a_, b_ = (a, b) if cols is None else (a[:, cols], b[:, cols])
+                a_, b_ = a_ / scale, b_ / scale
                 centre = a_.mean(axis=0) if a_.shape[0] else 0.0  # as GPyTorch: less rounding
                 a_, b_ = a_ - centre, b_ - centre
                 sq = (np.square(a_).sum(1)[:, None] + np.square(b_).sum(1)[None, :]

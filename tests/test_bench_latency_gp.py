@@ -47,13 +47,14 @@ def test_evaluate_on_a_slice_gives_finite_scores_for_every_model(bench):
     result = bench.evaluate(X[:120], y[:120], repeats=1, iters=10)
     assert result["n_train"] == 84 and result["n_test"] == 36
     models = result["models"]
-    assert {"gp (ard, Eq. 8)", "gp (ard+local)", "svm", "nn", "gp (ard), online",
-            "persistence"} <= set(models)
+    assert {"gp (ard, Eq. 8)", "gp (ard+local)", "gp (ard+load)", "gp (auto)", "svm", "nn",
+            "gp (ard), online", "gp (ard+load), online", "persistence"} <= set(models)
     for name, row in models.items():
         for field in ("cc", "mae", "rmse", "mase", "train_s"):
             assert math.isfinite(row[field]), (name, field)
         assert -1 <= row["cc"] <= 1 and row["mae"] >= 0 and row["rmse"] >= row["mae"]
-    for name in ("gp (ard, Eq. 8)", "gp (ard+local)", "gp (ard), online"):
+    for name in ("gp (ard, Eq. 8)", "gp (ard+local)", "gp (ard+load)", "gp (auto)",
+                 "gp (ard), online", "gp (ard+load), online"):
         assert 0 <= models[name]["coverage_90"] <= 1
     assert models["persistence"]["mase"] == pytest.approx(1.0)
     assert set(result["cc_log_latency_vs_feature"]) == set(bench.LATENCY_FEATURES)

@@ -13,6 +13,7 @@ from keyshift.models.features import latency_features, rate_features
 from keyshift.models.gp import (
     _ONLINE_SLACK,
     KERNELS,
+    LOAD_KERNELS,
     Z_90,
     GPForecaster,
     InputRateGP,
@@ -46,9 +47,52 @@ def test_fit_predict_beats_the_mean_and_gives_positive_std():
 def test_auto_kernel_keeps_the_one_that_forecast_the_held_out_tail_best():
     X, y = _daily(n=150)
     gp = InputRateGP(kernel="auto", iters=15, hyper_points=150).fit(X, y)
-    assert set(gp.kernel_scores_) == set(gp.kernel_errors_) == set(KERNELS)
+    assert set(gp.kernel_scores_) == set(gp.kernel_errors_) == set(KERNELS) - set(LOAD_KERNELS)
     assert gp.kernel_ == min(gp.kernel_errors_, key=gp.kernel_errors_.get)
     assert gp.mll_ == gp.kernel_scores_[gp.kernel_]
+
+
+def _load_history(n: int = 300, seed: int = 2):
+    """Windows 10 s apart whose log latency is a function of N and tuples per engine plus a
+    calendar wave over minutes: the job's latency history in small."""
+    rng = np.random.default_rng(seed)
+    t = 1_700_000_000.0 + np.arange(n) * 10.0
+    engines, tuples = rng.integers(1, 9, n), rng.uniform(200, 4000, n)
+    wave = 0.3 * np.sin(2 * np.pi * np.arange(n) / 120)
+    log_lat = np.log(1e-4) + 0.4 * np.log(engines) - 0.3 * np.log1p(tuples / engines)
+    return t, engines, tuples, np.exp(log_lat + wave + rng.normal(0, 0.05, n))
+
+
+def test_the_load_term_carries_the_effect_of_n_to_windows_far_past_the_history():
+    """Eq. 8 is a product over every column: an hour past the history a window is far from
+    all of it and the forecast is the mean whatever N it is asked about (CC ~0). The load
+    term answers from N and window size alone: what the planner needs of a candidate N."""
+    t, engines, tuples, lat = _load_history()
+    rng = np.random.default_rng(3)
+    t_f = t[-1] + 3600 + np.arange(60) * 10.0
+    e_f, tu_f = rng.integers(1, 9, 60), rng.uniform(200, 4000, 60)
+    truth = 0.4 * np.log(e_f) - 0.3 * np.log1p(tu_f / e_f)
+    X, X_f = latency_features(t, engines, tuples), latency_features(t_f, e_f, tu_f)
+    cc = {k: score(truth, np.log(LatencyGP(kernel=k, iters=60).fit(X, lat).predict(X_f)[0]))["cc"]
+          for k in ("ard", "ard+load")}
+    assert cc["ard+load"] > 0.95
+    assert abs(cc["ard"]) < 0.5
+
+
+def test_latency_gp_defaults_to_the_load_kernel_and_its_auto_chooses_among_load_kernels():
+    t, engines, tuples, lat = _load_history(n=200)
+    X = latency_features(t, engines, tuples)
+    assert LatencyGP().kernel == "ard+load" and InputRateGP().kernel == "ard"
+    gp = LatencyGP(kernel="auto", iters=10, hyper_points=200).fit(X, lat)
+    assert set(gp.kernel_scores_) == set(LOAD_KERNELS)
+    assert gp.kernel_ in LOAD_KERNELS
+
+
+@pytest.mark.parametrize("kernel", ["ard+load", "ard|ard+load+local"])
+def test_the_input_rate_gp_refuses_a_load_kernel_naming_what_it_lacks(kernel):
+    X, y = _daily(n=40)
+    with pytest.raises(ModelInputError, match="kernel: .*needs load features"):
+        InputRateGP(kernel=kernel, iters=5).fit(X, y)
 
 
 def test_too_short_a_history_for_a_held_out_block_picks_by_marginal_likelihood():

@@ -46,13 +46,14 @@ def test_predictor_forecasts_what_the_input_rate_gp_forecasts(params) -> None:
     assert predictor.posterior == ("sparse" if params.get("method") == "sgpr" else "exact")
 
 
-def test_predictor_of_the_log_latency_gp_gives_the_log_normal_moments() -> None:
+@pytest.mark.parametrize("kernel", ["ard", "ard+load", "ard+load+local"])  # a term over 2 columns
+def test_predictor_of_the_log_latency_gp_gives_the_log_normal_moments(kernel: str) -> None:
     rng = np.random.default_rng(1)
     t, rate = _rate_history(300, seed=1)
     engines = rng.integers(2, 7, t.size)
     latency = 0.01 * (1 + rate / engines / 20) * rng.lognormal(0, 0.05, t.size)
-    gp = LatencyGP(kernel="ard", iters=10).fit(latency_features(t, engines, rate * 1800),
-                                               latency)
+    gp = LatencyGP(kernel=kernel, iters=10).fit(latency_features(t, engines, rate * 1800),
+                                                latency)
     X = latency_features(t[-24:] + 86_400, np.arange(1, 25) % 6 + 1, 360_000)
     predictor = GPPredictor.from_parts(gp.predictor_parts())
     for got, want in zip(predictor.predict(X), gp.predict(X)):
