@@ -3,9 +3,11 @@ conftest modules so the pure-core tests import nothing heavy."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -18,6 +20,14 @@ SHARED_DATA = (ROOT.parent / "shared" / "data").resolve()
 # UDF workers must start this interpreter, not the system one.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+
+def import_bench(name: str) -> ModuleType:
+    """A script of bench/ imported as `python -m bench` runs it (bench/ on sys.path), for the
+    tests of its pure helpers."""
+    if str(ROOT / "bench") not in sys.path:
+        sys.path.insert(0, str(ROOT / "bench"))
+    return importlib.import_module(name)
 
 
 @pytest.fixture(scope="session")

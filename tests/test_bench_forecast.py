@@ -4,19 +4,13 @@ of the band. Fast; the backtest itself is a bench."""
 
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
-
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import import_bench
 
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(ROOT / "bench"))  # as `python -m bench` runs it
-    return importlib.import_module("bench_forecast")
+    return import_bench("bench_forecast")
 
 
 def test_inside_the_band_is_met(bench):

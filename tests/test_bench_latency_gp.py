@@ -5,23 +5,18 @@ and ``--json`` name. The collection itself (Kafka + Spark, half an hour) is a be
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import import_bench
 
 
 @pytest.fixture(scope="module")
 def bench():
-    sys.path.insert(0, str(ROOT / "bench"))  # as `python -m bench` runs it
-    return importlib.import_module("bench_latency_gp")
+    return import_bench("bench_latency_gp")
 
 
 def test_committed_windows_have_the_latency_features_and_several_engine_counts(bench):

@@ -5,21 +5,20 @@ samples. The soak itself is a bench (it prints, a person judges); these are fast
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import math
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import import_bench
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def soak():
-    sys.path.insert(0, str(ROOT / "bench"))  # as `python -m bench` runs it
-    return importlib.import_module("bench_soak")
+    return import_bench("bench_soak")
 
 
 def test_flat_series_after_warmup_is_flat_even_if_it_climbed_during_warmup(soak):
