@@ -377,3 +377,17 @@ def test_a_calm_tail_narrows_the_interval_and_still_covers_it():
     np.testing.assert_allclose(m1, m0, rtol=1e-6, atol=1e-6)
     assert (s1 < s0).all()
     assert np.mean(np.abs(y[test] - m1) <= Z_90 * s1) >= 0.75  # 20 of 24 points
+
+
+@pytest.mark.parametrize("kernel", LOAD_KERNELS)
+def test_a_load_kernel_gp_reloads_and_keeps_conditioning_online(kernel):
+    """A champion is reloaded from its stored parts to keep conditioning on the run's
+    windows: the load term (a kernel over two columns) must come back as it was fitted."""
+    t, engines, tuples, lat = _load_history(n=120)
+    X = latency_features(t, engines, tuples)
+    gp = LatencyGP(kernel=kernel, iters=10).fit(X[:100], lat[:100])
+    clone = GPForecaster.from_bytes(gp.to_bytes())
+    assert isinstance(clone, LatencyGP) and clone.kernel_ == kernel
+    for model in (gp, clone):
+        model.add_observations(X[100:110], lat[100:110])
+    np.testing.assert_allclose(clone.predict(X[110:])[0], gp.predict(X[110:])[0], rtol=1e-6)
