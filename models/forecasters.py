@@ -31,7 +31,7 @@ class GPRateForecaster:
         # tuned: with the GP reverting to the profile itself the taxi plan took 0.65x the
         # static maximum's engine-hours instead of 0.62x (0 missed either way).
         self.model_ = InputRateGP(kernel=self.kernel, mean="profile+offset", iters=self.iters,
-                                  max_train=self.max_train)
+                                  max_train=self.max_train, profile_stat="mean")
         # The planner's forecast reserve calibrates its own quantile of surprises / σ on a
         # backtest fit and then plans with another fit: a σ widened by each fit's own
         # held-out-day factor (2.09 on the backtest fit, 3.67 on the planning fit for the

@@ -89,7 +89,7 @@ from keyshift.models.gp_predictor import (
     PREDICTOR_PARTS,
     to_target_units,
 )
-from keyshift.models.seasonal import SlotProfile
+from keyshift.models.seasonal import PROFILE_STATS, SlotProfile
 
 KERNELS = ("ard", "ard+local", "ard+load", "ard+load+local", "ard+daily", "ard+weekly",
            "ard+daily+weekly")
@@ -409,6 +409,7 @@ class GPForecaster:
     calibrate_interval: bool = False
     default_mean: str = "constant"  # what mean="auto" means for this target
     default_kernel: str = "ard"  # the kernel when none is named
+    default_profile_stat: str = "mean"  # the profile's slot statistic when none is named
 
     def __init__(
         self,
@@ -423,8 +424,10 @@ class GPForecaster:
         hyper_points: int = 500,
         seed: int = 0,
         threads: int = 1,
+        profile_stat: str | None = None,
     ) -> None:
         self.kernel = self.default_kernel if kernel is None else kernel
+        self.profile_stat = self.default_profile_stat if profile_stat is None else profile_stat
         self.method = method
         self.mean = mean
         self.iters = iters
@@ -440,13 +443,17 @@ class GPForecaster:
     def get_params(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in
                 ("kernel", "method", "mean", "iters", "lr", "inducing", "max_train",
-                 "exact_max", "hyper_points", "seed", "threads")}
+                 "exact_max", "hyper_points", "seed", "threads", "profile_stat")}
 
     def _validate_params(self) -> list[str]:
         if self.method not in METHODS:
             raise ModelInputError("method", f"{self.method!r} not one of {METHODS}")
         if self.mean not in MEANS:
             raise ModelInputError("mean", f"{self.mean!r} not one of {MEANS}")
+        stats = str(self.profile_stat).split("|")
+        if not stats or any(st not in PROFILE_STATS for st in stats):
+            raise ModelInputError("profile_stat", f"{self.profile_stat!r}: each of "
+                                                  f"{PROFILE_STATS}, joined by '|'")
         checks = [("iters", 1), ("inducing", 2), ("exact_max", 2), ("hyper_points", 3),
                   ("threads", 1)]
         if self.max_train is not None:
@@ -496,41 +503,58 @@ class GPForecaster:
         started = time.perf_counter()
         self.mean_ = self.default_mean if self.mean == "auto" else self.mean
         y_log = self._log(y)
-        self._profile = (SlotProfile.fit(X[:, TIMESTAMP_COLUMN], y_log)
-                         if self.mean_.startswith("profile") else None)
-        z = self._deseason(X, y_log)
-        self._scaling = _Scaling.of(X, z)
+        t = X[:, TIMESTAMP_COLUMN]
+        profiles: list[SlotProfile | None] = [None]
+        if self.mean_.startswith("profile"):
+            profiles = [SlotProfile.fit(t, y_log, stat=stat)
+                        for stat in dict.fromkeys(str(self.profile_stat).split("|"))]
+            if profiles[0].period_s == 0:  # one slot, the smoothed level: no statistic to pick
+                profiles = profiles[:1]
         self.method_ = ("exact" if self.method == "exact" or
                         (self.method == "auto" and X.shape[0] <= self.exact_max) else "sgpr")
         n, keep = X.shape[0], min(self.hyper_points, X.shape[0])
-        if self._profile is not None:
+        if profiles[0] is not None:
             sub = np.arange(n - keep, n)
         else:
             sub = np.unique(np.linspace(0, n - 1, keep).round().astype(int))
         self._fit_rows = int(X.shape[0])
-        fitted = [(kernel, *self._train(kernel, X[sub], z[sub])) for kernel in candidates]
-        self.kernel_scores_ = {kernel: mll for kernel, _, _, mll in fitted}
         blocks = self._held_out_blocks(X)
-        select = len(fitted) > 1 and bool(blocks)
+        select = len(candidates) * len(profiles) > 1 and bool(blocks)
+        self.kernel_scores_: dict[str, float] = {}
         self.kernel_errors_: dict[str, float] = {}
         results = {}
-        for kernel, model, likelihood, mll in fitted:
-            self._model, self._likelihood, self.mll_, self.kernel_ = model, likelihood, mll, kernel
-            scale = self._calibrate_prior_variance()
-            held = ([self._held_out(X, y_log, lo, hi) for lo, hi in blocks]
-                    if select or (self.calibrate_interval and blocks) else [])
-            if select:
-                self.kernel_errors_[kernel] = float(np.mean(np.abs(np.concatenate(
-                    [err for err, _ in held]))))
-            results[kernel] = (model, likelihood, mll, scale, held)
+        for profile in profiles:
+            self._profile = profile
+            z = self._deseason(X, y_log)
+            self._scaling = _Scaling.of(X, z)
+            for kernel in candidates:
+                model, likelihood, mll = self._train(kernel, X[sub], z[sub])
+                # one key per candidate: the kernel, and the profile's statistic when several
+                key = kernel if len(profiles) == 1 else f"{kernel} ({profile.stat})"
+                self._model, self._likelihood, self.mll_, self.kernel_ = (model, likelihood,
+                                                                          mll, kernel)
+                scale = self._calibrate_prior_variance()
+                held = ([self._held_out(X, y_log, lo, hi) for lo, hi in blocks]
+                        if select or (self.calibrate_interval and blocks) else [])
+                self.kernel_scores_[key] = mll
+                if select:
+                    self.kernel_errors_[key] = float(np.mean(np.abs(np.concatenate(
+                        [err for err, _ in held]))))
+                results[key] = (kernel, profile, self._scaling, z, model, likelihood, mll,
+                                scale, held)
         # several kernels: the one that forecast the held-out blocks of the training tail best
         # (the marginal likelihood prefers the most flexible kernel, which chased the bursts of
         # the AAPL tweets and the Christmas week of the bikes); the likelihood decides only
         # when the history is too short to hold a block out
+        # (likelihoods of different profiles score different targets: without held-out
+        # blocks the first profile, the weighted mean, is kept)
+        first = [key for key, r in results.items() if r[1] is profiles[0]]
         best = (min(self.kernel_errors_, key=self.kernel_errors_.get) if select
-                else max(self.kernel_scores_, key=self.kernel_scores_.get))
-        model, likelihood, mll, self.variance_scale_, held = results[best]
-        self._model, self._likelihood, self.mll_, self.kernel_ = model, likelihood, mll, best
+                else max(first, key=self.kernel_scores_.get))
+        (kernel, self._profile, self._scaling, z, model, likelihood, mll, self.variance_scale_,
+         held) = results[best]
+        self._model, self._likelihood, self.mll_, self.kernel_ = model, likelihood, mll, kernel
+        self.profile_stat_ = None if self._profile is None else self._profile.stat
         self._inducing_z = None
         self.interval_scale_ = (self._calibrate_interval(held)
                                 if self.calibrate_interval and held else 1.0)
@@ -594,7 +618,8 @@ class GPForecaster:
         torch = _torch()
         t = X[:, TIMESTAMP_COLUMN]
         profile = (None if self._profile is None
-                   else SlotProfile.fit(t[:lo], y_log[:lo], period_s=self._profile.period_s))
+                   else SlotProfile.fit(t[:lo], y_log[:lo], period_s=self._profile.period_s,
+                                        stat=self._profile.stat))
         head = y_log[:lo] if profile is None else profile.standardise(t[:lo], y_log[:lo])
         self._condition_on(X[:lo], head)
         x_tail = torch.as_tensor(self._scaling.x(X[lo:hi]), dtype=torch.float64)
@@ -1090,6 +1115,7 @@ class InputRateGP(GPForecaster):
 
     feature_names = RATE_FEATURES
     default_mean = "profile"
+    default_profile_stat = "mean|median"
     calibrate_interval = True
 
 

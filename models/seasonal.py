@@ -25,6 +25,7 @@ a near-zero spread.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 
@@ -65,6 +66,23 @@ def smoothed_level(y: np.ndarray) -> float:
     return best[1]
 
 
+PROFILE_STATS = ("mean", "median")
+
+
+def _weighted_medians(idx: np.ndarray, y: np.ndarray, w: np.ndarray,
+                      fallback: np.ndarray) -> np.ndarray:
+    """Each slot's weighted median of ``y`` (weights ``w``); ``fallback`` for empty slots."""
+    order = np.lexsort((y, idx))
+    slots, values, weights = idx[order], y[order], w[order]
+    out = fallback.copy()
+    bounds = np.searchsorted(slots, np.arange(fallback.size + 1))
+    for k, (lo, hi) in enumerate(pairwise(bounds)):
+        if hi > lo:
+            cum = np.cumsum(weights[lo:hi])
+            out[k] = values[lo + int(np.searchsorted(cum, 0.5 * cum[-1]))]
+    return out
+
+
 @dataclass(frozen=True)
 class SlotProfile:
     """Mean and spread of each slot of a cycle; ``period_s == 0`` means no cycle."""
@@ -73,12 +91,22 @@ class SlotProfile:
     slot_s: float
     mean: np.ndarray
     spread: np.ndarray
+    stat: str = "mean"
 
     @classmethod
     def fit(cls, t: np.ndarray, y: np.ndarray, period_s: float | None = None,
-            half_life: float | None = HALF_LIFE_CYCLES) -> SlotProfile:
+            half_life: float | None = HALF_LIFE_CYCLES, stat: str = "mean") -> SlotProfile:
         """Slot means and spreads of (t, y); with ``half_life`` (in cycles) a cycle's rows
-        weigh 2^(−age / half_life), so the profile follows the level of the recent cycles."""
+        weigh 2^(−age / half_life), so the profile follows the level of the recent cycles.
+
+        ``stat="median"`` takes each slot's weighted median instead of its weighted mean:
+        one holiday among the four weeks that weigh most (New Year's Day, a blizzard) moves a
+        mean by a quarter of its dip and leaves the median where the ordinary weeks are.
+        Which of the two forecasts better depends on the series (the taxi's holidays are
+        single days; the bikes' Christmas fortnight is a level the median ignores), so the
+        GP chooses on held-out blocks (:class:`keyshift.models.gp.GPForecaster`)."""
+        if stat not in PROFILE_STATS:
+            raise ValueError(f"stat: {stat!r} is not one of {PROFILE_STATS}")
         t = np.asarray(t, dtype=np.float64)
         y = np.asarray(y, dtype=np.float64)
         span = float(t[-1] - t[0]) if t.size else 0.0
@@ -104,6 +132,8 @@ class SlotProfile:
         total = np.bincount(idx, weights=w * y, minlength=n_slots)
         overall = float(y.mean()) if y.size else 0.0
         mean = np.where(count > 0, total / np.where(count > 0, count, 1.0), overall)
+        if stat == "median":
+            mean = _weighted_medians(idx, y, w, mean)
         sq = np.bincount(idx, weights=w * (y - mean[idx]) ** 2, minlength=n_slots)
         seen = np.bincount(idx, minlength=n_slots).astype(np.float64)
         if n_slots > 1:
@@ -117,7 +147,7 @@ class SlotProfile:
         var = np.where(seen > 1, sq / np.where(count > 0, count, 1.0) * seen / np.maximum(seen - 1, 1.0),
                        float(y.var()) if y.size else 1.0)
         floor = max(float(y.std()) * 0.05, 1e-9) if y.size else 1e-9
-        return cls(float(period_s), slot, mean, np.maximum(np.sqrt(var), floor))
+        return cls(float(period_s), slot, mean, np.maximum(np.sqrt(var), floor), stat)
 
     def slot(self, t: np.ndarray) -> np.ndarray:
         return slot_index(t, self.period_s, self.slot_s, self.mean.size)

@@ -46,10 +46,37 @@ def test_fit_predict_beats_the_mean_and_gives_positive_std():
 
 def test_auto_kernel_keeps_the_one_that_forecast_the_held_out_tail_best():
     X, y = _daily(n=150)
-    gp = InputRateGP(kernel="auto", iters=15, hyper_points=150).fit(X, y)
+    gp = InputRateGP(kernel="auto", iters=15, hyper_points=150, profile_stat="mean").fit(X, y)
     assert set(gp.kernel_scores_) == set(gp.kernel_errors_) == set(KERNELS) - set(LOAD_KERNELS)
     assert gp.kernel_ == min(gp.kernel_errors_, key=gp.kernel_errors_.get)
     assert gp.mll_ == gp.kernel_scores_[gp.kernel_]
+
+
+def test_the_profile_statistic_is_chosen_with_the_kernel_on_the_held_out_blocks():
+    """Weighted mean or weighted median per slot: each (kernel, statistic) pair is fitted
+    and the pair that forecast the training tail's held-out blocks best is kept."""
+    X, y = _daily(n=150)
+    y[24 * 4 + 10] += 8.0  # one holiday-like hour a few days back
+    gp = InputRateGP(kernel="ard|ard+local", iters=10, hyper_points=150).fit(X, y)
+    pairs = {f"{k} ({st})" for k in ("ard", "ard+local") for st in ("mean", "median")}
+    assert set(gp.kernel_scores_) == set(gp.kernel_errors_) == pairs
+    best = min(gp.kernel_errors_, key=gp.kernel_errors_.get)
+    assert best == f"{gp.kernel_} ({gp.profile_stat_})"
+    assert gp._profile.stat == gp.profile_stat_
+    clone = GPForecaster.from_bytes(gp.to_bytes())
+    np.testing.assert_allclose(clone.predict(X[-5:])[0], gp.predict(X[-5:])[0], rtol=1e-6)
+
+
+def test_a_series_without_a_cycle_fits_one_profile_whatever_the_statistic():
+    X, y = _daily(n=30, step_h=0.5)  # 15 hours: no daily cycle, the smoothed level
+    gp = InputRateGP(kernel="ard", iters=5, profile_stat="mean|median").fit(X, y)
+    assert set(gp.kernel_scores_) == {"ard"} and gp._profile.period_s == 0
+
+
+def test_an_unknown_profile_statistic_is_refused():
+    X, y = _daily(n=40)
+    with pytest.raises(ModelInputError, match="profile_stat"):
+        InputRateGP(profile_stat="mode").fit(X, y)
 
 
 def _load_history(n: int = 300, seed: int = 2):

@@ -41,3 +41,25 @@ def test_two_days_still_give_a_daily_profile():
     y = 10 + np.sin(2 * np.pi * t / 86_400.0)
     profile = SlotProfile.fit(t, y)
     assert profile.period_s == 86_400.0 and profile.mean.size == 24
+
+
+def test_a_holiday_moves_the_slot_mean_but_not_the_slot_median():
+    """Four weeks of an hourly weekly cycle, one of them with a holiday Thursday (a dip to a
+    fifth): the weighted mean of that Thursday's slots falls, the weighted median stays."""
+    t = 1_700_006_400.0 + 3600.0 * np.arange(4 * 168)
+    y = 100 + 50 * np.sin(2 * np.pi * t / 86_400.0)
+    holiday = slice(168 + 24, 168 + 48)  # the second week's second day
+    y[holiday] *= 0.2
+    mean, median = (SlotProfile.fit(t, y, stat=s) for s in ("mean", "median"))
+    slots = mean.slot(t[holiday])
+    ordinary = y[holiday.start + 2 * 168: holiday.stop + 2 * 168]  # the same day two weeks on
+    assert median.stat == "median" and mean.stat == "mean"
+    np.testing.assert_allclose(median.mean[slots], ordinary)
+    assert (mean.mean[slots] < 0.95 * ordinary).all()
+
+
+def test_an_unknown_statistic_is_refused():
+    import pytest
+
+    with pytest.raises(ValueError, match="stat"):
+        SlotProfile.fit(np.arange(10.0), np.ones(10), stat="mode")
