@@ -9,6 +9,10 @@ Mean (``mean=``), the structure of the series (issue 14):
   the history — standardised per slot. Far from its data a GP reverts to its mean; with this
   mean it reverts to the profile instead of to a constant, and its interval follows the
   spread of the hour. Near the data the GP carries the current deviation (a storm, a trend).
+  ``profile_stat`` is the slot statistic: ``"mean"``, ``"median"`` or ``"mean|median"`` (the
+  input-rate default: both are fitted with each kernel and the held-out blocks below choose;
+  a median ignores one holiday among the weeks that weigh most, which moved the mean profile
+  enough for the taxi to lose to seasonal naive over 20 origins, MASE 1.040 → 0.945).
 - ``"constant"`` (the latency default): the paper's constant mean.
 - ``"profile+offset"``: the same residual with a constant offset fitted by marginal
   likelihood, so that far from its data the GP reverts to the profile plus the average
