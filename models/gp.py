@@ -139,6 +139,12 @@ def unknown_kernels(kernel: str) -> list[str]:
     return [] if kernel == "auto" else [k for k in kernel.split("|") if k not in KERNELS]
 
 
+def load_columns(n_features: int) -> tuple[int, ...]:
+    """The load columns of a feature vector: every column after the calendar's (the latency
+    GP's engines and log tuples per engine; none for the input rate)."""
+    return tuple(range(len(RATE_FEATURES), n_features))
+
+
 def _torch():
     import torch
 
@@ -207,11 +213,8 @@ def _build_model(kernel: str, x, y, scaling: _Scaling):
     d = x.shape[1]
     covar = gpytorch.kernels.ScaleKernel(gpytorch.kernels.RBFKernel(ard_num_dims=d))  # Eq. 8
     for part in kernel.split("+")[1:]:
-        if part == "load":
-            columns = tuple(range(len(RATE_FEATURES), d))
-            if not columns:
-                raise ModelInputError("kernel", f"{kernel!r} needs load features (engines, "
-                                                "window size): only the latency GP has them")
+        if part == "load":  # GPForecaster._candidates keeps it to models with load columns
+            columns = load_columns(d)
             covar = covar + gpytorch.kernels.ScaleKernel(
                 gpytorch.kernels.RBFKernel(ard_num_dims=len(columns), active_dims=columns))
             continue
@@ -454,10 +457,7 @@ class GPForecaster:
             raise ModelInputError("method", f"{self.method!r} not one of {METHODS}")
         if self.mean not in MEANS:
             raise ModelInputError("mean", f"{self.mean!r} not one of {MEANS}")
-        stats = str(self.profile_stat).split("|")
-        if not stats or any(st not in PROFILE_STATS for st in stats):
-            raise ModelInputError("profile_stat", f"{self.profile_stat!r}: each of "
-                                                  f"{PROFILE_STATS}, joined by '|'")
+        self._profile_stats()
         checks = [("iters", 1), ("inducing", 2), ("exact_max", 2), ("hyper_points", 3),
                   ("threads", 1)]
         if self.max_train is not None:
@@ -470,10 +470,18 @@ class GPForecaster:
             raise ModelInputError("lr", f"must be in (0, 10], got {self.lr!r}")
         return self._candidates()
 
+    def _profile_stats(self) -> list[str]:
+        """The slot statistics ``profile_stat`` names (``"mean|median"``: both), in order."""
+        stats = list(dict.fromkeys(str(self.profile_stat).split("|")))
+        if any(st not in PROFILE_STATS for st in stats):
+            raise ModelInputError("profile_stat", f"{self.profile_stat!r}: each of "
+                                                  f"{PROFILE_STATS}, joined by '|'")
+        return stats
+
     def _candidates(self) -> list[str]:
         """The kernels ``kernel`` names: ``"auto"`` is every one of KERNELS, ``"a|b"`` those
         listed; each must be one of KERNELS."""
-        has_load = len(self.feature_names) > len(RATE_FEATURES)
+        has_load = bool(load_columns(len(self.feature_names)))
         if self.kernel == "auto":
             # the latency GP: only kernels with the load term (see LOAD_KERNELS)
             names = list(LOAD_KERNELS) if has_load else [k for k in KERNELS
@@ -510,10 +518,10 @@ class GPForecaster:
         t = X[:, TIMESTAMP_COLUMN]
         profiles: list[SlotProfile | None] = [None]
         if self.mean_.startswith("profile"):
-            profiles = [SlotProfile.fit(t, y_log, stat=stat)
-                        for stat in dict.fromkeys(str(self.profile_stat).split("|"))]
-            if profiles[0].period_s == 0:  # one slot, the smoothed level: no statistic to pick
-                profiles = profiles[:1]
+            first, *others = self._profile_stats()
+            profiles = [SlotProfile.fit(t, y_log, stat=first)]
+            if profiles[0].period_s > 0:  # without a cycle, one slot: no statistic to pick
+                profiles += [SlotProfile.fit(t, y_log, stat=stat) for stat in others]
         self.method_ = ("exact" if self.method == "exact" or
                         (self.method == "auto" and X.shape[0] <= self.exact_max) else "sgpr")
         n, keep = X.shape[0], min(self.hyper_points, X.shape[0])
