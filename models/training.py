@@ -114,8 +114,19 @@ def train_and_register(
                 mlflow.log_params({f"{which}.{k}": v for k, v in gp.get_params().items()})
                 # get_params() already logged the requested kernel ("auto" possibly): the one
                 # chosen by marginal likelihood gets its own key (MLflow params are write-once)
-                mlflow.log_params({f"{which}.kernel_chosen": gp.kernel_, f"{which}.n_train": cut,
-                                   f"{which}.n_test": len(y) - cut})
+                mlflow.log_params({f"{which}.kernel_chosen": gp.kernel_,
+                                   f"{which}.profile_stat_chosen": gp.profile_stat_ or "none",
+                                   f"{which}.n_train": cut, f"{which}.n_test": len(y) - cut})
+                # what the choice compared, for a reviewer: each candidate's marginal
+                # likelihood and, when blocks were held out, its mean absolute error on them
+                # (in the GP's target units: events/s, or log seconds for the latency GP)
+                mlflow.log_dict({"chosen": {"kernel": gp.kernel_,
+                                            "profile_stat": gp.profile_stat_},
+                                 "marginal_log_likelihood": gp.kernel_scores_,
+                                 "held_out_mae": gp.kernel_errors_,
+                                 "interval_scale": gp.interval_scale_,
+                                 "variance_scale": gp.variance_scale_},
+                                f"{which}/candidates.json")
                 mlflow.log_metrics({f"{which}_{k}": float(v) for k, v in held_out.items()})
                 mlflow.log_metrics({f"{which}_hp_{k}": v
                                     for k, v in gp.hyperparameters().items()})
@@ -141,6 +152,7 @@ def train_and_register(
                     "version": version,
                     "metrics": held_out,
                     "kernel": gp.kernel_,
+                    "profile_stat": gp.profile_stat_,
                     "champion_moved": bool(decision["move"]),
                     "previous_champion": decision["previous"],
                     "champion_rmse": decision["champion_rmse"],

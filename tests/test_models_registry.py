@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -121,7 +122,7 @@ def test_unreadable_champion_is_a_registry_error(cfg, tmp_path):
         load_champion(cfg, "input_rate")
 
 
-def test_auto_kernel_logs_requested_and_chosen_kernels(cfg):
+def test_auto_kernel_logs_requested_and_chosen_kernels(cfg, tmp_path):
     """Regression: the nightly default kernel="auto" logged `<model>.kernel` twice (the
     request, then the choice), which MLflow refuses, so every default retrain failed."""
     import mlflow
@@ -131,3 +132,15 @@ def test_auto_kernel_logs_requested_and_chosen_kernels(cfg):
     params = run.data.params
     assert params["input_rate.kernel"] == "auto"
     assert params["input_rate.kernel_chosen"] in KERNELS
+    assert params["input_rate.profile_stat_chosen"] in ("mean", "median")
+    assert params["latency.profile_stat_chosen"] == "none"
+    # the candidates the choice compared are an artifact a reviewer can open
+    client = mlflow.MlflowClient(cfg.mlflow_tracking_uri)
+    candidates = json.loads(Path(client.download_artifacts(
+        out["run_id"], "input_rate/candidates.json", str(tmp_path))).read_text())
+    assert candidates["chosen"]["kernel"] == params["input_rate.kernel_chosen"]
+    assert set(candidates["marginal_log_likelihood"]) >= {
+        k for k in candidates["held_out_mae"]}
+    assert len(candidates["marginal_log_likelihood"]) > 1
+    assert candidates["interval_scale"] > 0
+    assert out["models"]["input_rate"]["profile_stat"] == params["input_rate.profile_stat_chosen"]
