@@ -5,14 +5,17 @@ job and tested on the last 600: GP CC 0.94, MAE 0.58, RMSE 0.86, 11.56 s to trai
 0.83, 1.27, 3.1 s; SVM 0.85, 0.88, 1.33, 3.0 s. This bench asks the same of
 :class:`keyshift.models.gp.LatencyGP` on windows of the real job.
 
-``--collect`` (about half an hour, opt-in) makes the history: a private broker (free ports,
+``--collect`` (about 35 minutes, opt-in) makes the history: a private broker (free ports,
 temporary home) gets one topic, ``keyshift run --app traffic --policy elb`` reads it (a
 subprocess, as a user starts it), and this process sends the Dublin SIRI bus reports of
 ``../shared/data/dublin_siri_20130131_first10k.csv`` to it, cycled (10,000 real reports,
 628 real areas and their real skew; each re-sent report gets a new id and the send time),
 at a rate that follows the shape of a real series: consecutive half-hours of the NYC taxi
 demand (``nab_nyc_taxi.csv``), one per ``--segment-s`` seconds, scaled to
-[``--rate-low``, ``--rate-high``] events/s. The Dublin file alone is 10,000 reports over six
+[``--rate-low``, ``--rate-high``] events/s; by default four days of it (192 half-hours, 10 s
+each), so that the chronological test tail (the last 30 %) holds more than a whole day of the
+cycle, nights with one or two engines included, as a test of a model of N must (a first
+collection of two days at 15 s each left only busy hours in its tail). The Dublin file alone is 10,000 reports over six
 hours, one burst at 6 am: too few and too flat to load a job for hundreds of windows.
 N changes inside the run through ELB's absolute band (``controller.band_low/band_high``
 events per engine per window, elb-clb Algorithm 1: π = ⌈2w/(u+v)⌉ when an engine leaves
@@ -24,8 +27,8 @@ job's ``metrics`` Delta table is read as the nightly retrain reads it
 rows go to ``bench/data/latency_windows.csv``, how they were made to the ``.json`` beside it.
 
 Evaluate (default, seconds, no Spark): the CSV split chronologically, the first 70 % to train
-and the last 30 % to test (the paper's 1400/600); LatencyGP with Eq. 8 alone (its default)
-and with the local term, SVM and NN (:mod:`keyshift.models.baselines`) on the same features,
+and the last 30 % to test (the paper's 1400/600); LatencyGP with Eq. 8 alone, with the
+local term, with the load term (its default) and ``auto``, SVM and NN (:mod:`keyshift.models.baselines`) on the same features,
 all fitted once on the head and forecasting the whole tail, as the paper did; then the GP as
 the job uses it (conditioned on each test window after forecasting it, no refit) and the
 persistence forecast (the previous window's latency), the one-step-ahead pair. Scores by
@@ -36,7 +39,7 @@ of SVM/NN their constant residual band's; train s the median of ``--repeats`` fi
 
     .venv/bin/python bench/bench_latency_gp.py                      # the table, seconds
     .venv/bin/python bench/bench_latency_gp.py --json out.json
-    .venv/bin/python bench/bench_latency_gp.py --collect            # ~30 min of Spark, once
+    .venv/bin/python bench/bench_latency_gp.py --collect            # ~35 min of Spark, once
 """
 
 from __future__ import annotations
@@ -453,12 +456,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--iters", type=int, default=60, help="Adam steps of each GP fit (60)")
     ap.add_argument("--limit", type=int, default=None, help="evaluate the first N windows only")
     ap.add_argument("--json", dest="json_out", default=None, help="also write the result here")
-    c = ap.add_argument_group("collect (--collect: runs Kafka and Spark, about half an hour)")
+    c = ap.add_argument_group("collect (--collect: runs Kafka and Spark, about 35 minutes)")
     c.add_argument("--collect", action="store_true", help="make the CSV from a real run")
     c.add_argument("--out", default=str(DATA), help="where --collect writes the CSV")
-    c.add_argument("--points", type=int, default=96, help="taxi half-hours of the rate shape")
+    c.add_argument("--points", type=int, default=192,
+                   help="taxi half-hours of the rate shape (192: four days)")
     c.add_argument("--shape-start", type=int, default=0, help="first taxi half-hour used")
-    c.add_argument("--segment-s", type=float, default=15.0, help="seconds per shape point")
+    c.add_argument("--segment-s", type=float, default=10.0, help="seconds per shape point")
     c.add_argument("--rate-low", type=float, default=30.0, help="events/s at the shape's min")
     c.add_argument("--rate-high", type=float, default=600.0, help="events/s at its max")
     c.add_argument("--window-s", type=float, default=2.0, help="controller statistic window")
