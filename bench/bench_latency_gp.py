@@ -24,7 +24,8 @@ split, and a wide band keeps N still while the window's size moves inside it. Af
 job's ``metrics`` Delta table is read as the nightly retrain reads it
 (:func:`keyshift.jobs.history.read_metrics`) and turned into the latency GP's rows by
 :func:`keyshift.models.features.build_features` with the job's ``controller.window_s``; the
-rows go to ``bench/data/latency_windows.csv``, how they were made to the ``.json`` beside it.
+rows go to ``bench/data/latency_windows.csv``, the run's ``metrics`` rows themselves (one per
+micro-batch) to ``latency_metrics.csv``, how they were made to the ``.json`` beside them.
 
 Evaluate (default, seconds, no Spark): the CSV split chronologically, the first 70 % to train
 and the last 30 % to test (the paper's 1400/600); LatencyGP with Eq. 8 alone, with the
@@ -39,6 +40,7 @@ of SVM/NN their constant residual band's; train s the median of ``--repeats`` fi
 
     .venv/bin/python bench/bench_latency_gp.py                      # the table, seconds
     .venv/bin/python bench/bench_latency_gp.py --json out.json
+    .venv/bin/python bench/bench_latency_gp.py --window-s 10        # the same run, 10 s windows
     .venv/bin/python bench/bench_latency_gp.py --collect            # ~35 min of Spark, once
 """
 
@@ -70,9 +72,12 @@ sys.path.insert(0, str(HERE))  # bench_stream's helpers, also when imported by a
 from bench_stream import config_env, keyshift_exe, parse_run_json
 
 from keyshift.models.evaluation import score, split_tail
-from keyshift.models.features import LATENCY_FEATURES
+from keyshift.models.features import LATENCY_FEATURES, METRICS_COLUMNS
 
 DATA = HERE / "data" / "latency_windows.csv"
+METRICS = HERE / "data" / "latency_metrics.csv"
+"""The same run's ``metrics`` rows (one per micro-batch, the columns the features are built
+from): ``--window-s`` sums them into other statistic windows, as the retrain would."""
 SHARED = ROOT.parent / "shared" / "data"
 DUBLIN = SHARED / "dublin_siri_20130131_first10k.csv"
 SHAPE = SHARED / "nab_nyc_taxi.csv"
@@ -111,6 +116,26 @@ def read_windows(path: Path) -> tuple[np.ndarray, np.ndarray]:
         raise InputError(f"{path}: column {TARGET}: every latency must be > 0")
     values = values[np.argsort(values[:, 0], kind="stable")]
     return values[:, :-1], values[:, -1]
+
+
+def read_metrics_windows(path: Path, window_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """Features and latency of the windows of ``window_s`` seconds that
+    :func:`~keyshift.models.features.build_features` makes of saved ``metrics`` rows (the
+    nightly retrain's path); a missing column or an unusable window is an
+    :class:`InputError`."""
+    from keyshift.models.features import FeatureError, build_features
+
+    if not path.is_file():
+        raise InputError(f"{path}: no such file (--collect writes it beside the windows)")
+    frame = pd.read_csv(path)
+    missing = [c for c in METRICS_COLUMNS if c not in frame.columns]
+    if missing:
+        raise InputError(f"{path}: missing column(s) {missing}; has {list(frame.columns)}")
+    try:
+        _, _, X, y = build_features(frame, window_s)
+    except (FeatureError, ValueError) as exc:
+        raise InputError(f"{path}: {exc}") from exc
+    return X, y
 
 
 ONLINE = {"gp (ard, Eq. 8)": "gp (ard), online", "gp (ard+load)": "gp (ard+load), online"}
@@ -416,6 +441,9 @@ def collect(args: argparse.Namespace, say=print) -> int:
     out_path = Path(args.out)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     frame.to_csv(out_path, index=False, float_format="%.15g")
+    rows = metrics.loc[:, [*METRICS_COLUMNS, "run_id"]].sort_values("window_start")
+    rows = rows.assign(window_start=pd.to_datetime(rows["window_start"], utc=True))
+    rows.to_csv(out_path.with_name(METRICS.name), index=False, float_format="%.15g")
     engines = frame["engines"].astype(int)
     meta = {
         "made_by": "bench/bench_latency_gp.py " + " ".join(sys.argv[1:]),
@@ -443,7 +471,8 @@ def collect(args: argparse.Namespace, say=print) -> int:
     out_path.with_suffix(".json").write_text(json.dumps(meta, indent=1, default=str) + "\n")
     say(f"collect: {len(frame)} windows from {len(metrics)} metrics rows in "
         f"{meta['collection_s'] / 60:.1f} min, engines {meta['windows_per_engine_count']}; "
-        f"wrote {out_path} and {out_path.with_suffix('.json').name}; home {home}")
+        f"wrote {out_path}, {METRICS.name} and {out_path.with_suffix('.json').name}; "
+        f"home {home}")
     return 0
 
 
@@ -455,6 +484,12 @@ def main(argv: list[str] | None = None) -> int:
                     "median (default 3)")
     ap.add_argument("--iters", type=int, default=60, help="Adam steps of each GP fit (60)")
     ap.add_argument("--limit", type=int, default=None, help="evaluate the first N windows only")
+    ap.add_argument("--window-s", type=float, default=None,
+                    help="evaluate on the run's metrics rows (--metrics) summed into windows "
+                         "of this many seconds, as the retrain builds them; with --collect, "
+                         "the job's statistic window (default 2)")
+    ap.add_argument("--metrics", default=str(METRICS),
+                    help=f"the run's metrics rows, for --window-s (default {METRICS.name})")
     ap.add_argument("--json", dest="json_out", default=None, help="also write the result here")
     c = ap.add_argument_group("collect (--collect: runs Kafka and Spark, about 35 minutes)")
     c.add_argument("--collect", action="store_true", help="make the CSV from a real run")
@@ -465,7 +500,6 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--segment-s", type=float, default=10.0, help="seconds per shape point")
     c.add_argument("--rate-low", type=float, default=30.0, help="events/s at the shape's min")
     c.add_argument("--rate-high", type=float, default=600.0, help="events/s at its max")
-    c.add_argument("--window-s", type=float, default=2.0, help="controller statistic window")
     c.add_argument("--trigger-s", type=float, default=2.0, help="micro-batch trigger")
     c.add_argument("--band-low", type=float, default=100.0,
                    help="ELB band, events per engine per window (low)")
@@ -479,6 +513,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="seconds the job may take to start")
     args = ap.parse_args(argv)
     if args.collect:
+        args.window_s = 2.0 if args.window_s is None else args.window_s
         for name in ("segment_s", "window_s", "trigger_s", "drain_s"):
             if not getattr(args, name) > 0:
                 ap.error(f"--{name.replace('_', '-')}: must be > 0")
@@ -486,7 +521,14 @@ def main(argv: list[str] | None = None) -> int:
             ap.error("--points >= 2 and 1 <= --engines-min <= --engines-max")
         return collect(args)
     try:
-        X, y = read_windows(Path(args.csv))
+        if args.window_s is None:
+            source = Path(args.csv).name
+            X, y = read_windows(Path(args.csv))
+        else:
+            if not args.window_s > 0:
+                raise InputError(f"--window-s: must be > 0, got {args.window_s}")
+            source = f"{Path(args.metrics).name} in {args.window_s:g} s windows"
+            X, y = read_metrics_windows(Path(args.metrics), args.window_s)
         if args.limit is not None:
             if args.limit < 13:
                 raise InputError(f"--limit: must be >= 13, got {args.limit}")
@@ -495,7 +537,7 @@ def main(argv: list[str] | None = None) -> int:
     except (InputError, ValueError) as exc:
         print(f"bench_latency_gp: {exc}", file=sys.stderr)
         return 2
-    print_table(result, Path(args.csv).name)
+    print_table(result, source)
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(result, indent=1) + "\n")
     return 0

@@ -89,3 +89,37 @@ def test_dublin_cycle_resends_real_reports_with_new_ids(bench, shared_data):
     assert [e["key"] for e in again] == [e["key"] for e in first]
     assert {e["id"] for e in first}.isdisjoint(e["id"] for e in again)
     assert all(e["ts"] == 2_000 for e in again)
+
+
+def test_the_runs_metrics_rows_rebuild_the_committed_windows(bench):
+    """The committed windows are the metrics rows summed at the collection's 2 s window, as
+    the retrain sums them; longer windows are fewer, larger, and still one engine count each."""
+    X, y = bench.read_windows(bench.DATA)
+    X2, y2 = bench.read_metrics_windows(bench.METRICS, 2.0)
+    assert X2.shape == X.shape
+    np.testing.assert_allclose(X2, X, rtol=0, atol=1e-4)  # the CSV keeps 15 digits of epoch s
+    np.testing.assert_allclose(y2, y, rtol=1e-9)
+    X10, y10 = bench.read_metrics_windows(bench.METRICS, 10.0)
+    tuples = bench.LATENCY_FEATURES.index("log_tuples_per_engine")
+    assert len(X) / 6 < len(y10) < len(y) / 2
+    assert np.median(X10[:, tuples]) > np.median(X[:, tuples])
+    assert (y10 > 0).all() and np.isfinite(X10).all()
+
+
+def test_window_s_evaluates_the_metrics_rows_and_refuses_bad_ones(bench, tmp_path, capsys):
+    rows = pd.read_csv(bench.METRICS)
+    small = tmp_path / "metrics.csv"
+    rows.head(150).to_csv(small, index=False)
+    out = tmp_path / "r.json"
+    assert bench.main(["--metrics", str(small), "--window-s", "4", "--repeats", "1",
+                       "--iters", "5", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert 13 <= result["n_train"] + result["n_test"] < 150
+    assert bench.main(["--metrics", str(small), "--window-s", "0"]) == 2
+    assert "--window-s: must be > 0" in capsys.readouterr().err
+    rows.drop(columns=["events_in"]).to_csv(small, index=False)
+    assert bench.main(["--metrics", str(small), "--window-s", "4"]) == 2
+    assert "missing column(s) ['events_in']" in capsys.readouterr().err
+    rows.assign(window_start="not a time").to_csv(small, index=False)
+    assert bench.main(["--metrics", str(small), "--window-s", "4"]) == 2
+    assert "window_start" in capsys.readouterr().err
