@@ -657,19 +657,24 @@ class GPForecaster:
         the blocks pooled, and output scales and noise are multiplied by c², which leaves
         every posterior mean as it was and multiplies every predictive std by c.
 
-        One block, and a factor never below 1, had left the interval at the mercy of the day
-        before the origin: the evening the taxi blizzard began (26 January 2015) set c ≈ 6
-        and the next days' intervals covered 100 %; days calmer than the model's noise could
-        not narrow it (bikes: 97.5 %). Pooled over five blocks, c < 1 is allowed: then most
-        of them were calm (rolling-origin backtests, 11 series: 8 within 85–95 % with this
-        rule; 6 with the last block's factor floored at 1; 7–8 with the median or mean of
-        the blocks' factors)."""
+        One block had left the interval at the mercy of the day before the origin: the
+        evening the taxi blizzard began (26 January 2015) set c ≈ 6 and the next days'
+        intervals covered 100 %. Pooled over five blocks, the factor is that of the days
+        before the origin as a whole.
+
+        c never goes below 1. Calm held-out days show that the fitted interval was wide
+        enough, not that tomorrow will be as calm, and a miss costs more than a margin (the
+        reserve, a reviewer's trust in the band). When narrowing was allowed, the calm first
+        fortnight of December 2012 set c ≈ 0.3–0.5 for the bikes, and the Christmas days
+        after it fell outside the interval: 78 % coverage at 20 origins. With the floor it is
+        90.2 %, and no series left 85–95 % (11 series, 20 origins: 9 inside, against 8;
+        taxi 85.7 → 88.2 %, ELB 87.4 → 89.7 %, the others unchanged or within a point)."""
         factors = np.array([float(np.quantile(np.abs(err) / np.maximum(std, 1e-12), 0.9))
                             for err, std in held]) / Z_90
         factor = float(np.sqrt(np.mean(np.square(factors))))
-        if factor > 0:
-            self._scale_variance(factor ** 2)
-        return factor if factor > 0 else 1.0
+        factor = factor if factor > 1.0 else 1.0  # also when the blocks gave no number
+        self._scale_variance(factor ** 2)
+        return factor
 
     def _log(self, y: np.ndarray) -> np.ndarray:
         """``log(y)`` for a ``log_target`` model, else y."""

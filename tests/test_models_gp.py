@@ -391,19 +391,23 @@ def test_without_a_cycle_the_gp_holds_the_current_level_not_the_history_mean():
               np.zeros(110)]
     X = rate_features(t)
     mean, std = InputRateGP(iters=60).fit(X[:160], y[:160]).predict(X[160:])
-    assert np.abs(mean).max() < 1.0
+    # 1.7 after 20 minutes (0.2 after 2), against the reverting GP's 13 and the history's
+    # mean of 70 (below 1.0 while the interval could narrow: the noise then hit its floor)
+    assert np.abs(mean).max() < 2.5 and np.abs(mean[0]) < 0.5
     assert (std > 0).all()
 
 
-def test_a_calm_tail_narrows_the_interval_and_still_covers_it():
-    """Five wild days, then calm ones: the noise fitted on all of them is too wide for the
-    calm tail; every held-out block says so, and the calibration narrows (factor < 1)."""
-    y, X, test, plain, narrow = _noise_changes(day=5, before=2.0, after=0.3)
-    assert narrow.interval_scale_ < 0.9
-    (m0, s0), (m1, s1) = plain.predict(X[test]), narrow.predict(X[test])
+def test_a_calm_tail_never_narrows_the_interval_below_the_fitted_one():
+    """Five wild days, then calm ones: every held-out block says the fitted interval is too
+    wide for the calm tail, but calm days do not promise a calm tomorrow, so the calibration
+    leaves it as fitted (factor 1; allowed to narrow, it was < 0.9 here and the bikes'
+    intervals missed Christmas), and it still covers the calm tail."""
+    y, X, test, plain, calibrated = _noise_changes(day=5, before=2.0, after=0.3)
+    assert calibrated.interval_scale_ == 1.0
+    (m0, s0), (m1, s1) = plain.predict(X[test]), calibrated.predict(X[test])
     np.testing.assert_allclose(m1, m0, rtol=1e-6, atol=1e-6)
-    assert (s1 < s0).all()
-    assert np.mean(np.abs(y[test] - m1) <= Z_90 * s1) >= 0.75  # 20 of 24 points
+    np.testing.assert_allclose(s1, s0, rtol=1e-6)
+    assert np.mean(np.abs(y[test] - m1) <= Z_90 * s1) >= 0.9
 
 
 @pytest.mark.parametrize("kernel", LOAD_KERNELS)
