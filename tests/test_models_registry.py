@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from urllib.parse import urlparse
 
 import numpy as np
 import pandas as pd
@@ -122,7 +123,7 @@ def test_unreadable_champion_is_a_registry_error(cfg, tmp_path):
         load_champion(cfg, "input_rate")
 
 
-def test_auto_kernel_logs_requested_and_chosen_kernels(cfg, tmp_path):
+def test_auto_kernel_logs_requested_and_chosen_kernels(cfg):
     """Regression: the nightly default kernel="auto" logged `<model>.kernel` twice (the
     request, then the choice), which MLflow refuses, so every default retrain failed."""
     import mlflow
@@ -135,9 +136,10 @@ def test_auto_kernel_logs_requested_and_chosen_kernels(cfg, tmp_path):
     assert params["input_rate.profile_stat_chosen"] in ("mean", "median")
     assert params["latency.profile_stat_chosen"] == "none"
     # the candidates the choice compared are an artifact a reviewer can open
-    client = mlflow.MlflowClient(cfg.mlflow_tracking_uri)
-    candidates = json.loads(Path(client.download_artifacts(
-        out["run_id"], "input_rate/candidates.json", str(tmp_path))).read_text())
+    # read where the local store keeps it (MLflow's download helpers open a default store
+    # in the working directory as a side effect)
+    artifacts = Path(urlparse(run.info.artifact_uri).path)
+    candidates = json.loads((artifacts / "input_rate" / "candidates.json").read_text())
     assert candidates["chosen"]["kernel"] == params["input_rate.kernel_chosen"]
     assert set(candidates["marginal_log_likelihood"]) >= {
         k for k in candidates["held_out_mae"]}
