@@ -72,7 +72,7 @@ sys.path.insert(0, str(HERE))  # bench_stream's helpers, also when imported by a
 from bench_stream import config_env, keyshift_exe, parse_run_json
 
 from keyshift.models.evaluation import score, split_tail
-from keyshift.models.features import LATENCY_FEATURES, METRICS_COLUMNS
+from keyshift.models.features import LATENCY_FEATURES, METRICS_COLUMNS, build_features
 
 DATA = HERE / "data" / "latency_windows.csv"
 METRICS = HERE / "data" / "latency_metrics.csv"
@@ -123,8 +123,6 @@ def read_metrics_windows(path: Path, window_s: float) -> tuple[np.ndarray, np.nd
     :func:`~keyshift.models.features.build_features` makes of saved ``metrics`` rows (the
     nightly retrain's path); a missing column or an unusable window is an
     :class:`InputError`."""
-    from keyshift.models.features import FeatureError, build_features
-
     if not path.is_file():
         raise InputError(f"{path}: no such file (--collect writes it beside the windows)")
     frame = pd.read_csv(path)
@@ -133,7 +131,7 @@ def read_metrics_windows(path: Path, window_s: float) -> tuple[np.ndarray, np.nd
         raise InputError(f"{path}: missing column(s) {missing}; has {list(frame.columns)}")
     try:
         _, _, X, y = build_features(frame, window_s)
-    except (FeatureError, ValueError) as exc:
+    except ValueError as exc:  # a FeatureError names the column
         raise InputError(f"{path}: {exc}") from exc
     return X, y
 
@@ -376,7 +374,6 @@ def _wait_running(job: subprocess.Popen, log: Path, timeout_s: float) -> None:
 
 def collect(args: argparse.Namespace, say=print) -> int:
     from keyshift.config import load_config
-    from keyshift.models.features import build_features
     from keyshift.streaming import broker as brokers
 
     taxi = pd.read_csv(SHAPE)["value"].to_numpy(np.float64)

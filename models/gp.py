@@ -83,7 +83,7 @@ import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -234,6 +234,20 @@ def _build_model(kernel: str, x, y, scaling: _Scaling):
         periodic.raw_period_length.requires_grad_(False)  # the calendar is known, not learnt
         covar = covar + gpytorch.kernels.ScaleKernel(periodic)
     return _GPModel(x, y, likelihood, covar), likelihood
+
+
+class _Candidate(NamedTuple):
+    """One (kernel, profile) pair as fitted, and what choosing it restores."""
+
+    kernel: str
+    profile: SlotProfile | None
+    scaling: _Scaling
+    z: np.ndarray  # the targets the GP saw (deseasoned)
+    model: Any
+    likelihood: Any
+    mll: float
+    variance_scale: float = 1.0  # the prior-variance calibration's factor
+    held: list | tuple = ()  # (error, std) per held-out block: the interval calibration
 
 
 def inducing_rows(n: int, m: int) -> np.ndarray:
@@ -535,46 +549,51 @@ class GPForecaster:
         select = len(candidates) * len(profiles) > 1 and bool(blocks)
         self.kernel_scores_: dict[str, float] = {}
         self.kernel_errors_: dict[str, float] = {}
-        results = {}
+        results: dict[str, _Candidate] = {}
         for profile in profiles:
             self._profile = profile
             z = self._deseason(X, y_log)
-            self._scaling = _Scaling.of(X, z)
+            self._scaling = _Scaling.of(X, z)  # what _train standardises with
             for kernel in candidates:
-                model, likelihood, mll = self._train(kernel, X[sub], z[sub])
-                # one key per candidate: the kernel, and the profile's statistic when several
-                key = kernel if len(profiles) == 1 else f"{kernel} ({profile.stat})"
-                self._model, self._likelihood, self.mll_, self.kernel_ = (model, likelihood,
-                                                                          mll, kernel)
+                fitted = _Candidate(kernel, profile, self._scaling, z,
+                                    *self._train(kernel, X[sub], z[sub]))
+                self._adopt(fitted)  # the calibrations below work on the current model
                 scale = self._calibrate_prior_variance()
                 held = ([self._held_out(X, y_log, lo, hi) for lo, hi in blocks]
                         if select or (self.calibrate_interval and blocks) else [])
-                self.kernel_scores_[key] = mll
+                # one key per candidate: the kernel, and the profile's statistic when several
+                key = kernel if len(profiles) == 1 else f"{kernel} ({profile.stat})"
+                self.kernel_scores_[key] = fitted.mll
                 if select:
                     self.kernel_errors_[key] = float(np.mean(np.abs(np.concatenate(
                         [err for err, _ in held]))))
-                results[key] = (kernel, profile, self._scaling, z, model, likelihood, mll,
-                                scale, held)
+                results[key] = fitted._replace(variance_scale=scale, held=held)
         # several kernels: the one that forecast the held-out blocks of the training tail best
         # (the marginal likelihood prefers the most flexible kernel, which chased the bursts of
         # the AAPL tweets and the Christmas week of the bikes); the likelihood decides only
         # when the history is too short to hold a block out
         # (likelihoods of different profiles score different targets: without held-out
         # blocks the first profile, the weighted mean, is kept)
-        first = [key for key, r in results.items() if r[1] is profiles[0]]
-        best = (min(self.kernel_errors_, key=self.kernel_errors_.get) if select
-                else max(first, key=self.kernel_scores_.get))
-        (kernel, self._profile, self._scaling, z, model, likelihood, mll, self.variance_scale_,
-         held) = results[best]
-        self._model, self._likelihood, self.mll_, self.kernel_ = model, likelihood, mll, kernel
+        first = [key for key, c in results.items() if c.profile is profiles[0]]
+        best = results[min(self.kernel_errors_, key=self.kernel_errors_.get) if select
+                       else max(first, key=self.kernel_scores_.get)]
+        self._adopt(best)
+        self.variance_scale_ = best.variance_scale
         self.profile_stat_ = None if self._profile is None else self._profile.stat
         self._inducing_z = None
-        self.interval_scale_ = (self._calibrate_interval(held)
-                                if self.calibrate_interval and held else 1.0)
-        self._condition_on(X, z)
+        self.interval_scale_ = (self._calibrate_interval(best.held)
+                                if self.calibrate_interval and best.held else 1.0)
+        self._condition_on(X, best.z)
         self._posterior_now()  # the factorisation is part of fitting, not of a forecast
         self.train_seconds_ = time.perf_counter() - started
         return self
+
+    def _adopt(self, c: _Candidate) -> None:
+        """Make candidate ``c`` the current model (what calibration, conditioning and
+        forecasting read)."""
+        self._model, self._likelihood, self.mll_, self.kernel_ = (c.model, c.likelihood,
+                                                                  c.mll, c.kernel)
+        self._profile, self._scaling = c.profile, c.scaling
 
     def _calibrate_prior_variance(self) -> float:
         """Scale every output scale and the noise by one factor so that the GP's prior
@@ -598,15 +617,15 @@ class GPForecaster:
                 if isinstance(m, gpytorch.kernels.ScaleKernel)]
 
     def _scale_variance(self, factor: float) -> None:
-        """Every output scale and the noise times ``factor`` (> 0): the posterior mean stays
-        as fitted (the factor cancels in K⁻¹y) and every predictive variance is multiplied."""
+        """Every output scale and the noise times ``factor`` (>= 1: both calibrations only
+        widen, so the noise stays above its constraint's bound): the posterior mean stays as
+        fitted (the factor cancels in K⁻¹y) and every predictive variance is multiplied."""
         if factor == 1.0:
             return
         with _torch().no_grad():
             for k in self._scale_kernels():
                 k.outputscale = k.outputscale * factor
-            # the noise stays above its constraint's bound (1e-4), which a narrowing could cross
-            self._likelihood.noise = (self._likelihood.noise * factor).clamp_min(_MIN_NOISE * 1.01)
+            self._likelihood.noise = self._likelihood.noise * factor
 
     def _held_out_blocks(self, X: np.ndarray) -> list[tuple[int, int]]:
         """Row ranges [lo, hi) of the last ``_HELD_OUT_BLOCKS`` blocks of the training
@@ -672,7 +691,7 @@ class GPForecaster:
         factors = np.array([float(np.quantile(np.abs(err) / np.maximum(std, 1e-12), 0.9))
                             for err, std in held]) / Z_90
         factor = float(np.sqrt(np.mean(np.square(factors))))
-        factor = factor if factor > 1.0 else 1.0  # also when the blocks gave no number
+        factor = max(1.0, factor)  # 1.0 first: also when the blocks gave no number (NaN)
         self._scale_variance(factor ** 2)
         return factor
 

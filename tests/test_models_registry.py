@@ -135,9 +135,8 @@ def test_auto_kernel_logs_requested_and_chosen_kernels(cfg):
     assert params["input_rate.kernel_chosen"] in KERNELS
     assert params["input_rate.profile_stat_chosen"] in ("mean", "median")
     assert params["latency.profile_stat_chosen"] == "none"
-    # the candidates the choice compared are an artifact a reviewer can open
-    # read where the local store keeps it (MLflow's download helpers open a default store
-    # in the working directory as a side effect)
+    # the candidates the choice compared are an artifact a reviewer can open; read from the
+    # local store (MLflow's download helpers leave a default store in the working directory)
     artifacts = Path(urlparse(run.info.artifact_uri).path)
     candidates = json.loads((artifacts / "input_rate" / "candidates.json").read_text())
     assert candidates["chosen"]["kernel"] == params["input_rate.kernel_chosen"]
