@@ -596,6 +596,10 @@ class StreamJob:
             "committed_staged": committed,  # the last commit behind the stream, if it ended
             "duration_s": duration, "moved_groups": len(migration), "moved_bytes": moved,
             "split_groups": list(split),
+            # the batch's input per key group (non-zero ones), for a replay of the run's
+            # input through the simulator's cost model (keyshift simulate --calibrate)
+            "load_groups": np.flatnonzero(loads).tolist(),
+            "load_counts": loads[loads > 0].astype(int).tolist(),
             "tasks": tasks, "split_tasks": split_tasks})
         if self.on_batch is not None:
             self.on_batch(BatchReport(batch_id, valid, dead, outs, bal.rstd, plan.parallelism,

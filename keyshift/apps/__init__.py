@@ -1,4 +1,4 @@
-"""Operators: the Operator API (:mod:`.base`), the four shipped applications, and the one
+"""Operators: the Operator API (:mod:`.base`), the shipped applications, and the one
 resolver (:mod:`.registry`) that loads an operator by shipped name, entry point (group
 ``keyshift.operators``) or ``module:Class``.
 
@@ -18,6 +18,7 @@ from keyshift.apps.base import (
 )
 from keyshift.apps.clicks import ClickPatterns, TopK
 from keyshift.apps.fsd import FirstStoryDetection
+from keyshift.apps.heavy import HeavyRule
 from keyshift.apps.registry import (
     ENTRY_POINT_GROUP,
     SHIPPED,
@@ -44,6 +45,7 @@ __all__ = [
     "ClickPatterns",
     "ComplexEvent",
     "FirstStoryDetection",
+    "HeavyRule",
     "Operator",
     "OperatorInputError",
     "OperatorSpec",

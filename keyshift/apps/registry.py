@@ -4,7 +4,8 @@ Every layer that needs "the operator" (the engines, ingestion's typed parse, the
 checks, the CLI) goes through :func:`resolve_operator`, so a spec means the same thing
 everywhere. Three forms, tried in this order:
 
-1. a shipped application's name (``fsd``, ``traffic``, ``clicks``, ``wordcount``): always
+1. a shipped application's name (``fsd``, ``traffic``, ``clicks``, ``wordcount``,
+   ``heavy``): always
    available, even from a source tree that was never installed;
 2. the name of an entry point in group ``keyshift.operators`` (how an installed package
    offers its operators, as ``keyshift.commands`` offers sub-commands);
@@ -26,6 +27,7 @@ from keyshift.apps.base import Operator, OperatorInputError
 from keyshift.apps.clicks import ClickPatterns
 from keyshift.apps.declaration import DeclarationError, check_declaration
 from keyshift.apps.fsd import FirstStoryDetection
+from keyshift.apps.heavy import HeavyRule
 from keyshift.apps.traffic import TrafficAnomaly
 from keyshift.apps.wordcount import WindowedWordCount
 from keyshift.schemas import TableSchema
@@ -37,6 +39,7 @@ SHIPPED: dict[str, type[Operator]] = {
     "traffic": TrafficAnomaly,
     "clicks": ClickPatterns,
     "wordcount": WindowedWordCount,
+    "heavy": HeavyRule,
 }
 
 

@@ -107,6 +107,12 @@ class WordCountGenerator(EventGenerator):
         return [{"key": d[i], "word": d[i]} for i in idx.tolist()]
 
 
+class HeavyGenerator(WordCountGenerator):
+    """Words for the CPU-heavy rule (:mod:`keyshift.apps.heavy`): the word-count events."""
+
+    app = "heavy"
+
+
 class FsdGenerator(EventGenerator):
     app = "fsd"
     default_keys = 500
@@ -200,7 +206,8 @@ class ClicksGenerator(EventGenerator):
 
 
 GENERATORS: dict[str, type[EventGenerator]] = {
-    g.app: g for g in (FsdGenerator, TrafficGenerator, ClicksGenerator, WordCountGenerator)
+    g.app: g for g in (FsdGenerator, TrafficGenerator, ClicksGenerator, WordCountGenerator,
+                       HeavyGenerator)
 }
 
 
