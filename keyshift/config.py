@@ -172,7 +172,7 @@ class EnginesConfig(_Section):
 
 
 class ControllerConfig(_Section):
-    # a shipped application (fsd, traffic, clicks, wordcount), an entry point of group
+    # a shipped application (fsd, traffic, clicks, wordcount, heavy), an entry point of group
     # keyshift.operators, or module:Class; resolved (and refused with a reason) at start
     app: str = Field("fsd", min_length=1, pattern=r"^[A-Za-z0-9_.:-]+$")
     policy: Literal["kg", "dlb-h", "dlb-l", "dlb-s", "elb", "lptf", "clb", "uhlb"] = "dlb-h"

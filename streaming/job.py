@@ -238,7 +238,11 @@ class StreamJob:
             {"run_id": self.run_id, "app": self.app, "policy": self.opt.policy,
              "groups": self.groups, "engines": self.engines, "topic": self.topic,
              "trigger_s": self.trigger_s, "app_params": self.opt.app_params,
-             "checkpoint": self.checkpoint, "engine_state": self.state_uri}, indent=2))
+             "checkpoint": self.checkpoint, "engine_state": self.state_uri,
+             # how the plan evolved, for a replay (keyshift simulate --calibrate)
+             "per_window": self.per_window, "policy_params": self.opt.policy_params,
+             "controller": self.cfg.controller.model_dump(),
+             "planner": bool(self.cfg.planner.enabled)}, indent=2))
         trigger = ({"availableNow": True} if self.opt.available_now
                    else {"processingTime": f"{self.trigger_s} seconds"})
         self.query = (

@@ -144,6 +144,9 @@ def test_wordcount_emits_closed_windows() -> None:
         ("clicks", {"length": 0}, "length"),
         ("wordcount", {"window_s": 0}, "window_s"),
         ("wordcount", {"bogus": 1}, "params"),
+        ("heavy", {"work_us": -1}, "work_us"),
+        ("heavy", {"work_us": "lots"}, "work_us"),
+        ("heavy", {"every": 0}, "every"),
         ("nope", {}, "app"),
     ],
 )
@@ -178,7 +181,7 @@ def _stream(app: str, n: int, seed: int) -> list[dict]:
                           * 1e-4, lat=53.35, delay_s=rng.choice([0, 400, 500])))
         elif app == "clicks":
             out.append(ev(i, k, ts, url=f"/{rng.choice(words[:3])}"))
-        else:
+        else:  # wordcount, heavy
             out.append(ev(i, k, ts, word=k))
     return out
 
@@ -188,6 +191,7 @@ PARAMS = {
     "traffic": {"min_buses": 1, "streak": 1, "near_m": 50},
     "clicks": {"length": 2},
     "wordcount": {"window_s": 2},
+    "heavy": {"work_us": 5, "every": 3},
 }
 
 
@@ -251,3 +255,47 @@ def test_state_bytes_reports_group_size() -> None:
     assert op.state_bytes(1) == 0
     op.process(ev(0, "w", 0, word="w"), 1)
     assert op.state_bytes(1) == len(op.snapshot(1)) > 0
+
+
+# --- the CPU-heavy rule ---------------------------------------------------------------------
+def test_heavy_chain_depends_on_every_earlier_event_of_its_key() -> None:
+    """The digest chains a key's events in order: drop, double or swap one and every later
+    output of that key changes (what makes equality with KG a strong check)."""
+    events = [ev(i, "k", i * 10, word=f"w{i % 3}") for i in range(60)]
+
+    def run(stream: list[dict]) -> list[tuple]:
+        op = make_operator("heavy", work_us=1, every=2)
+        return [ce.identity() for e in stream for ce in op.process(e, 0)]
+
+    ref = run(events)
+    assert len(ref) > 10  # about one event in two completes a match
+    assert run(events) == ref  # deterministic
+    dropped = run(events[:20] + events[21:])
+    assert [x for x in dropped if x[4] > "e00020"] != [x for x in ref if x[4] > "e00020"]
+    swapped = run(events[:20] + [events[21], events[20]] + events[22:])
+    assert [x for x in swapped if x[4] > "e00021"] != [x for x in ref if x[4] > "e00021"]
+    other = [ev(i, "j", i * 10, word=f"w{i % 3}") for i in range(60)]
+    op = make_operator("heavy", work_us=1, every=2)
+    mixed = [ce.identity() for a, b in zip(events, other) for e in (a, b)
+             for ce in op.process(e, 0)]
+    assert [x for x in mixed if x[0] == "k"] == ref  # keys never see each other
+
+
+def test_heavy_work_scales_with_work_us() -> None:
+    """The iterations come from work_us by a fixed constant (never a clock), so the outputs
+    are the same on any host; the cost grows with work_us."""
+    import time
+
+    from keyshift.apps.heavy import ITERATIONS_PER_US, iterations_for
+
+    assert iterations_for(0) == 1 and iterations_for(100) == round(100 * ITERATIONS_PER_US)
+    events = [ev(i, "k", i, word="x") for i in range(40)]
+
+    def cost(work_us: float) -> float:
+        op = make_operator("heavy", work_us=work_us)
+        t = time.perf_counter()
+        for e in events:
+            op.process(e, 0)
+        return time.perf_counter() - t
+
+    assert cost(2000) > 5 * cost(20)

@@ -55,6 +55,9 @@ SHIPPED_SCHEMAS = {
     "wordcount": ("event_wordcount", 1, "words; key = the word (elb-clb §5.2)",
                   "`id` STRING NOT NULL, `key` STRING NOT NULL, `ts` BIGINT NOT NULL, "
                   "`word` STRING NOT NULL"),
+    "heavy": ("event_heavy", 1, "a CPU-heavy rule on words (the word-count schema); key = the word",
+              "`id` STRING NOT NULL, `key` STRING NOT NULL, `ts` BIGINT NOT NULL, "
+              "`word` STRING NOT NULL"),
 }
 
 
@@ -69,7 +72,7 @@ def test_shipped_apps_declare_the_schemas_events_had(app: str) -> None:
 
 
 def test_events_holds_exactly_the_shipped_apps() -> None:
-    assert sorted(EVENTS) == sorted(SHIPPED) == ["clicks", "fsd", "traffic", "wordcount"]
+    assert sorted(EVENTS) == sorted(SHIPPED) == ["clicks", "fsd", "heavy", "traffic", "wordcount"]
 
 
 def test_shipped_apps_are_installed_entry_points() -> None:
@@ -263,7 +266,7 @@ def test_an_unknown_name_lists_the_choices_and_is_a_key_error() -> None:
         event_schema("nope")
     assert isinstance(info.value, KeyError) and info.value.field == "app"
     assert str(info.value) == (
-        "app: unknown application 'nope'; choose one of clicks, fsd, traffic, wordcount "
+        "app: unknown application 'nope'; choose one of clicks, fsd, heavy, traffic, wordcount "
         "(shipped or entry points of keyshift.operators), or module:Class")
 
 

@@ -40,7 +40,7 @@ _RUN_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="TOML file (default: $KEYSHIFT_CONFIG or built-in)")
-    p.add_argument("--app", help="operator: a shipped app (fsd, traffic, clicks, wordcount), an "
+    p.add_argument("--app", help="operator: a shipped app (fsd, traffic, clicks, wordcount, heavy), an "
                    "entry point of group keyshift.operators, or module:Class "
                    "(default: controller.app)")
     p.add_argument("--params", default="{}", help="operator parameters as a JSON object")
