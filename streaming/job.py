@@ -242,7 +242,7 @@ class StreamJob:
              # how the plan evolved, for a replay (keyshift simulate --calibrate)
              "per_window": self.per_window, "policy_params": self.opt.policy_params,
              "controller": self.cfg.controller.model_dump(),
-             "planner": bool(self.cfg.planner.enabled)}, indent=2))
+             "planner": bool(self.cfg.planner.enabled), "cores": self._cores()}, indent=2))
         trigger = ({"availableNow": True} if self.opt.available_now
                    else {"processingTime": f"{self.trigger_s} seconds"})
         self.query = (
@@ -271,6 +271,24 @@ class StreamJob:
             self.query.stop()
         self.flush()
         self._write_progress()
+
+    def _cores(self) -> int:
+        """Cores the engine stage's tasks share: N of local[N], else the executors' total."""
+        import os
+        import re
+
+        master = self.spark.sparkContext.master
+        m = re.fullmatch(r"local\[(\d+|\*)(?:,\s*\d+)?\]", master)
+        if m is not None:
+            return (os.cpu_count() or 1) if m.group(1) == "*" else int(m.group(1))
+        if master == "local":
+            return 1
+        try:  # the executors' cores, as the scheduler counts them
+            return int(self.spark.sparkContext._jsc.sc().maxNumConcurrentTasks(
+                self.spark.sparkContext._jsc.sc().resourceProfileManager()
+                .defaultResourceProfile()))
+        except Exception:  # noqa: BLE001 -- an older or remote API: Spark's own default
+            return int(self.spark.sparkContext.defaultParallelism)
 
     def _write_progress(self) -> None:
         """Spark's own account of the batches (``triggerExecution`` covers offsets, the

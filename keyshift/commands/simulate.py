@@ -35,7 +35,8 @@ def add_generic_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     g.add_argument("--report-dir", help="folder for tables and plots "
                    "(default <home>/reports/<scenario>/)")
-    g.add_argument("--engines", type=int, help="number of engines N")
+    g.add_argument("--engines", help="number of engines N (with --calibrate: a comma list of "
+                   "engine counts to project to, default 8,32,128)")
     g.add_argument("--policy", help="balancing policy (keyshift.policies names)")
     g.add_argument("--policy-param", action="append", default=[], metavar="KEY=VALUE",
                    help="a policy constructor parameter (repeatable)")
@@ -45,6 +46,11 @@ def add_generic_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--duration", type=float, help="simulated seconds")
     g.add_argument("--window", type=float, help="statistic window Δ in seconds")
     g.add_argument("--quick", action="store_true", help="a shorter, smaller run")
+    c = p.add_argument_group("calibrated on a real run (docs/simulator.md)")
+    c.add_argument("--calibrate", metavar="RUN_ID",
+                   help="fit the cost model to run RUN_ID of 'keyshift run' (its folder "
+                   "<home>/runs/RUN_ID), replay its input, project it to --engines")
+    c.add_argument("--cores", help="cores of the projected cluster (default: one per engine)")
     s = p.add_argument_group("plain simulation (no --scenario)")
     s.add_argument("--tick", type=float, help="tick in seconds (default window/10)")
     s.add_argument("--groups", type=int, help="key groups p (default groups.count)")
@@ -127,8 +133,50 @@ def _check_positive(name: str, value: float | None, integer: bool = False) -> No
         raise UsageError(f"--{name}: must be an integer, got {value}")
 
 
+def _positive_ints(option: str, text: str) -> list[int]:
+    values = []
+    for part in str(text).split(","):
+        try:
+            value = int(part.strip())
+        except ValueError:
+            raise UsageError(f"--{option}: expected a positive integer or a comma list of them, "
+                             f"got {text!r}") from None
+        if value < 1:
+            raise UsageError(f"--{option}: must be >= 1, got {value}")
+        values.append(value)
+    return values
+
+
+def check_engines(args: argparse.Namespace) -> None:
+    """--engines is one integer, or (with --calibrate) a comma list; --cores goes with
+    --calibrate. Normalized in place: an int (or None), or ``args.engine_list``."""
+    calibrating = getattr(args, "calibrate", None) is not None
+    raw = getattr(args, "engines", None)
+    cores = getattr(args, "cores", None)
+    if cores is not None:
+        if not calibrating:
+            raise UsageError("--cores: only applies to --calibrate")
+        got = _positive_ints("cores", cores)
+        if len(got) != 1:
+            raise UsageError(f"--cores: expected one positive integer, got {cores!r}")
+        args.cores = got[0]
+    if calibrating:
+        if getattr(args, "scenario", None):
+            raise UsageError("--calibrate: cannot be combined with --scenario")
+        args.engine_list = _positive_ints("engines", raw) if raw is not None else None
+        args.engines = None
+        return
+    if raw is None or isinstance(raw, int):
+        return
+    got = _positive_ints("engines", raw)
+    if len(got) != 1:
+        raise UsageError(f"--engines: a comma list only applies to --calibrate, got {raw!r}")
+    args.engines = got[0]
+
+
 def check_generic(args: argparse.Namespace) -> None:
     """Validate the generic options every scenario shares (one line per bad value)."""
+    check_engines(args)
     for name in ("engines", "speedup", "rate", "duration", "window", "tick", "groups", "keys",
                  "service_rate", "queue_limit", "rebalance_every"):
         _check_positive(name.replace("_", "-"), getattr(args, name, None),
@@ -211,6 +259,10 @@ def _default(value: Any) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     check_generic(args)
+    if getattr(args, "calibrate", None) is not None:
+        from keyshift.commands.simulate_calibrated import calibrated
+
+        return calibrated(args)
     module = getattr(args, "_scenario_module", None)
     if module is not None:
         try:
