@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from keyshift.config import Config
+from keyshift.control.floor import FLOOR_COLUMNS, key_group_floor
 from keyshift.groups import groups_of
 from keyshift.metrics import load_variance, rstd
 from keyshift.plan import Plan
@@ -141,10 +142,13 @@ def read_pinned(spark: SparkSession, cfg: Config, name: str) -> tuple[DataFrame,
     """
     from delta.tables import DeltaTable
 
+    from keyshift.lakehouse.delta import conform
+
     read_history(spark, cfg, name)
     path = cfg.table_path(name)
     version = int(DeltaTable.forPath(spark, path).history(1).select("version").first()[0])
-    return spark.read.format("delta").option("versionAsOf", version).load(path), version
+    pinned = spark.read.format("delta").option("versionAsOf", version).load(path)
+    return conform(pinned, name, path), version  # an older table: added columns as nulls
 
 
 def read_metrics(spark: SparkSession, cfg: Config, days: DayRange) -> tuple[pd.DataFrame, int]:
@@ -390,6 +394,10 @@ def synthetic_frames(
         "plan_version": np.zeros(m, dtype=np.int64),
         "policy": "kg",
     })
+    floors = [key_group_floor(y, int(n)) for y, n in zip(group_loads, engines, strict=True)]
+    for col in FLOOR_COLUMNS:  # the floor of each window (keyshift.control.floor)
+        metrics[col] = [f.columns()[col] for f in floors]
+    metrics["hot_group"] = metrics["hot_group"].astype("Int32")
     w, g = np.nonzero(group_loads)
     load = group_loads[w, g]
     key_loads = pd.DataFrame({

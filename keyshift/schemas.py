@@ -6,13 +6,23 @@ Types are Spark SQL DDL type names, so that this module stays free of Spark (the
 while the streaming and batch layers build ``StructType``s from :meth:`TableSchema.ddl`.
 Bump ``SCHEMA_VERSION`` (and the table's ``version``) on any incompatible change; the
 writers stamp it into every row so a reader can tell old rows from new ones.
+
+Adding a column is a bump too: the column is nullable and says which version added it
+(``since``). Tables written before it lack it: the readers of ``keyshift.lakehouse.delta``
+see it as null there (and in older staged rows), and the first append of a newer writer
+adds it to the table (Delta's schema evolution, :attr:`TableSchema.evolved`), so rows of
+every version read alike, the old ones with nulls.
+
+History: version 2 added the floor of each batch and window (``floor_ratio``,
+``floor_rstd``, ``hot_group``, ``hot_group_share``; ``keyshift.control.floor``) to
+``metrics`` and ``decisions``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -21,6 +31,7 @@ class Column:
     type: str  # Spark SQL DDL type: STRING, BIGINT, INT, DOUBLE, BOOLEAN, TIMESTAMP, BINARY, ARRAY<..>
     nullable: bool = True
     doc: str = ""
+    since: int = 1  # the schema version that added the column (later ones are nullable)
 
 
 @dataclass(frozen=True)
@@ -51,9 +62,33 @@ class TableSchema:
     def required(self) -> list[str]:
         return [c.name for c in self.columns if not c.nullable]
 
+    @property
+    def added(self) -> list[Column]:
+        """Columns added after the table's first version: null in the rows of older
+        writers, absent from tables they made."""
+        return [c for c in self.columns if c.since > 1]
 
-def _c(name: str, type_: str, nullable: bool = True, doc: str = "") -> Column:
-    return Column(name, type_, nullable, doc)
+    @property
+    def evolved(self) -> bool:
+        """Whether an older table may lack columns (an append then adds them)."""
+        return bool(self.added)
+
+
+def _c(name: str, type_: str, nullable: bool = True, doc: str = "", since: int = 1) -> Column:
+    if since > 1 and not nullable:
+        raise ValueError(f"column {name}: a column added in version {since} must be nullable")
+    return Column(name, type_, nullable, doc, since)
+
+
+# the floor of a batch (metrics) or a statistic window (decisions): keyshift.control.floor
+_FLOOR = (
+    _c("floor_ratio", "DOUBLE", True, "max(hottest key group's load, mean engine load) / mean "
+       "engine load: the least max/mean any plan keeping a key on one engine reaches", 2),
+    _c("floor_rstd", "DOUBLE", True, "the least imbScore (%) such a plan reaches: "
+       "100·(floor_ratio − 1)/√(engines − 1)", 2),
+    _c("hot_group", "INT", True, "the key group with the most load (null: no load)", 2),
+    _c("hot_group_share", "DOUBLE", True, "its load / the total load", 2),
+)
 
 
 # --- Kafka events -------------------------------------------------------------------
@@ -81,7 +116,7 @@ _RUN = (
 
 TABLES: dict[str, TableSchema] = {
     "metrics": TableSchema(
-        "metrics", 1,
+        "metrics", 2,
         _RUN + (
             _c("batch_id", "BIGINT", False),
             _c("window_start", "TIMESTAMP", False),
@@ -101,7 +136,7 @@ TABLES: dict[str, TableSchema] = {
             _c("batch_duration_s", "DOUBLE", False),
             _c("plan_version", "BIGINT", False),
             _c("policy", "STRING", False),
-        ),
+        ) + _FLOOR,
         "one row per statistic window: the batch layer's history for the GPs",
     ),
     "key_loads": TableSchema(
@@ -198,7 +233,7 @@ TABLES: dict[str, TableSchema] = {
         "one row per migration step, so a pending migration is recoverable from Delta",
     ),
     "decisions": TableSchema(
-        "decisions", 1,
+        "decisions", 2,
         _RUN + (
             _c("batch_id", "BIGINT", False),
             _c("decided_at", "TIMESTAMP", False),
@@ -213,8 +248,9 @@ TABLES: dict[str, TableSchema] = {
             _c("engines_before", "INT", True),
             _c("engines_after", "INT", True),
             _c("plan_version", "BIGINT", True),
-        ),
-        "the controller's event log: every decision and its reason",
+        ) + _FLOOR,
+        "the controller's event log: every decision and its reason (the floor columns: "
+        "the window's)",
     ),
     "control_state": TableSchema(
         "control_state", 1,

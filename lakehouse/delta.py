@@ -102,13 +102,25 @@ def read_table(spark: SparkSession, cfg: Config, name: str) -> DataFrame:
             f"{name}: no Delta table at {path} (warehouse.root={cfg.warehouse_path}); "
             "has the streaming job written there (or call ensure_tables)?"
         )
-    df = spark.read.format("delta").load(path)
-    missing = [c for c in schema.names if c not in df.columns]
-    if missing:
+    return conform(spark.read.format("delta").load(path), name, path)
+
+
+def conform(df: DataFrame, name: str, path: str | None = None) -> DataFrame:
+    """``df`` (a read of table ``name``) with the columns a later schema version added and
+    the table does not have yet as nulls (its rows are older: ``keyshift.schemas``); a
+    missing column of the table's first version is a :class:`TableSchemaError`."""
+    from pyspark.sql import functions as F
+
+    schema = table(name)
+    missing = [c for c in schema.columns if c.name not in df.columns]
+    lost = [c.name for c in missing if c.since <= 1]
+    if lost:
         raise TableSchemaError(
-            f"{name}: table at {path} lacks columns {', '.join(missing)} "
+            f"{name}: table at {path or 'its location'} lacks columns {', '.join(lost)} "
             f"(schema version {SCHEMA_VERSION} expects {', '.join(schema.names)})"
         )
+    for c in missing:
+        df = df.withColumn(c.name, F.lit(None).cast(c.type))
     return df
 
 
@@ -143,6 +155,8 @@ def append_frame(df: DataFrame, cfg: Config, name: str, txn_app: str | None = No
     """
     schema = table(name)
     w = df.select(*[f"`{c}`" for c in schema.names]).write.format("delta").mode("append")
+    if schema.evolved:  # a table an older version made gains the added columns
+        w = w.option("mergeSchema", "true")
     if txn_app is not None and txn_version is not None:
         w = w.option("txnAppId", txn_app).option("txnVersion", int(txn_version))
     try:
@@ -182,6 +196,8 @@ def replace_runs(spark: SparkSession, cfg: Config, name: str, frame: pd.DataFram
     df = spark.createDataFrame(frame, schema=table(name).ddl())  # Arrow: no per-row Python
     runs = sorted(frame["run_id"].unique().tolist())
     w = df.write.format("delta")
+    if table(name).evolved:  # a table an older version made gains the added columns
+        w = w.option("mergeSchema", "true")
     if table_exists(spark, cfg, name):
         w = w.mode("overwrite").option(
             "replaceWhere", "run_id IN (" + ", ".join(_sql_str(r) for r in runs) + ")")

@@ -28,8 +28,10 @@ from keyshift.config import Config
 from keyshift.control import (
     ControlDecision,
     ControlStore,
+    Floor,
     Forecaster,
     WindowStats,
+    key_group_floor,
     loop_from_config,
     policy_params,
 )
@@ -108,6 +110,13 @@ class Controller:
     def plan_for(self, batch_id: int) -> Plan:
         """The plan that routes batch ``batch_id``."""
         return self.loop.plan_for(batch_id)
+
+    @staticmethod
+    def floor(loads: np.ndarray, engines: int) -> Floor:
+        """The floor of one batch's group loads on ``engines`` live engines: the loop's
+        measure of a window (:func:`keyshift.control.key_group_floor`), for the job's
+        per-batch ``metrics`` row."""
+        return key_group_floor(loads, engines)
 
     def collect(self, batch_id: int, loads: np.ndarray, state: np.ndarray,
                 engine_s: float | None = None, started: datetime | None = None) -> None:

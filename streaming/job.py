@@ -586,6 +586,9 @@ class StreamJob:
             "input_rate": valid / max(span, self.trigger_s),
             "latency_s": engine_s / valid if valid else 0.0, "batch_duration_s": duration,
             "plan_version": plan.version, "policy": self.opt.policy,
+            # what no plan keeping a key on one engine can beat in this batch (the control
+            # loop's floor of a window, keyshift.control.floor): the report draws it
+            **self.controller.floor(loads, plan.parallelism).columns(),
         }
         # the metrics row is staged with the run's other bookkeeping (keyshift.streaming.staging):
         # batch_duration_s then covers all of the batch's own writes, and a restarted

@@ -83,6 +83,10 @@ def summarize(tables: RunTables, cfg: Config, run_id: str, wall_s: float | None 
         "moved_bytes": int(done["bytes"].sum()) if len(done) else 0,
         "rstd_mean": float(busy.rstd.mean()) if len(busy) else 0.0,
         "rstd_max": float(busy.rstd.max()) if len(busy) else 0.0,
+        # the least RSTD any plan keeping a key on one engine reaches (keyshift.control.floor;
+        # None: rows written before schema version 2)
+        "floor_rstd_mean": (float(busy.floor_rstd.mean()) if len(busy) and _has_floor(busy)
+                            else None),
         "events_per_s": processed / wall_s if wall_s > 0 else 0.0,
         "batch_p50_s": float(np.percentile(durations, 50)) if durations.size else 0.0,
         "batch_p95_s": float(np.percentile(durations, 95)) if durations.size else 0.0,
@@ -133,6 +137,10 @@ def write_report(spark: SparkSession, cfg: Config, run_id: str, tables: RunTable
             hit = m.batch_id == row.batch_id
             if hit.any():
                 ax[0].axvline(t[hit.to_numpy()][0], color="tab:red", alpha=0.3)
+        if _has_floor(m):  # rows of schema version 2 on: the floor of each batch
+            ax[0].plot(t, m.floor_rstd, linestyle="--", color="tab:gray",
+                       label="floor: least RSTD of any plan keeping a key on one engine")
+        ax[0].legend(loc="upper right", fontsize=8)
         ax[0].set_ylabel("RSTD (%)")
         ax[0].set_title("Load imbalance per batch (red: a rebalance was decided)")
         ax[1].plot(t, m.processed / m.batch_duration_s.clip(lower=1e-3), marker=".")
@@ -176,6 +184,7 @@ def write_report(spark: SparkSession, cfg: Config, run_id: str, tables: RunTable
             images.append(("forecast.png", "Input rate: the scaler's forecast vs actual"))
 
     extra = ""
+    floor = _floor_note(m, app, summary.get("policy"))
     if app == "clicks":
         out = _frame(spark, cfg, "events_out", run_id)
         top = TopK(10)
@@ -196,6 +205,7 @@ def write_report(spark: SparkSession, cfg: Config, run_id: str, tables: RunTable
     body = (
         f"<h1>keyshift run {html.escape(run_id)}</h1>"
         + _table(["metric", "value"], rows, "Summary")
+        + floor
         + "".join(f'<h2>{html.escape(c)}</h2><img src="{f}" alt="{html.escape(c)}">'
                   for f, c in images)
         + _table(["batch", "action", "RSTD before", "RSTD after", "moved groups", "reason"],
@@ -213,6 +223,56 @@ def write_report(spark: SparkSession, cfg: Config, run_id: str, tables: RunTable
     )
     (folder / "summary.json").write_text(json.dumps(summary, indent=2))
     return page
+
+
+def _has_floor(m: pd.DataFrame) -> bool:
+    return "floor_rstd" in m and bool(m.floor_rstd.notna().any())
+
+
+def _floor_note(m: pd.DataFrame, app: str | None, policy: str | None) -> str:
+    """What the balancer could not do in this run: the batches whose hottest key group
+    alone outweighed the mean engine load (keyshift.control.floor), and, for an operator
+    with a summary, that a policy splitting the hot key (dc, wc) could."""
+    if not len(m) or not _has_floor(m):
+        return ""
+    busy = m[(m.events_in > 0) & m.floor_ratio.notna()]
+    bound = busy[busy.floor_ratio > 1.0]
+    if not len(bound):
+        return ("<h2>The floor</h2><p>No key group outweighed the mean engine load in any "
+                "batch: the floor (dashed on the RSTD plot) is 0 and a plan keeping each key "
+                "on one engine can balance this input.</p>")
+    top = bound.loc[bound.hot_group_share.idxmax()]
+    text = (f"In {len(bound)} of {len(busy)} batches one key group alone outweighed the mean "
+            f"engine load (at most group {int(top.hot_group)} with "
+            f"{top.hot_group_share:.0%} of batch {int(top.batch_id)}, "
+            f"{top.floor_ratio:.2f}x the mean). No plan that keeps a key on one engine can "
+            "make the busiest engine lighter than that group: the dashed line on the RSTD "
+            "plot is the least RSTD such a plan reaches.")
+    if policy in SPLITTERS:
+        text += (f" This run's policy {policy} splits a hot key's events over engines, "
+                 "which is how its RSTD can go below the floor.")
+    elif _summarizes(app):
+        text += (f" {app} summarizes part of a key's events, so the policies dc and wc "
+                 "(--policy dc | wc) would split the hot key over engines and go below it.")
+    elif app:
+        text += (f" {app} offers no summary of part of a key's events, so its hot key "
+                 "cannot be split (the Operator API's summary hooks, docs/operators.md).")
+    return f"<h2>The floor</h2><p>{html.escape(text)}</p>"
+
+
+SPLITTERS = ("dc", "wc")
+
+
+def _summarizes(app: str | None) -> bool:
+    """Whether the run's operator has the summary hooks a hot-key split needs."""
+    if not app:
+        return False
+    from keyshift.apps import resolve_operator
+
+    try:
+        return bool(resolve_operator(app).cls.summarizes())
+    except Exception:  # noqa: BLE001 -- an operator not importable here: say nothing
+        return False
 
 
 def _forecast_plot(control: pd.DataFrame, window_s: float, origin: pd.Timestamp,

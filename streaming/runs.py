@@ -108,9 +108,13 @@ def _staged(cfg: Config, name: str, files: Iterable[str]) -> pa.Table | None:
     for path in files:
         try:
             with fs.open_input_file(path) as f:
-                parts.append(pq.read_table(f).select(schema.names).cast(schema))
+                got = pq.read_table(f)
         except FileNotFoundError:
             continue
+        for field in schema:  # staged by an older version: its added columns are null
+            if field.name not in got.column_names:
+                got = got.append_column(field, pa.nulls(got.num_rows, field.type))
+        parts.append(got.select(schema.names).cast(schema))
     return pa.concat_tables(parts) if parts else None
 
 

@@ -179,3 +179,61 @@ def test_loop_rejects_nothing_it_cannot_explain() -> None:
     d = loop.step(window(SKEW))
     assert d.action == "none" and d.reason == "kg is a fixed plan" and store.records() == []
     assert d.evaluation.balance.rstd > 0 and len(store.decisions) == 1
+
+
+# -- the floor: what no key-granular plan can beat -------------------------------------------------
+HOT = np.array([60.0, 5, 5, 5, 5, 5, 5, 5, 5, 0])  # group 0: 60 % of the window
+
+
+def test_the_balancer_says_when_the_plan_is_at_the_floor() -> None:
+    """One key group holds 60 % of the window on 2 engines: DLB-H first takes the other
+    groups off its engine (80/20 -> 60/40), then imbScore stays at 20 % > θ whatever it
+    does, and the reason says why; every row records the window's floor."""
+    cfg = load_config(env={}, controller={"theta": 15.0})
+    store = MemoryControlStore()
+    loop = loop_from_config(cfg, store, "dlb-h", run_id="r")
+    loop.start(Plan.hashed(10, 2))  # KG: groups 0, 2, 4, 6, 8 on engine 0 = 80
+    first = loop.step(window(HOT, batch=0))
+    assert first.action == "rebalance" and "at the floor" not in first.reason
+    assert first.after.engine_loads(HOT).max() == 60.0
+    second = loop.step(window(HOT, batch=1))
+    assert second.action == "none" and second.evaluation.over_theta
+    assert "at the floor: group 0 holds 60% of the window" in second.reason
+    assert "below 1.20x the mean" in second.reason
+    f = second.evaluation.floor
+    assert (f.hot_group, f.hot_group_share, f.ratio) == (0, pytest.approx(0.6),
+                                                         pytest.approx(1.2))
+    assert f.rstd == pytest.approx(20.0) == second.evaluation.balance.rstd
+    for row in store.decisions:
+        assert row["floor_ratio"] == pytest.approx(1.2) and row["hot_group"] == 0
+        assert row["hot_group_share"] == pytest.approx(0.6)
+        assert row["floor_rstd"] == pytest.approx(20.0)
+    assert store.decisions[-1]["reason"] == second.reason
+
+
+def test_declined_at_the_floor_and_not_when_a_plan_could_do_better() -> None:
+    """A fixed plan above θ: at the floor it says so; off the floor (KG's 80/20) it does
+    not, since a plan keeping keys whole would do better. Below θ nothing is said."""
+    for plan, says in ((Plan(np.array([0] + [1] * 9), 2), True), (Plan.hashed(10, 2), False)):
+        loop = ControlLoop(MemoryControlStore(), LoopSettings(window_s=1.0, theta=15.0),
+                           None, "kg")
+        loop.start(plan)
+        d = loop.step(window(HOT))
+        assert ("at the floor: group 0" in d.reason) is says, d.reason
+    calm = ControlLoop(MemoryControlStore(), LoopSettings(window_s=1.0, theta=25.0), None, "kg")
+    calm.start(Plan(np.array([0] + [1] * 9), 2))
+    assert "at the floor" not in calm.step(window(HOT)).reason  # 20 % is within θ
+
+
+def test_a_rebalance_vetoed_at_the_floor_says_both() -> None:
+    """3 engines, the hot group alone on engine 0 (60 of 100): DLB-H evens out the other
+    two engines, min_gain vetoes it (the busiest engine stays at 60) and the reason names
+    the veto and the floor."""
+    loop = loop_from_config(load_config(env={}, controller={"theta": 15.0, "min_gain": 0.05}),
+                            MemoryControlStore(), "dlb-h", run_id="r")
+    loop.start(Plan(np.array([0, 1, 1, 1, 1, 1, 1, 2, 2, 2]), 3))  # 60 / 30 / 10
+    d = loop.step(window(HOT))
+    assert d.action == "declined" and "controller.min_gain" in d.reason
+    assert d.reason.endswith("(imbScore " + f"{d.evaluation.floor.rstd:.1f}%)")
+    assert "at the floor: group 0 holds 60% of the window" in d.reason
+    assert d.evaluation.floor.ratio == pytest.approx(1.8)

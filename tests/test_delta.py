@@ -10,7 +10,7 @@ import pytest
 
 from keyshift.lakehouse.delta import plan_of, plan_row
 from keyshift.plan import Plan
-from keyshift.schemas import TABLES
+from keyshift.schemas import SCHEMA_VERSION, TABLES
 
 
 def test_plan_row_round_trips_a_plan_with_a_dead_slot() -> None:
@@ -89,6 +89,49 @@ def test_missing_table_is_a_clear_error_and_plans_round_trip(spark, spark_config
     (back,) = read_table(spark, cfg, "plans").collect()  # a Spark Row, read by name
     got = plan_of(back)
     assert got.assignment.tolist() == [1, 1, 0] and got.live.tolist() == [True, True]
-    assert got.version == 4 and back.schema_version == 1 and back.scope == "run-x"
+    assert got.version == 4 and back.schema_version == SCHEMA_VERSION and back.scope == "run-x"
     with pytest.raises(TableMissingError, match="metrics"):
         read_run(spark, cfg, "metrics", "run-x")
+
+
+@pytest.mark.integration
+def test_a_table_of_schema_version_1_reads_and_takes_version_2_rows(spark, spark_config,
+                                                                   tmp_path) -> None:
+    """A warehouse an older keyshift wrote: ``decisions`` without the floor columns reads
+    with them null; the first append of this version adds them (Delta's schema evolution),
+    old rows keep nulls, new rows carry their floors."""
+    from keyshift.lakehouse.delta import append_rows, read_table
+
+    cfg = spark_config.model_copy(update={"warehouse": spark_config.warehouse.model_copy(
+        update={"root": str(tmp_path / "wh")})})
+    old = [c for c in TABLES["decisions"].columns if c.since == 1]
+    row = {"schema_version": 1, "run_id": "r", "batch_id": 1, "component": "balancer",
+           "decided_at": datetime(2026, 1, 1, tzinfo=UTC), "policy": "dlb-h",
+           "action": "none", "reason": "old"}
+    (spark.createDataFrame([tuple(row.get(c.name) for c in old)],
+                           ", ".join(f"`{c.name}` {c.type}" for c in old))
+     .write.format("delta").save(cfg.table_path("decisions")))
+    (back,) = read_table(spark, cfg, "decisions").collect()
+    assert back.reason == "old" and back.floor_ratio is None and back.hot_group is None
+    new = {**row, "schema_version": SCHEMA_VERSION, "batch_id": 2, "reason": "new",
+           "floor_ratio": 1.2, "floor_rstd": 20.0, "hot_group": 7, "hot_group_share": 0.6}
+    assert append_rows(spark, cfg, "decisions", [new]) == 1
+    got = {r.batch_id: r for r in read_table(spark, cfg, "decisions").collect()}
+    assert got[1].floor_ratio is None and got[1].schema_version == 1
+    assert (got[2].floor_ratio, got[2].hot_group, got[2].schema_version) == (1.2, 7,
+                                                                             SCHEMA_VERSION)
+    # the batch layer's whole-run writes evolve an old table the same way
+    from datetime import date
+
+    from keyshift.jobs.history import SyntheticHistory, synthetic_frames
+    from keyshift.lakehouse.delta import replace_runs
+
+    m_old = [c for c in TABLES["metrics"].columns if c.since == 1]
+    frames, _ = synthetic_frames(cfg, date(2026, 1, 5), SyntheticHistory(days=1, window_s=3600))
+    (spark.createDataFrame(frames[[c.name for c in m_old]].head(2).assign(run_id="old"),
+                           ", ".join(f"`{c.name}` {c.type}" for c in m_old))
+     .write.format("delta").save(cfg.table_path("metrics")))
+    assert replace_runs(spark, cfg, "metrics", frames) == len(frames)
+    rows = read_table(spark, cfg, "metrics").toPandas()
+    assert rows[rows.run_id == "old"].floor_ratio.isna().all()
+    assert rows[rows.run_id != "old"].hot_group.notna().all()

@@ -74,6 +74,10 @@ def test_demo_json_summary_and_report(tmp_path: Path) -> None:
     assert "timeline.png" in page and (run_dir / "timeline.png").stat().st_size > 1000
     assert (run_dir / "engine_loads.png").exists()
     assert Path(summary["warehouse"]).is_dir()
+    # the comparison with KG, from the run's measured per-group loads (batches.jsonl)
+    vs_kg = summary["vs_kg"]
+    assert "not a timed KG run" in vs_kg["basis"] and vs_kg["windows"] >= 1
+    assert 0 < vs_kg["floor_vs_kg"] <= vs_kg["busiest_vs_kg"] + 1e-9
 
 
 @pytest.mark.integration

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from engines_support import (
     job_config,
@@ -17,6 +18,7 @@ from engines_support import (
     table_rows,
 )
 
+from keyshift.control import key_group_floor
 from keyshift.streaming.engine_state import DurableState
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -74,6 +76,8 @@ def test_engines_one_task_each_migrate_through_delta_and_match_reference(
     # decisions recorded with a reason; the complex events are exactly the reference's
     decisions = table_rows(spark, cfg, "decisions", job.run_id)
     assert decisions and all(d.reason for d in decisions)
+    # every row carries its window's floor (keyshift.control.floor)
+    assert all(d.floor_ratio >= 1.0 and d.hot_group_share is not None for d in decisions)
     assert outputs(spark, cfg, job.run_id) == reference("wordcount", events, 64, PARAMS)
 
     # the monitor (elastic-cep Eq. 1-2) the GPs are trained on: Lat = engine work seconds per
@@ -87,3 +91,12 @@ def test_engines_one_task_each_migrate_through_delta_and_match_reference(
         assert m.latency_s == pytest.approx(busy / m.events_in if m.events_in else 0.0)
         assert m.input_rate <= m.events_in / cfg.spark.trigger_s + 1e-9
         assert m.input_rate > 0 or m.events_in == 0
+        # the batch's floor from the per-group input it recorded (keyshift simulate
+        # --calibrate replays the same load_groups / load_counts)
+        loads = np.zeros(job.groups)
+        loads[b["load_groups"]] = b["load_counts"]
+        floor = key_group_floor(loads, m.engines)
+        assert m.floor_ratio == pytest.approx(floor.ratio)
+        assert m.floor_rstd == pytest.approx(floor.rstd)
+        assert (m.hot_group, m.hot_group_share) == (floor.hot_group,
+                                                    pytest.approx(floor.hot_group_share))

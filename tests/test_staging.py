@@ -111,12 +111,12 @@ def test_a_commit_behind_the_stream_blocks_the_next_and_a_failed_one_is_due_agai
 
 @pytest.mark.integration
 def test_staged_rows_read_back_as_the_contract(spark, tmp_path) -> None:
-    from keyshift.schemas import table
+    from keyshift.schemas import SCHEMA_VERSION, table
 
     uri = str(tmp_path / "m.parquet")
     write_staged(uri, "metrics", [_metrics(7)])
     row = spark.read.schema(table("metrics").ddl()).parquet(uri).collect()[0].asDict()
-    assert row["schema_version"] == 1 and row["engine_loads"] == [3, 2]
+    assert row["schema_version"] == SCHEMA_VERSION and row["engine_loads"] == [3, 2]
     assert row["window_start"].replace(tzinfo=UTC) == NOW  # the session runs in UTC
     assert row["batch_id"] == 7 and row["policy"] == "kg"
     # and nothing of the listing is kept: each staged file is read once and then deleted,

@@ -14,17 +14,23 @@ import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from keyshift.cli import main
+from keyshift.control import key_group_floor
 
 pytestmark = pytest.mark.integration
 
 
 def _metrics(run: str, batch: int, end: datetime, events: int, engines: int,
-             policy: str) -> dict:
+             policy: str, floor: bool = True) -> dict:
     loads = [events // engines] * engines
-    return {
+    # a hot key group with 70 % of the batch: the floor (keyshift.control.floor); rows of
+    # schema version 1 (floor False) have none
+    hot = key_group_floor(np.array([0.7, 0.1, 0.1, 0.1]) * events, engines).columns() \
+        if floor else {}
+    return {**hot,
         "run_id": run, "batch_id": batch, "window_start": end - timedelta(seconds=2),
         "window_end": end, "events_in": events, "dead_letter": 1, "processed": events,
         "out_events": 2, "missed": 0, "selectivity": 2 / events, "engines": engines,
@@ -61,12 +67,15 @@ def warehouse(spark, tmp_path_factory: pytest.TempPathFactory) -> Path:
     cfg = load_config(conf, env={})
     now = datetime.now(UTC)
     old = now - timedelta(hours=2)
+    # the old run was written by schema version 1: tables without the floor columns, which
+    # the live run's appends add (its decisions are only staged: that table stays old)
+    _append_v1(spark, cfg, "metrics",
+               [_metrics("old", b, old + timedelta(seconds=2 * b), 100, 4, "dlb-h", False)
+                for b in range(6)])
     append_rows(spark, cfg, "metrics",
-                [_metrics("old", b, old + timedelta(seconds=2 * b), 100, 4, "dlb-h")
-                 for b in range(6)]
-                + [_metrics("live", b, now - timedelta(seconds=60 - b), 50, 2, "kg")
-                   for b in range(4)])
-    append_rows(spark, cfg, "decisions", [
+                [_metrics("live", b, now - timedelta(seconds=60 - b), 50, 2, "kg")
+                 for b in range(4)])
+    _append_v1(spark, cfg, "decisions", [
         _decision("old", 2, old, "rebalance", "imbScore 40% -> 12%, 3 groups moved"),
         _decision("old", 4, old, "none", "imbScore already within theta")])
     append_rows(spark, cfg, "migrations", [{
@@ -85,6 +94,17 @@ def warehouse(spark, tmp_path_factory: pytest.TempPathFactory) -> Path:
     for run in ("live", "fresh"):
         write_atomically(f"{cfg.warehouse_uri}/_runs/{run}/started", now.isoformat().encode())
     return conf
+
+
+def _append_v1(spark, cfg, name: str, rows: list[dict]) -> None:
+    """Rows as keyshift's schema version 1 appended them: without the columns version 2
+    added, into a table that (when this makes it) lacks them too."""
+    from keyshift.schemas import table
+
+    cols = [c for c in table(name).columns if c.since == 1]
+    (spark.createDataFrame([tuple({"schema_version": 1, **r}.get(c.name) for c in cols)
+                            for r in rows], ", ".join(f"`{c.name}` {c.type}" for c in cols))
+     .write.format("delta").mode("append").save(cfg.table_path(name)))
 
 
 def _run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -137,11 +157,29 @@ def test_status_of_one_run_shows_its_last_batches_and_decisions(warehouse, capsy
 
 
 def test_report_of_a_live_run_writes_the_html_with_its_plots(warehouse, tmp_path,
-                                                             capsys) -> None:
+                                                             capsys, monkeypatch) -> None:
+    from matplotlib.axes import Axes
+
+    drawn: list[tuple[str, list]] = []  # (label, y) of every line the report plots
+    plot = Axes.plot
+
+    def spy(self, *args, **kwargs):
+        drawn.append((kwargs.get("label", ""), list(args[1]) if len(args) > 1 else []))
+        return plot(self, *args, **kwargs)
+
+    monkeypatch.setattr(Axes, "plot", spy)
     out_dir = tmp_path / "rep"
     code, out, err = _run(capsys, "report", "live", "--config", str(warehouse), "--out",
                           str(out_dir), "--json")
     assert code == 0, err
+    # the floor on the RSTD plot: 70 % of a batch on 2 engines (imbScore >= 40 %), on 3
+    # (the staged batches 4-5) 100·1.1/√2; the summary's mean of them, the note below it
+    (floor,) = [y for label, y in drawn if label.startswith("floor: least RSTD")]
+    assert floor == pytest.approx([40.0] * 4 + [110 / np.sqrt(2)] * 2)
+    assert json.loads(out)["floor_rstd_mean"] == pytest.approx(np.mean(floor))
+    page = (out_dir / "report.html").read_text()
+    assert "<h2>The floor</h2><p>In 6 of 6 batches one key group alone outweighed" in page
+    assert "traffic offers no summary of part of a key&#x27;s events" in page
     summary = json.loads(out)
     assert Path(summary["report"]) == out_dir / "report.html"
     assert summary["batches"] == 6 and summary["valid"] == 300
@@ -151,10 +189,13 @@ def test_report_of_a_live_run_writes_the_html_with_its_plots(warehouse, tmp_path
     for png in ("timeline.png", "engine_loads.png"):
         assert f'src="{png}"' in page and (out_dir / png).stat().st_size > 1000
 
+    drawn.clear()
     code, out, err = _run(capsys, "report", "old", "--config", str(warehouse))
     assert code == 0, err
     assert out.strip() == str(warehouse.parent / "runs" / "old" / "report.html")
-    assert "3 groups moved" in Path(out.strip()).read_text()
+    old_page = Path(out.strip()).read_text()
+    assert "3 groups moved" in old_page  # rows of schema version 1: no floor, no note
+    assert "The floor" not in old_page and not [x for x, _ in drawn if x.startswith("floor")]
 
 
 @pytest.mark.parametrize(("argv", "says"), [

@@ -16,6 +16,7 @@ from keyshift.control.decision import (
     plan_diff,
 )
 from keyshift.control.evaluate import Evaluation, evaluate
+from keyshift.control.floor import FLOOR_COLUMNS, FLOOR_TOLERANCE, Floor, key_group_floor
 from keyshift.control.loop import (
     MODES,
     ControlLoop,
@@ -44,10 +45,11 @@ from keyshift.control.store import (
 from keyshift.control.window import WindowSample, WindowStats
 
 __all__ = [
-    "ACTIONS", "MIN_FALLBACK_WINDOWS", "MODES", "ControlDecision", "ControlLoop",
-    "ControlRecord", "ControlStore", "Evaluation", "FallbackForecaster", "Forecaster",
-    "FunctionForecaster", "LoopSettings", "MemoryControlStore", "NoForecast", "Realizer",
-    "ScalerState", "ScalerStep", "SourceChange", "WindowSample", "WindowStats", "evaluate",
-    "fallback_forecast", "loop_from_config", "min_gain_veto", "plan_action", "plan_diff",
-    "policy_params", "scale_plan",
+    "ACTIONS", "FLOOR_COLUMNS", "FLOOR_TOLERANCE", "MIN_FALLBACK_WINDOWS", "MODES",
+    "ControlDecision", "ControlLoop", "ControlRecord", "ControlStore", "Evaluation",
+    "FallbackForecaster", "Floor", "Forecaster", "FunctionForecaster", "LoopSettings",
+    "MemoryControlStore", "NoForecast", "Realizer", "ScalerState", "ScalerStep", "SourceChange",
+    "WindowSample", "WindowStats", "evaluate", "fallback_forecast", "key_group_floor",
+    "loop_from_config", "min_gain_veto", "plan_action", "plan_diff", "policy_params",
+    "scale_plan",
 ]

@@ -24,6 +24,7 @@ from keyshift.plan import Plan
 from keyshift.policies import Decision, Moves
 
 from .evaluate import Evaluation
+from .floor import FLOOR_COLUMNS, Floor
 
 ACTIONS = ("none", "rebalance", "scale_out", "scale_in", "declined")
 """``none``: nothing to do; ``declined``: a candidate failed a veto; the others change the
@@ -119,12 +120,15 @@ class ControlDecision:
 def audit_row(run_id: str, batch_id: int, component: str, policy: str, action: str,
               reason: str, rstd_before: float | None, rstd_after: float | None,
               moved: int | None, psi: float | None, engines_before: int, engines_after: int,
-              version: int | None) -> dict[str, Any]:
-    """A row of ``decisions`` (keyshift.schemas.TABLES['decisions']), written, never read."""
+              version: int | None, floor: Floor | None = None) -> dict[str, Any]:
+    """A row of ``decisions`` (keyshift.schemas.TABLES['decisions']), written, never read;
+    ``floor`` is the window's (:mod:`keyshift.control.floor`), null columns without one."""
     return {
         "run_id": run_id, "batch_id": int(batch_id), "decided_at": datetime.now(UTC),
         "component": component, "policy": policy, "action": action, "reason": reason,
         "rstd_before": rstd_before, "rstd_after": rstd_after, "moved_groups": moved,
         "moved_state": psi, "engines_before": int(engines_before),
         "engines_after": int(engines_after), "plan_version": version,
+        **(floor.columns() if floor is not None else dict.fromkeys(FLOOR_COLUMNS)),
     }
+

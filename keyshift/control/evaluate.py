@@ -2,6 +2,7 @@
 
 Everything the decision and the audit log read about a window is computed here once:
 the imbalance (dlb Eq. 2 RSTD, elb-clb Eq. 1 variance), the most loaded engine, the
+floor no key-granular plan can beat (:mod:`keyshift.control.floor`), the
 utilisation of the engines (elastic-cep Eq. 1: In over Δt·N/Lat), and the scaler's forecast
 error for the window (the θ2 quantity of Algorithm 1), each with its threshold check.
 """
@@ -14,6 +15,7 @@ from keyshift.elastic.controller import relative_error
 from keyshift.metrics import Balance, live_loads
 from keyshift.plan import Plan
 
+from .floor import Floor, key_group_floor
 from .window import WindowStats
 
 
@@ -30,6 +32,7 @@ class Evaluation:
     forecast_error: float | None
     theta: float
     theta2: float
+    floor: Floor  # of the window's group loads on the plan's live engines
 
     @property
     def over_theta(self) -> bool:
@@ -60,4 +63,5 @@ def evaluate(window: WindowStats, plan: Plan, window_s: float, theta: float = 0.
     if expected is not None and lat is not None and expected[1] > 0:
         err = relative_error(window.tuples, expected[0], lat, expected[1])
     return Evaluation(window.index, Balance.of(live), float(live.max(initial=0.0)),
-                      window.tuples, lat, util, err, float(theta), float(theta2))
+                      window.tuples, lat, util, err, float(theta), float(theta2),
+                      key_group_floor(window.loads, n))

@@ -186,6 +186,11 @@ class ControlLoop:
                 elif balancing.changed:
                     candidate, bal_action = balancing.plan, plan_action(old, balancing.plan)
                     bal_action = bal_action if bal_action != "none" else "rebalance"
+            # imbalance above θ left as it is because no key-granular plan could do better
+            # (keyshift.control.floor): the reason says so, naming the hot key group
+            if bal_action in ("none", "declined") and ev.over_theta \
+                    and ev.floor.reached_by(ev.max_load, s.min_gain):
+                bal_text = f"{bal_text}; {ev.floor.reason()}"
 
         # realize
         act = s.mode == "act"
@@ -240,6 +245,7 @@ class ControlLoop:
               window: WindowStats, state: np.ndarray) -> list[dict[str, Any]]:
         old, after, rows = d.before, d.after, []
         recommend = self.settings.mode == "recommend"
+        floor = d.evaluation.floor  # the window's, on every row of the window
         rstd = d.evaluation.balance.rstd
         if scaling is not None:
             text, version, moved, psi, rstd_after = scale_text, None, None, None, None
@@ -260,7 +266,7 @@ class ControlLoop:
                 text = DRY_RUN + text
             rows.append(audit_row(self.run_id, d.batch_id, "scaler", scaling.policy,
                                   scaling.action, text, rstd, rstd_after, moved, psi,
-                                  old.parallelism, engines_after, version))
+                                  old.parallelism, engines_after, version, floor))
         if balanced:
             if balancing is None or bal_action in ("none", "declined"):
                 before = d.evaluation.balance if balancing is None else balancing.before
@@ -272,13 +278,14 @@ class ControlLoop:
                                       else len(balancing.moves),
                                       0.0 if bal_action == "declined" or balancing is None
                                       else balancing.moves.total_state,
-                                      old.parallelism, old.parallelism, None))
+                                      old.parallelism, old.parallelism, None, floor))
             else:
                 rows.append(audit_row(
                     self.run_id, d.batch_id, "balancer", self.policy_name, bal_action,
                     (RECOMMEND if recommend else "") + bal_text, balancing.before.rstd,
                     balancing.after.rstd, len(balancing.moves), balancing.moves.total_state,
-                    old.parallelism, after.parallelism, after.version if d.realized else None))
+                    old.parallelism, after.parallelism, after.version if d.realized else None,
+                    floor))
         return rows
 
 

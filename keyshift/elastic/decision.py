@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from keyshift.elastic.errors import ElasticInputError
+from keyshift.schemas import SCHEMA_VERSION, TABLES
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,7 @@ class ScalingDecision:
 
     def to_record(
         self, run_id: str, batch_id: int, decided_at: _dt.datetime | None = None,
-        schema_version: int = 1,
+        schema_version: int = SCHEMA_VERSION,
     ) -> dict:
         """A row of the ``decisions`` table (keyshift.schemas.TABLES['decisions'])."""
         reason = self.reason if not self.dry_run else f"dry run, not applied: {self.reason}"
@@ -98,4 +99,6 @@ class ScalingDecision:
             "engines_before": int(self.engines_before),
             "engines_after": int(self.engines_after),
             "plan_version": None,
+            # the window's floor (keyshift.control.floor) is the control loop's to record
+            **{c.name: None for c in TABLES["decisions"].added},
         }
