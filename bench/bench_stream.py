@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import pickle
 import shutil
 import statistics
 import subprocess
@@ -63,6 +62,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("KEYSHIFT_CACHE", str(ROOT / ".keyshift" / "cache"))
 
 from keyshift.apps import WindowedWordCount  # noqa: E402  (after the path set-up above)
+from keyshift.apps.state_codec import decode_state, encode_state  # noqa: E402
 
 NATIVE, PANDAS, KG, DLBH = "native", "pandas-state", "keyshift-kg", "keyshift-dlb-h"
 SYSTEMS = (NATIVE, PANDAS, KG, DLBH)
@@ -86,6 +86,19 @@ class Reference:
     events: int = 0
     counts: Counter = field(default_factory=Counter)
     complex: set = field(default_factory=set)
+
+
+def save_reference(path: Path, ref: Reference) -> None:
+    """The reference for the peers' processes, in keyshift's state codec (data only: the
+    peer decodes it without unpickling anything)."""
+    path.write_bytes(encode_state({"window_s": ref.window_s, "events": ref.events,
+                                   "counts": dict(ref.counts), "complex": set(ref.complex)}))
+
+
+def load_reference(path: Path) -> Reference:
+    d = decode_state(path.read_bytes())
+    return Reference(window_s=d["window_s"], events=d["events"], counts=Counter(d["counts"]),
+                     complex=d["complex"])
 
 
 class _RecordingGenerator:
@@ -329,10 +342,10 @@ def wordcount_state_fn(window_s: float) -> Callable:
         op = WindowedWordCount(window_s=window_s)
         if state.exists:
             start, count = state.get
-            op.restore(0, pickle.dumps({word: [int(start), int(count)]}))
+            op.restore(0, encode_state({word: [int(start), int(count)]}))
         events = pdf.to_dict("records")
         outs = op.process_many(events, [0] * len(events))
-        start, count = pickle.loads(op.snapshot(0))[word]
+        start, count = decode_state(op.snapshot(0))[word]
         state.update((int(start), int(count)))
         if outs:
             yield pd.DataFrame([{"key": ce.key, "ts": ce.ts, "kind": ce.kind,
@@ -653,7 +666,8 @@ def peer_main(argv: list[str]) -> int:
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--window-s", type=float, required=True)
     ap.add_argument("--overrides", required=True, help="the bench's config as JSON")
-    ap.add_argument("--reference", default=None, help="pickled Reference to check against")
+    ap.add_argument("--reference", default=None, help="the Reference to check against "
+                    "(written by save_reference)")
     ap.add_argument("--max-batches", type=int, default=None)
     args = ap.parse_args(argv)
 
@@ -661,7 +675,7 @@ def peer_main(argv: list[str]) -> int:
     from keyshift.lakehouse.session import get_spark
 
     cfg = load_config(env={}, **json.loads(args.overrides))
-    ref = pickle.loads(Path(args.reference).read_bytes()) if args.reference else None
+    ref = load_reference(Path(args.reference)) if args.reference else None
     spark = get_spark(cfg, app_name=f"keyshift-bench-{args.system}")
     spark.sparkContext.setLogLevel("ERROR")
     run = run_native if args.system == NATIVE else run_pandas_state
@@ -759,8 +773,8 @@ def main(argv: list[str] | None = None) -> int:
         topic = f"bench-stream-{uuid.uuid4().hex[:6]}"
         t0 = time.perf_counter()
         ref = produce_topic(cfg, topic, args.events, window_s=window_s, seed=args.seed)
-        ref_file = home / "reference.pickle"
-        ref_file.write_bytes(pickle.dumps(ref))
+        ref_file = home / "reference.kss"
+        save_reference(ref_file, ref)
         console.print(f"bench: topic {topic}: {ref.events:,} events ({SKEW}, {PARTITIONS} "
                       f"partitions) in {time.perf_counter() - t0:.1f}s; reference: "
                       f"{len(ref.counts):,} (window, key) counts, {len(ref.complex):,} "

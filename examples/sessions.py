@@ -28,7 +28,7 @@ SPEC = "keyshift.examples.sessions:SessionOperator"
 
 PAGES = ("home", "search", "product", "cart", "checkout", "help")
 
-# Per-key state, a plain list so snapshots are small and need no class to unpickle:
+# Per-key state, a plain list so snapshots are small and need no class to decode:
 _START, _LAST, _EVENTS, _SPEND, _ALERTED, _SESSION = range(6)
 
 

@@ -24,6 +24,12 @@ reported. A task that finds that very cache, current to b−1 (or to b: a retry 
 batch), uses it; anything else (another executor, a stale cache, a driver restart) rebuilds
 the cache from the durable files first. So the common batch reads nothing remote, and a
 moved task is correct, not silently empty.
+
+A file starts with ``KSST`` and its format version. Version 2 holds each group's state as
+the operator's ``state_codec`` wrote it (:mod:`keyshift.apps.state_codec`: data only).
+Version 1, written by keyshift before issue 26, held pickles: such a file is refused unread,
+naming it, and ``keyshift state upgrade RUN_ID --trust-pickled-state`` (:func:`upgrade`)
+rewrites a run's files in version 2 for whoever trusts their origin.
 """
 
 from __future__ import annotations
@@ -38,15 +44,22 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from keyshift.apps.state_codec import UPGRADE_HINT
 from keyshift.lakehouse.storage import filesystem, write_atomically
 
-_MAGIC = b"KSST\x01"
+_MAGIC = b"KSST\x02"
+_MAGIC_PICKLED = b"KSST\x01"  # keyshift before issue 26: each group's state a pickle
 _REC = struct.Struct(">iq")  # group, length (-1: the group was dropped)
 _FILE = re.compile(r"^(base|cl)-(\d{12})\.kss$")
 
 
 class StateFormatError(ValueError):
     """A durable state file that is not one keyshift wrote (or was cut short)."""
+
+
+class PickledStateFileError(StateFormatError):
+    """A durable state file of an older keyshift, whose groups' states are pickles: refused
+    unread (:func:`upgrade` converts it where the user trusts it)."""
 
 
 # -- the durable changelog --------------------------------------------------------------
@@ -62,11 +75,20 @@ def encode(states: Mapping[int, bytes | None]) -> bytes:
 
 
 def decode(body: bytes, where: str = "state file") -> dict[int, bytes | None]:
-    """Inverse of :func:`encode`; a foreign or truncated file is an error naming it."""
+    """Inverse of :func:`encode`; a foreign or truncated file is an error naming it, and so
+    is a file in the pickled format of an older keyshift (never unpickled here)."""
+    if body.startswith(_MAGIC_PICKLED):
+        raise PickledStateFileError(
+            f"{where}: engine state pickled by an older keyshift, refused unread; "
+            + UPGRADE_HINT)
     if not body.startswith(_MAGIC):
         raise StateFormatError(f"{where}: not a keyshift state file")
+    return _records(body, where)
+
+
+def _records(body: bytes, where: str) -> dict[int, bytes | None]:
     out: dict[int, bytes | None] = {}
-    i = len(_MAGIC)
+    i = len(_MAGIC)  # both versions' headers are 5 bytes
     while i < len(body):
         if i + _REC.size > len(body):
             raise StateFormatError(f"{where}: truncated record header at byte {i}")
@@ -142,6 +164,78 @@ class DurableState:
     def batches(self, engine: int) -> list[int]:
         """Batches with a durable file of this engine (for tests and ``status``)."""
         return [b for _, b, _ in self._files(engine)[2]]
+
+
+# -- upgrading a run's state from the pickled format ------------------------------------
+_ENGINE_DIR = re.compile(r"^engine-(\d{4})$")
+
+
+@dataclass
+class Upgrade:
+    """What :func:`upgrade` found under a run's state folder (file URIs)."""
+
+    uri: str
+    current: list[str]  # already in the current format
+    pickled: list[str]  # in the pickled format (converted when trusted)
+    converted: list[str]  # rewritten in the current format
+
+
+def state_files(uri: str) -> list[str]:
+    """Every engine's base and changelog files under a run's state ``uri``, as URIs."""
+    from pyarrow.fs import FileSelector, FileType
+
+    fs, root = filesystem(uri)
+    out = []
+    for d in fs.get_file_info(FileSelector(root, allow_not_found=True)):
+        if d.type != FileType.Directory or not _ENGINE_DIR.match(d.base_name):
+            continue
+        for f in fs.get_file_info(FileSelector(d.path)):
+            if _FILE.match(f.base_name):
+                out.append(f"{uri.rstrip('/')}/{d.base_name}/{f.base_name}")
+    return sorted(out)
+
+
+def upgrade(uri: str, codec: object, *, trust_pickled_state: bool) -> Upgrade:
+    """Rewrite the pickled-format state files of one run (under ``uri``) in the current
+    format, each group's ``{key: state}`` map encoded by ``codec`` (the run's operator's
+    ``state_codec``).
+
+    Only with ``trust_pickled_state``: unpickling runs whatever code the file names, so it is
+    for state whose every writer the user trusts. Without it nothing is unpickled: the
+    result lists the files that need it. Each file is rewritten through a temporary name and
+    a rename, so an interrupted upgrade is simply run again.
+    """
+    import pickle  # only here, only behind the user's explicit trust
+
+    from keyshift.lakehouse.storage import read_if_exists
+
+    found = Upgrade(uri, [], [], [])
+    for f in state_files(uri):
+        body = read_if_exists(f) or b""
+        if body.startswith(_MAGIC):
+            found.current.append(f)
+            continue
+        if not body.startswith(_MAGIC_PICKLED):
+            raise StateFormatError(f"{f}: not a keyshift state file")
+        found.pickled.append(f)
+        if not trust_pickled_state:
+            continue
+        states: dict[int, bytes | None] = {}
+        for g, data in _records(body, f).items():
+            if data is None:
+                states[g] = None
+                continue
+            value = pickle.loads(data)  # the user vouched for this file (see above)
+            if not isinstance(value, dict):
+                raise StateFormatError(f"{f}: group {g}: not a key map "
+                                       f"({type(value).__name__})")
+            try:
+                states[g] = codec.encode(value)  # type: ignore[attr-defined]
+            except Exception as exc:  # a value the codec cannot keep: name where it is
+                raise StateFormatError(f"{f}: group {g}: {exc}") from None
+        write_atomically(f, encode(states))
+        found.converted.append(f)
+    return found
 
 
 # -- the executor-local cache -----------------------------------------------------------

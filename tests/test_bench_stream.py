@@ -137,3 +137,14 @@ def test_a_bounded_peer_run_counts_its_first_batches_and_is_not_checked():
                                   "batch_p95_s": 1.0}
     full = bs._peer_sample(bs.NATIVE, 100, progress, None, 9.0, check=lambda: ("ok", 1))
     assert not full.bounded and full.check == "ok" and sum(full.rows) == 350
+
+
+def test_the_reference_file_round_trips_without_pickle(tmp_path):
+    bs = _bench()
+    ref = bs.Reference(window_s=1.0, events=3)
+    ref.counts.update({(0, "a"): 2, (-1000, "b"): 1})
+    ref.complex.add(("a", 1500, "word_count", "{}", "p0-2"))
+    bs.save_reference(tmp_path / "ref.kss", ref)
+    assert (tmp_path / "ref.kss").read_bytes().startswith(b"KSSC")
+    back = bs.load_reference(tmp_path / "ref.kss")
+    assert back == ref and isinstance(back.counts, bs.Counter)

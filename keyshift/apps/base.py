@@ -24,8 +24,10 @@ The contract a subclass must keep:
   that state), so a key's outputs cannot depend on placement or batching;
 - **deterministic in event-time order**: the same events of a key in :func:`order_key` order
   give the same complex events, in every run and on every engine;
-- **round trip**: per-key state is picklable and ``restore(g, snapshot(g))`` on a fresh
-  operator continues exactly as the original would (``drop`` then forgets the group);
+- **round trip**: per-key state is data the operator's ``state_codec`` keeps (the default,
+  :mod:`keyshift.apps.state_codec`: None, bools, numbers, strings, bytes, lists, tuples,
+  dicts, sets, frozensets, deques) and ``restore(g, snapshot(g))`` on a fresh operator
+  continues exactly as the original would (``drop`` then forgets the group);
 - **declared payload**: every field ``_on_event`` reads is in ``required`` (checked for
   presence before the rule runs) and declared in ``event_columns`` (typed by ingestion);
 - **refuse before mutating**: an event the rule cannot use (a value out of its range)
@@ -46,12 +48,12 @@ window's count) is emitted at one event, whose engine saw only part of the windo
 from __future__ import annotations
 
 import json
-import pickle
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from keyshift.apps.state_codec import DEFAULT_CODEC, StateCodec
 from keyshift.errors import FieldError
 from keyshift.schemas import ENVELOPE, Column, TableSchema
 
@@ -117,7 +119,10 @@ class Operator(ABC):
     - optionally ``event_version`` and ``event_doc`` (the schema's version and description)
       and ``api_version`` (the Operator API version written against, default 1);
     - optionally ``mergeable = True`` with :meth:`merge` (partial per-key state combines)
-      and, to be split in the Spark job, the summary hooks (:meth:`summarize`).
+      and, to be split in the Spark job, the summary hooks (:meth:`summarize`);
+    - optionally ``state_codec``: how a group's ``{key: state}`` map becomes snapshot bytes
+      and back (default :data:`keyshift.apps.state_codec.DEFAULT_CODEC`, data only, never
+      pickle).
 
     They take their rule's parameters in the constructor (validated there, nothing else
     done) and implement :meth:`_new_state` and :meth:`_on_event`. Everything else (the
@@ -131,6 +136,7 @@ class Operator(ABC):
     event_doc: ClassVar[str] = ""
     required: ClassVar[tuple[str, ...]] = ()
     mergeable: ClassVar[bool] = False
+    state_codec: ClassVar[StateCodec] = DEFAULT_CODEC
 
     @classmethod
     def event_schema(cls) -> TableSchema:
@@ -198,15 +204,25 @@ class Operator(ABC):
 
     # -- explicit state (streammine3g §3) --------------------------------------------
     def snapshot(self, group: int) -> bytes:
-        """Serialised state of one group (empty groups serialise to an empty map)."""
-        return pickle.dumps(self._groups.get(group, {}), protocol=pickle.HIGHEST_PROTOCOL)
+        """Serialised state of one group by ``state_codec`` (an empty group: an empty map).
+        A state the codec cannot keep raises :class:`OperatorInputError` on ``state``."""
+        try:
+            return self.state_codec.encode(self._groups.get(group, {}))
+        except ValueError as exc:  # the codec's StateCodecError is one
+            raise OperatorInputError(
+                "state", f"{self.app}: group {group}: {exc}") from None
 
     def restore(self, group: int, data: bytes) -> None:
-        """Install a group's state from :meth:`snapshot` bytes, replacing what was there."""
+        """Install a group's state from :meth:`snapshot` bytes, replacing what was there.
+
+        Bytes the codec did not write are refused, naming the group; the default codec
+        refuses the pickled snapshots of an older keyshift unread (docs/operators.md,
+        "State codec")."""
         try:
-            states = pickle.loads(data)
+            states = self.state_codec.decode(bytes(data))
         except Exception as exc:  # corrupt bytes must name the group, not crash deep inside
-            raise OperatorInputError("state", f"group {group}: cannot decode snapshot ({exc})")
+            raise OperatorInputError(
+                "state", f"group {group}: cannot decode snapshot ({exc})") from None
         if not isinstance(states, dict):
             raise OperatorInputError("state", f"group {group}: snapshot is not a key map")
         if states:
@@ -229,8 +245,8 @@ class Operator(ABC):
     # -- the rule --------------------------------------------------------------------
     @abstractmethod
     def _new_state(self) -> Any:
-        """Empty per-key state: picklable plain data (it travels in snapshots between
-        engines and runs, so prefer lists, dicts, numbers and strings over custom classes)."""
+        """Empty per-key state: plain data the ``state_codec`` keeps (it travels in snapshots
+        between engines and runs: lists, tuples, dicts, sets, deques, numbers, strings)."""
 
     @abstractmethod
     def _on_event(self, state: Any, event: Mapping[str, Any]) -> list[ComplexEvent]:

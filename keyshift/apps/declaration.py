@@ -133,6 +133,10 @@ def check_declaration(cls: type) -> TableSchema:
                                f"but not {missing}: a key is split with all of them or none")
     if hooks and not mergeable:
         raise DeclarationError("implements the summary hooks but declares mergeable = False")
+    codec = getattr(cls, "state_codec", None)
+    if not (callable(getattr(codec, "encode", None)) and callable(getattr(codec, "decode", None))):
+        raise DeclarationError(f"state_codec must be an object with encode(value) -> bytes and "
+                               f"decode(bytes) -> value, got {codec!r}")
     return schema
 
 
