@@ -354,15 +354,31 @@ def _env_overrides(env: dict[str, str]) -> dict[str, Any]:
     return out
 
 
+_SECRET_NAME = re.compile(
+    r"pass|pwd|secret|token|credential|private|auth|cookie|session|signature|salt|jaas"
+    r"|key(?!_?groups?)|cert|pem|pkcs|p12|jks")
+"""Key names whose value may be a secret or key material: ``sasl_password``, a misspelled
+``sasl_passwd``, ``api_token``, ``ssl_keyfile``... (``key`` alone too, except key groups)."""
+
+
+def _secret_name(key: str) -> bool:
+    return any(_SECRET_NAME.search(str(part).lower()) for part in key.split("."))
+
+
 def _format(exc: ValidationError, source: str) -> str:
+    """One line per wrong key, naming it and what is wrong. The value is echoed only for a
+    known key whose name cannot be a secret: never for an unknown key (a misspelled
+    ``sasl_passwd`` is as secret as the password) nor for a secret-looking name."""
     lines = []
     for err in exc.errors():
         key = ".".join(str(p) for p in err["loc"]) or "(top level)"
         msg = err["msg"]
-        if err["type"] == "extra_forbidden":
+        unknown = err["type"] == "extra_forbidden"
+        if unknown:
             msg = "unknown key"
         got = err.get("input")
-        got_s = "" if isinstance(got, dict) else f" (got {got!r})"
+        hide = unknown or isinstance(got, dict) or _secret_name(key)
+        got_s = "" if hide else f" (got {got!r})"
         lines.append(f"config key {key}: {msg}{got_s}")
     return f"invalid configuration from {source}:\n  " + "\n  ".join(lines)
 

@@ -299,3 +299,32 @@ def test_heavy_work_scales_with_work_us() -> None:
         return time.perf_counter() - t
 
     assert cost(2000) > 5 * cost(20)
+
+
+# --- word count before 1970 (issue 26 item 5) ---------------------------------------------------
+def test_wordcount_windows_of_negative_event_times_are_windows() -> None:
+    """A window start below 0 is a window, not "none open": -5000, -3000 and 1000 ms with
+    1 s windows are three windows of one event each (it was one window of 3)."""
+    op = WindowedWordCount(window_s=1)
+    outs = [ce for i, ts in enumerate((-5000, -3000, 1000))
+            for ce in op.process(ev(i, "w", ts, word="w"), 0)]
+    assert [(json.loads(ce.detail)["window_start"], json.loads(ce.detail)["count"], ce.ts)
+            for ce in outs] == [(-5000, 1, -3000), (-3000, 1, 1000)]
+    assert op._groups[0]["w"] == [1000, 1]
+    # -1500 and -1001 share the window [-2000, -1000); -1000 opens the next one
+    op = WindowedWordCount(window_s=1)
+    outs = [ce for i, ts in enumerate((-1500, -1001, -1000, 0))
+            for ce in op.process(ev(i, "w", ts, word="w"), 0)]
+    assert [json.loads(ce.detail)["count"] for ce in outs] == [2, 1]
+    # the summary path and merge agree with the rule on negative times
+    events = [ev(i, "w", ts, word="w") for i, ts in enumerate((-5000, -4500, -3000, 1000))]
+    one = WindowedWordCount(window_s=1)
+    want = [ce.identity() for e in events for ce in one.process(e, 0)]
+    split = WindowedWordCount(window_s=1)
+    summary = split.combine(split.summarize(events[::2]), split.summarize(events[1::2]))
+    assert [ce.identity() for ce in split.apply_summary(0, "w", summary)] == want
+    assert split._groups[0]["w"] == one._groups[0]["w"] == [1000, 1]
+    empty = op._new_state()
+    assert op.merge(empty, [-3000, 2]) == op.merge([-3000, 2], empty) == [-3000, 2]
+    assert op.merge([-3000, 2], [-3000, 1]) == [-3000, 3]
+    assert op.merge([-1, 0], [-3000, 2]) == [-3000, 2]  # a state from before: no window

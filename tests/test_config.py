@@ -47,3 +47,33 @@ def test_missing_or_broken_file(tmp_path):
     bad.write_text("[kafka\nport=1")
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_config(bad, env={})
+
+
+def test_an_unknown_or_secret_key_never_echoes_its_value():
+    """Issue 26 item 5: a misspelled KEYSHIFT_KAFKA__SASL_PASSWD is as secret as the password."""
+    for env in ({"KEYSHIFT_KAFKA__SASL_PASSWD": "hunter2-secret"},
+                {"KEYSHIFT_KAFKA__API_TOKEN": "hunter2-secret"},
+                {"KEYSHIFT_NOPE": "hunter2-secret"},
+                {"KEYSHIFT_KAFKA__SSL_KEYFILE": "hunter2-secret", "KEYSHIFT_KAFKA__NOPE": "x"}):
+        with pytest.raises(ConfigError) as exc:
+            load_config(env=env)
+        assert "hunter2" not in str(exc.value) and "(got" not in str(exc.value)
+    with pytest.raises(ConfigError, match="kafka.sasl_passwd: unknown key$"):
+        load_config(env={"KEYSHIFT_KAFKA__SASL_PASSWD": "secret"})
+    # a known key whose name is not secret still shows what it got
+    with pytest.raises(ConfigError, match=r"kafka.port: .*\(got 'abc'\)"):
+        load_config(env={"KEYSHIFT_KAFKA__PORT": "abc"})
+
+
+def test_keyshift_config_does_not_print_a_misspelled_password(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KEYSHIFT_")}
+    env |= {"KEYSHIFT_KAFKA__SASL_PASSWD": "secret", "KEYSHIFT_HOME": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-m", "keyshift.cli", "config"], env=env,
+                         capture_output=True, text=True)
+    assert out.returncode == 2
+    assert "kafka.sasl_passwd: unknown key" in out.stderr
+    assert "secret" not in out.stderr + out.stdout

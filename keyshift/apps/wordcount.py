@@ -1,10 +1,12 @@
 """Windowed word count (elb-clb §5.2): tuples per word per tumbling event-time window.
 
-State per word is the open window and its count. A window closes when the word's own
-event time moves past it (a per-key clock rather than a global watermark: a global clock
-would make a key's output depend on other keys' arrival, hence on placement and batching).
-A late event counts in the open window. ``word_count`` is emitted on close when the count
-reaches ``min_count``.
+State per word is the open window and its count, ``[start ms, count]``; no window is open
+while the count is 0 (``[None, 0]`` before the first event): an open window has counted at
+least its first event, and any start is a window, negative event times included. A window
+closes when the word's own event time moves past it (a per-key clock rather than a global
+watermark: a global clock would make a key's output depend on other keys' arrival, hence on
+placement and batching). A late event counts in the open window. ``word_count`` is emitted
+on close when the count reaches ``min_count``.
 
 Mergeable: a count is an associative aggregate, so a hot word may be split over engines
 (``dc``, ``wc``) and the partial states of one window add up (:meth:`merge`).
@@ -49,8 +51,8 @@ class WindowedWordCount(Operator):
         self.window_s = window_s
         self.min_count = min_count
 
-    def _new_state(self) -> list[int]:
-        return [-1, 0]  # [open window start (ms), count]
+    def _new_state(self) -> list[Any]:
+        return [None, 0]  # [open window start (ms), count]; count 0: no window open
 
     def merge(self, a: list[int], b: list[int]) -> list[int]:
         """Partial counts of the same open window add; an empty state is the identity.
@@ -58,9 +60,9 @@ class WindowedWordCount(Operator):
         Parts of different windows do not merge: the earlier one is a count that has not
         been emitted yet, and folding it into the later window would lose it.
         """
-        if a[0] < 0:
+        if not _open(a):
             return list(b)
-        if b[0] < 0:
+        if not _open(b):
             return list(a)
         if a[0] != b[0]:
             raise OperatorInputError(
@@ -96,7 +98,7 @@ class WindowedWordCount(Operator):
                        summary: list[list[Any]]) -> list[ComplexEvent]:
         out: list[ComplexEvent] = []
         for start, count, ts, _partition, _offset, event_id in summary:
-            if state[0] < 0:
+            if not _open(state):
                 state[0] = start
             elif start > state[0]:
                 if state[1] >= self.min_count:
@@ -117,7 +119,7 @@ class WindowedWordCount(Operator):
         width = int(self.window_s * 1000)
         start = ts - ts % width
         out: list[ComplexEvent] = []
-        if state[0] < 0:
+        if not _open(state):
             state[0] = start
         elif start > state[0]:
             if state[1] >= self.min_count:
@@ -125,6 +127,13 @@ class WindowedWordCount(Operator):
             state[0], state[1] = start, 0
         state[1] += 1
         return out
+
+
+def _open(state: list[Any]) -> bool:
+    """Whether a window is open: it has counted its first event. (Not the start's sign: a
+    window of events before 1970 starts below 0; a state written before this rule as
+    ``[-1, 0]`` is no window either.)"""
+    return state[1] > 0
 
 
 def _add(summary: list[list[Any]], entry: list[Any]) -> None:
