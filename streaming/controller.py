@@ -74,6 +74,8 @@ class Controller:
         self.loop = loop_from_config(cfg, log, policy, self.forecaster, run_id=run_id,
                                      clock=clock, balance=False)
         self._window: WindowStats | None = None
+        self._clock = clock
+        self._window_end: float | None = None  # wall time the last window closed
         self.decide_s = 0.0
         self.last_decision: ControlDecision | None = None
 
@@ -107,6 +109,20 @@ class Controller:
             return plan
         return Plan.hashed(self.groups, self.engines, version=0)
 
+    def _span(self, w: WindowStats) -> float:
+        """Seconds the window's input arrived over: since the previous window closed, or,
+        for a process's first window, since its first batch started — and never less than
+        Δ. Batches on time close a window every Δ; batches slower than the trigger close
+        it later, and the window then holds more than Δ's worth of input (issue 28: a
+        150 events/s producer read as 1,129/s with 12-16 s batches). A window closed in
+        less than Δ is a backlog being caught up, whose producers' rate is not the
+        catch-up's, so Δ stays the divisor there."""
+        now = self._clock()
+        before, self._window_end = self._window_end, now
+        start = before if before is not None else w.t0
+        window_s = float(self.cfg.controller.window_s)
+        return max(now - start, window_s) if start is not None else window_s
+
     def plan_for(self, batch_id: int) -> Plan:
         """The plan that routes batch ``batch_id``."""
         return self.loop.plan_for(batch_id)
@@ -134,6 +150,7 @@ class Controller:
         t0 = time.perf_counter()
         w = self._window
         w.last_batch = batch_id
+        w.span_s = self._span(w)
         self._window = WindowStats.empty(w.index + 1, self.groups, batch_id + 1)
         self.last_decision = self.loop.step(w)
         self.decide_s = time.perf_counter() - t0

@@ -190,8 +190,8 @@ class LiveMetrics:
         ev = getattr(decision, "evaluation", None)
         if ev is None:
             return
-        if self.window_s:
-            f.input_rate.labels(r).set(ev.tuples / self.window_s)
+        if self.window_s:  # over the window's measured span: batches can outlast Δ
+            f.input_rate.labels(r).set(ev.input_rate)
         if ev.forecast_error is not None:
             f.forecast_error.labels(r).set(ev.forecast_error)
 

@@ -90,3 +90,39 @@ def test_simulator_and_job_adapters_decide_alike(policy, planner, zipf, band) ->
         assert sim.plan.parallelism == sim_decisions[-1].after.parallelism
     if zipf > 1:
         assert "declined" in actions
+
+
+def test_a_window_of_slow_batches_reports_the_rate_over_its_span() -> None:
+    """Five batches of a 10 s window took 14 s each: the window spans 70 s, its 10,500
+    tuples arrived at 150/s, not 1,050/s (issue 28 item 1); the scaler's In per window and
+    the utilisation follow the measured rate."""
+    from keyshift.control.evaluate import evaluate
+    from keyshift.control.window import WindowStats
+    from keyshift.plan import Plan
+
+    cfg = config(False)
+    clock = Clock()
+    c = Controller(cfg, "run", "dlb-h", GROUPS, 2, 5, MemoryControlLog(),
+                   forecaster=FallbackForecaster(WINDOW_S), clock=clock)
+    c.recover(0)
+    per_batch = np.full(GROUPS, 2100.0 / GROUPS)
+    decisions = []
+    for b in range(10):
+        c.collect(b, per_batch, np.zeros(GROUPS), engine_s=1.0, started=clock.t)
+        clock.t += 14.0  # each batch outlasts the 2 s trigger by far
+        decisions.append(c.end_of_batch(b))
+    first, second = decisions[4], decisions[9]
+    assert first.evaluation.input_rate == pytest.approx(10_500 / 70.0)
+    assert second.evaluation.input_rate == pytest.approx(10_500 / 70.0)
+    assert first.evaluation.tuples == pytest.approx(10_500)  # counted as it came
+    lat = 5.0 / 10_500
+    assert first.evaluation.utilisation == pytest.approx(150.0 * lat / 2)
+
+    w = WindowStats.empty(0, 4)
+    w.add_batch(0, np.array([100.0, 0, 0, 0]), np.zeros(4))
+    assert w.input_rate(10.0) == 10.0 and w.sample(2, 0.0, 10.0).in_tuples == 100.0
+    w.span_s = 40.0
+    assert w.input_rate(10.0) == 2.5 and w.sample(2, 0.0, 10.0).in_tuples == 25.0
+    assert w.sample(2, 0.0).in_tuples == 100.0  # without Δ: as counted
+    ev = evaluate(w, Plan.hashed(4, 2), 10.0)
+    assert ev.input_rate == 2.5

@@ -58,9 +58,11 @@ def _value(live: LiveMetrics, name: str, **labels: str) -> float | None:
     return live.registry.get_sample_value(name, {"run_id": live.run_id, **labels})
 
 
-def _decision(action: str, tuples: float = 500.0, forecast_error: float | None = None):
+def _decision(action: str, tuples: float = 500.0, forecast_error: float | None = None,
+              input_rate: float | None = None):
     return SimpleNamespace(action=action, evaluation=SimpleNamespace(
-        tuples=tuples, forecast_error=forecast_error))
+        tuples=tuples, forecast_error=forecast_error,
+        input_rate=tuples / 10.0 if input_rate is None else input_rate))
 
 
 def test_batches_add_up_in_counters_and_set_gauges() -> None:
@@ -97,6 +99,9 @@ def test_each_decision_is_counted_once_by_action() -> None:
     assert _value(live, "keyshift_decisions_total", action="scale_out") == 1
     assert _value(live, "keyshift_window_input_rate") == 50.0  # 500 tuples / 10 s, the last
     assert _value(live, "keyshift_forecast_error") == 0.25  # kept from the one that had it
+    # batches slower than the trigger: 5 batches of a 10 s window spanned 70 s
+    live.observe_decision(_decision("none", tuples=10_500.0, input_rate=150.0))
+    assert _value(live, "keyshift_window_input_rate") == 150.0  # not 10,500 / 10 s
 
 
 def test_runs_in_one_registry_are_kept_apart_by_run_id() -> None:

@@ -3,7 +3,8 @@
 Everything the decision and the audit log read about a window is computed here once:
 the imbalance (dlb Eq. 2 RSTD, elb-clb Eq. 1 variance), the most loaded engine, the
 floor no key-granular plan can beat (:mod:`keyshift.control.floor`), the
-utilisation of the engines (elastic-cep Eq. 1: In over Δt·N/Lat), and the scaler's forecast
+utilisation of the engines (elastic-cep Eq. 1: In over Δt·N/Lat, In at the rate measured
+over the window's span), and the scaler's forecast
 error for the window (the θ2 quantity of Algorithm 1), each with its threshold check.
 """
 
@@ -33,6 +34,7 @@ class Evaluation:
     theta: float
     theta2: float
     floor: Floor  # of the window's group loads on the plan's live engines
+    input_rate: float = 0.0  # In per second over the window's measured span
 
     @property
     def over_theta(self) -> bool:
@@ -58,10 +60,11 @@ def evaluate(window: WindowStats, plan: Plan, window_s: float, theta: float = 0.
     live = live_loads(plan.assignment, window.loads, plan.live)
     lat = window.lat_s
     n = plan.parallelism
-    util = window.tuples * lat / (window_s * n) if lat is not None and window_s > 0 else None
+    rate = window.input_rate(window_s)  # over the measured span, not Δ (a slow batch)
+    util = rate * lat / n if lat is not None and window_s > 0 else None
     err = None
     if expected is not None and lat is not None and expected[1] > 0:
-        err = relative_error(window.tuples, expected[0], lat, expected[1])
+        err = relative_error(rate * window_s, expected[0], lat, expected[1])
     return Evaluation(window.index, Balance.of(live), float(live.max(initial=0.0)),
                       window.tuples, lat, util, err, float(theta), float(theta2),
-                      key_group_floor(window.loads, n))
+                      key_group_floor(window.loads, n), rate)

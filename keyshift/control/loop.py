@@ -149,7 +149,7 @@ class ControlLoop:
         scaling, sample, scale_text, candidate, component = None, None, "", None, "balancer"
         replayed = recorded is not None and recorded.scaler is not None
         if self.scaler is not None:
-            sample = window.sample(n, self.clock())
+            sample = window.sample(n, self.clock(), s.window_s)
             if replayed:
                 sample = recorded.sample or sample
                 scaling = self.scaler.replay(window.index + 1, n, sample, recorded.scaler)

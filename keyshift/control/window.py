@@ -44,6 +44,9 @@ class WindowStats:
     engine_s: float = 0.0
     timed: float = 0.0
     t0: float | None = None
+    # wall seconds the window's input arrived over, as the driver measured it (from the
+    # previous window's end to this one's); None for a model's window, which is Δ long
+    span_s: float | None = None
 
     @classmethod
     def empty(cls, index: int, groups: int, first_batch: int = 0) -> WindowStats:
@@ -85,7 +88,24 @@ class WindowStats:
     def lat_s(self) -> float | None:
         return self.engine_s / self.timed if self.timed > 0 and self.engine_s > 0 else None
 
-    def sample(self, engines: int, now: float) -> WindowSample:
-        """The scaler's view of this window; ``now`` stands in for an unknown start."""
-        return WindowSample(self.t0 if self.t0 is not None else now, self.tuples, self.lat_s,
+    def input_rate(self, window_s: float) -> float:
+        """In per second: the window's tuples over the span they arrived in.
+
+        A window is counted in batches, not seconds: when batches run longer than the
+        trigger, five of them span more than Δ and hold more than Δ's worth of input.
+        Dividing by Δ then reports a rate the producers never sent (and a scaler adds
+        engines because the machine is slow); the measured span does not.
+        """
+        span = self.span_s if self.span_s and self.span_s > 0 else window_s
+        return self.tuples / span if span > 0 else 0.0
+
+    def in_tuples(self, window_s: float) -> float:
+        """In per window of Δ = ``window_s`` seconds (the planner's unit) at the measured rate."""
+        return self.input_rate(window_s) * window_s
+
+    def sample(self, engines: int, now: float, window_s: float | None = None) -> WindowSample:
+        """The scaler's view of this window; ``now`` stands in for an unknown start. With
+        ``window_s``, In is per Δ at the measured rate (:meth:`in_tuples`), else as counted."""
+        tuples = self.tuples if window_s is None else self.in_tuples(window_s)
+        return WindowSample(self.t0 if self.t0 is not None else now, tuples, self.lat_s,
                             engines)
