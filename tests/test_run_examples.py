@@ -83,7 +83,8 @@ def test_own_operator_runs_end_to_end_and_matches_the_reference(spark, platform_
         (["--app", "no.such.module:Op"], "--app"),
         (["--app", "keyshift.examples.sessions:Nope"], "--app"),
         (["--app", "wordcount", "--params", "[1]"], "--params"),
-        (["--app", "wordcount", "--params", '{"nope": 1}'], "--app"),
+        (["--app", "wordcount", "--params", '{"nope": 1}'], "--params"),
+        (["--app", "heavy", "--params", '{"work_us": -1}'], "--params: work_us"),
         (["--app", "wordcount", "--policy", "nope"], "--policy"),
         (["--app", "wordcount", "--engines", "999"], "--engines"),
         (["--app", "wordcount", "--max-offsets", "0"], "--max-offsets"),
@@ -95,6 +96,13 @@ def test_bad_options_exit_2_with_one_line(argv, field, capsys, ks_home) -> None:
     assert main(["run", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and field in err, err
+
+
+def test_an_unknown_parameter_is_named_with_the_ones_the_operator_takes(capsys, ks_home) -> None:
+    assert main(["run", "--app", "wordcount", "--params", '{"window": 5}']) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--params: wordcount: unknown parameter 'window'; wordcount takes window_s, " \
+           "min_count" in err and "unexpected keyword" not in err
 
 
 def test_a_broker_that_is_down_is_one_line(capsys, ks_home, monkeypatch) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
@@ -63,8 +64,24 @@ class OperatorSpec:
     api_version: int
     origin: str
 
+    def parameters(self) -> list[str] | None:
+        """The names the operator's constructor takes (None: it takes any ``**kwargs``)."""
+        sig = inspect.signature(self.cls.__init__)
+        if any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values()):
+            return None
+        return [n for n, p in list(sig.parameters.items())[1:]
+                if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
     def build(self, **params: Any) -> Operator:
-        """A new operator with the rule's parameters; a bad parameter names the field."""
+        """A new operator with the rule's parameters; a bad parameter names the field, an
+        unknown one is named with the ones the operator takes."""
+        known = self.parameters()
+        unknown = [k for k in params if known is not None and k not in known]
+        if unknown:
+            takes = ", ".join(known) if known else "no parameters"
+            raise OperatorInputError(
+                "params", f"{self.name}: unknown parameter {', '.join(map(repr, unknown))}; "
+                f"{self.name} takes {takes}")
         try:
             return self.cls(**params)
         except TypeError as exc:

@@ -123,10 +123,13 @@ def _check_operator(app: str, params: dict) -> None:
 
     try:
         event_schema(app)
-        make_operator(app, **params)
     except (FieldError, KeyError, ValueError) as exc:
         why = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
         raise UsageError(f"--app: {why.removeprefix('app: ')}") from None
+    try:  # the operator resolved: what fails now is a parameter's
+        make_operator(app, **params)
+    except (FieldError, ValueError) as exc:
+        raise UsageError(f"--params: {str(exc).removeprefix('params: ')}") from None
 
 
 def check_topic(cfg, topic: str) -> None:
