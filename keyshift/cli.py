@@ -114,11 +114,21 @@ def summary(module: str) -> str:
     return ""
 
 
+def _operator_api() -> int:
+    from keyshift.apps.base import OPERATOR_API_VERSION
+
+    return OPERATOR_API_VERSION
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = _Parser(
         prog="keyshift",
         description="Keep a keyed, stateful stream job balanced and right-sized while it runs.",
     )
+    from keyshift import __version__
+
+    parser.add_argument("--version", action="version",
+                        version=f"keyshift {__version__} (Operator API {_operator_api()})")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands = _commands()
     if command in commands:

@@ -1,6 +1,8 @@
 import subprocess
 import sys
 
+import pytest
+
 from keyshift.cli import main
 
 
@@ -29,3 +31,15 @@ def _run(args, env_extra=None):
     return subprocess.run(
         [sys.executable, "-m", "keyshift.cli", *args], capture_output=True, text=True, env=env
     )
+
+
+def test_version_names_the_release_and_the_operator_api(capsys):
+    import tomllib
+    from pathlib import Path
+
+    with pytest.raises(SystemExit) as info:
+        main(["--version"])
+    assert info.value.code == 0
+    release = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml")
+                            .read_text())["project"]["version"]
+    assert capsys.readouterr().out.strip() == f"keyshift {release} (Operator API 1)"
