@@ -25,11 +25,25 @@ batch), uses it; anything else (another executor, a stale cache, a driver restar
 the cache from the durable files first. So the common batch reads nothing remote, and a
 moved task is correct, not silently empty.
 
-A file starts with ``KSST`` and its format version. Version 2 holds each group's state as
-the operator's ``state_codec`` wrote it (:mod:`keyshift.apps.state_codec`: data only).
-Version 1, written by keyshift before issue 26, held pickles: such a file is refused unread,
-naming it, and ``keyshift state upgrade RUN_ID --trust-pickled-state`` (:func:`upgrade`)
-rewrites a run's files in version 2 for whoever trusts their origin.
+A file starts with ``KSST`` and its format version. Version 3 (issue 26 item 2) is written
+now: a header naming the file's engine, batch and kind, the batch of the durable file it
+follows in the engine's chain (``prev``) and the length of its records, then the records
+(each group's state as the operator's ``state_codec`` wrote it, :mod:`keyshift.apps.state_codec`:
+data only), then an xxHash64 of everything before it. A torn, truncated or altered file, or
+one under another file's name, is :class:`DamagedStateFileError`, naming run, engine, batch
+and file (:func:`decode`). Version 2 (issue 26 item 1, the same records without header and
+checksum) is still read, as before: unchecked. Version 1, written by keyshift before issue
+26, held pickles: such a file is refused unread, naming it, and ``keyshift state upgrade
+RUN_ID --trust-pickled-state`` (:func:`upgrade`) rewrites a run's files for whoever trusts
+their origin.
+
+What a damaged file costs (:meth:`DurableState.read`, docs/architecture.md "Integrity of
+durable files"): a damaged or missing *base* is rebuilt from the base before it and its
+changelogs, which compaction keeps for exactly this (a retry needs them too), and rewritten;
+a damaged or missing *changelog* of a batch whose offsets Spark committed cannot be rebuilt
+(Spark replays only the batch it died in, and the changelog is the only record of that
+batch's state changes), so the read stops with one line naming the file. The changelog of
+the batch being re-executed is never read: Kafka replays that batch.
 """
 
 from __future__ import annotations
@@ -44,17 +58,39 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import xxhash
+
 from keyshift.apps.state_codec import UPGRADE_HINT
 from keyshift.lakehouse.storage import filesystem, write_atomically
 
-_MAGIC = b"KSST\x02"
+_MAGIC = b"KSST\x03"  # header + records + xxh64 (issue 26 item 2)
+_MAGIC_V2 = b"KSST\x02"  # issue 26 item 1: records only, no checksum (still read, unchecked)
 _MAGIC_PICKLED = b"KSST\x01"  # keyshift before issue 26: each group's state a pickle
 _REC = struct.Struct(">iq")  # group, length (-1: the group was dropped)
+# engine, batch, kind (0 base, 1 changelog), prev, length of the records
+_HEAD = struct.Struct(">iqBqQ")
+_SUM = 8  # the trailing xxHash64 (big-endian) of magic, header and records
+_KINDS = ("base", "cl")
 _FILE = re.compile(r"^(base|cl)-(\d{12})\.kss$")
+NO_PREV = -1  # ``prev`` of an engine's first file: its state was empty before
+UNKNOWN_PREV = -2  # ``prev`` not known to the writer (tests, upgrade): no chain check
+_HEAD_GROUP = -1  # the cache's row (not a key group) holding the engine's durable head
 
 
 class StateFormatError(ValueError):
     """A durable state file that is not one keyshift wrote (or was cut short)."""
+
+
+_LOST_CHANGES = ("batch {b}'s state changes exist nowhere else (Spark replays no committed "
+                 "batch): restore the file and restart, or start a new run id")
+
+
+class _BaseDamaged(Exception):
+    """A damaged or missing base: :meth:`DurableState.read_chain` falls back (internal)."""
+
+    def __init__(self, error: StateFormatError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 class PickledStateFileError(StateFormatError):
@@ -63,42 +99,97 @@ class PickledStateFileError(StateFormatError):
 
 
 # -- the durable changelog --------------------------------------------------------------
-def encode(states: Mapping[int, bytes | None]) -> bytes:
-    """Groups' state (None = dropped) as one file body, groups ascending."""
-    parts = [_MAGIC]
+class DamagedStateFileError(StateFormatError):
+    """A durable state file that is torn, truncated, altered, under another file's name, or
+    missing where the chain of the engine's files says one should be. ``path`` names it."""
+
+    def __init__(self, message: str, path: str = "") -> None:
+        super().__init__(message)
+        self.path = path
+
+
+def encode(states: Mapping[int, bytes | None], *, engine: int = -1, batch: int = -1,
+           kind: str = "cl", prev: int = UNKNOWN_PREV) -> bytes:
+    """Groups' state (None = dropped) as one file body, groups ascending: the header (whose
+    file this is, which file it follows), the records and their checksum."""
+    parts = []
     for g in sorted(states):
         data = states[g]
         parts.append(_REC.pack(int(g), -1 if data is None else len(data)))
         if data is not None:
             parts.append(bytes(data))
-    return b"".join(parts)
+    records = b"".join(parts)
+    head = _MAGIC + _HEAD.pack(int(engine), int(batch), _KINDS.index(kind), int(prev),
+                               len(records))
+    digest = xxhash.xxh64()
+    digest.update(head)
+    digest.update(records)
+    return head + records + digest.digest()
+
+
+@dataclass(frozen=True)
+class FileHead:
+    """What a version-3 file says of itself (None for an older file: nothing is known)."""
+
+    engine: int
+    batch: int
+    kind: str
+    prev: int
 
 
 def decode(body: bytes, where: str = "state file") -> dict[int, bytes | None]:
-    """Inverse of :func:`encode`; a foreign or truncated file is an error naming it, and so
-    is a file in the pickled format of an older keyshift (never unpickled here)."""
+    """Inverse of :func:`encode`; a foreign, torn, truncated or altered file is an error
+    naming it, and so is a file in the pickled format of an older keyshift (never unpickled
+    here)."""
+    return decode_file(body, where)[0]
+
+
+def decode_file(body: bytes, where: str = "state file"
+                ) -> tuple[dict[int, bytes | None], FileHead | None]:
+    """:func:`decode`, with the file's header (None: a version-2 file, which has none)."""
     if body.startswith(_MAGIC_PICKLED):
         raise PickledStateFileError(
             f"{where}: engine state pickled by an older keyshift, refused unread; "
             + UPGRADE_HINT)
+    if body.startswith(_MAGIC_V2):
+        # written by keyshift between issue 26 items 1 and 2: no checksum, so read as before
+        # (a cut is still found by the record lengths; an altered byte is not)
+        return _records(body, len(_MAGIC_V2), len(body), where), None
     if not body.startswith(_MAGIC):
+        if len(body) < len(_MAGIC) and _MAGIC.startswith(body):
+            raise DamagedStateFileError(f"{where}: truncated to {len(body)} bytes", where)
         raise StateFormatError(f"{where}: not a keyshift state file")
-    return _records(body, where)
+    start = len(_MAGIC) + _HEAD.size
+    if len(body) < start + _SUM:
+        raise DamagedStateFileError(
+            f"{where}: truncated to {len(body)} bytes (a header and checksum take "
+            f"{start + _SUM})", where)
+    engine, batch, kind, prev, n = _HEAD.unpack_from(body, len(_MAGIC))
+    end = start + n
+    if len(body) != end + _SUM:
+        raise DamagedStateFileError(
+            f"{where}: truncated or torn: {len(body)} bytes where its header announces "
+            f"{end + _SUM}", where)
+    if xxhash.xxh64(body[:end]).digest() != body[end:]:
+        raise DamagedStateFileError(f"{where}: checksum mismatch (altered bytes)", where)
+    if kind >= len(_KINDS):
+        raise DamagedStateFileError(f"{where}: unknown file kind {kind}", where)
+    return _records(body, start, end, where), FileHead(engine, batch, _KINDS[kind], prev)
 
 
-def _records(body: bytes, where: str) -> dict[int, bytes | None]:
+def _records(body: bytes, i: int, end: int, where: str) -> dict[int, bytes | None]:
     out: dict[int, bytes | None] = {}
-    i = len(_MAGIC)  # both versions' headers are 5 bytes
-    while i < len(body):
-        if i + _REC.size > len(body):
-            raise StateFormatError(f"{where}: truncated record header at byte {i}")
+    while i < end:
+        if i + _REC.size > end:
+            raise DamagedStateFileError(f"{where}: truncated record header at byte {i}", where)
         g, n = _REC.unpack_from(body, i)
         i += _REC.size
         if n < 0:
             out[g] = None
             continue
-        if i + n > len(body):
-            raise StateFormatError(f"{where}: group {g} truncated ({n} bytes announced)")
+        if i + n > end:
+            raise DamagedStateFileError(
+                f"{where}: group {g} truncated ({n} bytes announced)", where)
         out[g] = body[i : i + n]
         i += n
     return out
@@ -131,14 +222,20 @@ class DurableState:
     def _write(self, engine: int, name: str, body: bytes) -> None:
         write_atomically(f"{self.uri.rstrip('/')}/engine-{engine:04d}/{name}", body)
 
-    def write_changes(self, engine: int, batch: int, states: Mapping[int, bytes | None]) -> None:
-        """The groups batch ``batch`` changed; written again identically by a retry."""
+    def write_changes(self, engine: int, batch: int, states: Mapping[int, bytes | None],
+                      prev: int = UNKNOWN_PREV) -> None:
+        """The groups batch ``batch`` changed; written again identically by a retry.
+        ``prev``: the batch of the engine's durable file this one follows (the cache's
+        :meth:`EngineStore.head`), so that a reader finds a file missing before it."""
         if states:
-            self._write(engine, f"cl-{batch:012d}.kss", encode(states))
+            self._write(engine, f"cl-{batch:012d}.kss",
+                        encode(states, engine=engine, batch=batch, kind="cl", prev=prev))
 
-    def write_base(self, engine: int, batch: int, states: Mapping[int, bytes]) -> None:
+    def write_base(self, engine: int, batch: int, states: Mapping[int, bytes],
+                   prev: int = UNKNOWN_PREV) -> None:
         """Every group the engine owns after ``batch``; then prune what an older base covers."""
-        self._write(engine, f"base-{batch:012d}.kss", encode(states))
+        self._write(engine, f"base-{batch:012d}.kss",
+                    encode(states, engine=engine, batch=batch, kind="base", prev=prev))
         fs, _, files = self._files(engine)
         bases = sorted(b for kind, b, _ in files if kind == "base")
         if len(bases) < 2:
@@ -150,16 +247,112 @@ class DurableState:
 
     def read(self, engine: int, upto: int) -> dict[int, bytes]:
         """The engine's state after batch ``upto``: newest base ≤ upto, then its changelogs."""
+        return self.read_chain(engine, upto)[0]
+
+    def read_chain(self, engine: int, upto: int) -> tuple[dict[int, bytes], int]:
+        """:meth:`read`, and the batch of the newest file it applied (-1: none), which the
+        next file the engine writes names as its ``prev``.
+
+        Every file is checked (:func:`decode_file`) and so is the chain: a version-3
+        changelog names the file it follows, so one missing before it (a changelog, or the
+        base that compaction left as the oldest) is found. A damaged or missing base falls
+        back to the base before it and that base's changelogs (compaction keeps both), then
+        is rewritten from them; a damaged changelog stops the read (:meth:`_replay`)."""
         fs, _, files = self._files(engine)
         usable = [f for f in files if f[1] <= upto]
-        start = max((b for kind, b, _ in usable if kind == "base"), default=-1)
-        state: dict[int, bytes | None] = {}
-        for kind, b, path in usable:
-            if b < start or (kind == "cl" and b == start):
+        bases = sorted((b for kind, b, _ in usable if kind == "base"), reverse=True)
+        damaged: list[DamagedStateFileError] = []
+        for start in [*bases, NO_PREV]:
+            try:
+                state, head = self._replay(fs, engine, usable, start, strict=bool(damaged))
+            except _BaseDamaged as exc:
+                damaged.append(exc.error)
                 continue
-            with fs.open_input_stream(path) as f:
-                state.update(decode(f.read(), path))
-        return {g: d for g, d in state.items() if d is not None}
+            except DamagedStateFileError as exc:
+                if damaged:  # the fallback found the chain broken too: name both
+                    raise DamagedStateFileError(
+                        f"{damaged[0]}; no earlier base rebuilds it: {exc}", exc.path) from None
+                raise
+            for bad in damaged:  # rewrite each damaged base from the chain before it
+                self._repair(fs, engine, usable, start, bad)
+            return state, head
+        raise AssertionError("unreachable: the empty start either reads or raises")
+
+    def _where(self, engine: int, batch: int, kind: str, path: str) -> str:
+        run = self.uri.rstrip("/").rsplit("/", 1)[-1]
+        what = "base" if kind == "base" else "changelog"
+        return f"{path} (run {run}, engine {engine}, batch {batch}, {what})"
+
+    def _replay(self, fs: object, engine: int, usable: list[tuple[str, int, str]], start: int,
+                strict: bool) -> tuple[dict[int, bytes], int]:
+        """The state from base ``start`` (NO_PREV: from nothing) and the changelogs after it.
+        Raises :class:`_BaseDamaged` when that base is damaged (the caller falls back),
+        :class:`DamagedStateFileError` when a changelog is damaged or the chain has a hole.
+        ``strict``: a fallback, so an empty start must be proven by the first changelog
+        (version 3, following nothing); a version-2 chain cannot prove it."""
+        state: dict[int, bytes | None] = {}
+        head = start
+        for kind, b, path in usable:
+            if b < start or (kind == "cl" and b == start) or (kind == "base" and b != start):
+                continue
+            where = self._where(engine, b, kind, path)
+            try:
+                with fs.open_input_stream(path) as f:  # type: ignore[attr-defined]
+                    body = f.read()
+            except FileNotFoundError:
+                err = DamagedStateFileError(f"{where}: missing (listed, then gone)", path)
+                if kind == "base":
+                    raise _BaseDamaged(err) from None
+                raise err from None
+            try:
+                records, fh = decode_file(body, where)
+                if fh is not None and fh.batch >= 0 and (fh.engine, fh.batch, fh.kind) != (
+                        engine, b, kind):
+                    raise DamagedStateFileError(
+                        f"{where}: holds engine {fh.engine}'s {fh.kind} of batch {fh.batch} "
+                        "(a file copied or renamed here)", path)
+            except PickledStateFileError:
+                raise
+            except StateFormatError as exc:
+                err = DamagedStateFileError(str(exc), path)
+                if kind == "base":
+                    raise _BaseDamaged(err) from None
+                raise DamagedStateFileError(f"{err}; {_LOST_CHANGES.format(b=b)}", path) \
+                    from None
+            if kind == "cl":
+                prev = UNKNOWN_PREV if fh is None else fh.prev
+                if prev == UNKNOWN_PREV and strict and head == NO_PREV:
+                    raise DamagedStateFileError(
+                        f"{where}: the oldest file left, written without naming the file "
+                        "before it, so nothing shows the engine's state started empty", path)
+                if prev != UNKNOWN_PREV and prev != head:
+                    gone = (f"batch {prev}'s file is missing" if prev > head or head == NO_PREV
+                            else f"batch {head}'s file is not the one it follows")
+                    raise DamagedStateFileError(
+                        f"{where}: follows batch {prev}, but {gone}; "
+                        + _LOST_CHANGES.format(b=prev), path)
+            state.update(records)
+            head = b
+        return {g: d for g, d in state.items() if d is not None}, head
+
+    def _repair(self, fs: object, engine: int, usable: list[tuple[str, int, str]], start: int,
+                bad: DamagedStateFileError) -> None:
+        """Rewrite a damaged base from the chain before it (so the next compaction finds the
+        two bases it keeps readable), saying so in one line."""
+        from keyshift.lakehouse.logs import say
+
+        m = _FILE.match(bad.path.rsplit("/", 1)[-1])
+        if m is None:
+            return
+        b = int(m.group(2))
+        state, head = self._replay(fs, engine, [f for f in usable if f[1] <= b and
+                                                not (f[0] == "base" and f[1] == b)],
+                                   start, strict=True)
+        self._write(engine, f"base-{b:012d}.kss",
+                    encode(state, engine=engine, batch=b, kind="base", prev=head))
+        say(f"keyshift: {bad}; rebuilt from "
+            + (f"base {start}" if start >= 0 else "the first changelog")
+            + " and the changelogs after it, and rewritten")
 
     def batches(self, engine: int) -> list[int]:
         """Batches with a durable file of this engine (for tests and ``status``)."""
@@ -212,7 +405,7 @@ def upgrade(uri: str, codec: object, *, trust_pickled_state: bool) -> Upgrade:
     found = Upgrade(uri, [], [], [])
     for f in state_files(uri):
         body = read_if_exists(f) or b""
-        if body.startswith(_MAGIC):
+        if body.startswith((_MAGIC, _MAGIC_V2)):  # both read without unpickling anything
             found.current.append(f)
             continue
         if not body.startswith(_MAGIC_PICKLED):
@@ -221,7 +414,7 @@ def upgrade(uri: str, codec: object, *, trust_pickled_state: bool) -> Upgrade:
         if not trust_pickled_state:
             continue
         states: dict[int, bytes | None] = {}
-        for g, data in _records(body, f).items():
+        for g, data in _records(body, len(_MAGIC_PICKLED), len(body), f).items():
             if data is None:
                 states[g] = None
                 continue
@@ -233,7 +426,12 @@ def upgrade(uri: str, codec: object, *, trust_pickled_state: bool) -> Upgrade:
                 states[g] = codec.encode(value)  # type: ignore[attr-defined]
             except Exception as exc:  # a value the codec cannot keep: name where it is
                 raise StateFormatError(f"{f}: group {g}: {exc}") from None
-        write_atomically(f, encode(states))
+        m = _FILE.match(f.rsplit("/", 1)[-1])
+        engine = _ENGINE_DIR.match(f.rsplit("/", 2)[-2])
+        assert m is not None and engine is not None  # state_files lists only these
+        # prev unknown: the pickled chain named no files, so a reader checks none before it
+        write_atomically(f, encode(states, engine=int(engine.group(1)),
+                                   batch=int(m.group(2)), kind=m.group(1)))
         found.converted.append(f)
     return found
 
@@ -282,13 +480,16 @@ class EngineStore:
     def mark_applied(self, batch: int) -> None:
         self._db.execute("UPDATE meta SET v = ? WHERE k = 'applied'", (str(int(batch)),))
 
-    def reset(self, states: Mapping[int, bytes], as_of: int) -> None:
-        """Replace everything with ``states`` (the durable copy after batch ``as_of``) under a
-        new cache id: whoever expected the old cache must not take this one for it."""
+    def reset(self, states: Mapping[int, bytes], as_of: int, head: int | None = None) -> None:
+        """Replace everything with ``states`` (the durable copy after batch ``as_of``, whose
+        newest file is of batch ``head``) under a new cache id: whoever expected the old cache
+        must not take this one for it."""
+        rows = [(int(g), int(as_of), d) for g, d in states.items()]
+        if head is not None:
+            rows.append((_HEAD_GROUP, int(as_of), struct.pack(">q", int(head))))
         with self._tx():
             self._db.execute("DELETE FROM state")
-            self._db.executemany("INSERT INTO state VALUES (?, ?, ?)",
-                                 [(int(g), int(as_of), d) for g, d in states.items()])
+            self._db.executemany("INSERT INTO state VALUES (?, ?, ?)", rows)
             self._db.execute("UPDATE meta SET v = ? WHERE k = 'cache_id'", (_new_id(),))
             self._db.execute("UPDATE meta SET v = ? WHERE k = 'applied'", (str(int(as_of)),))
 
@@ -318,11 +519,22 @@ class EngineStore:
                 [(int(g), int(g), version) for g in states],
             )
 
+    def head(self, before: int) -> int:
+        """The batch of the engine's newest durable file as of batch ``before`` − 1 (what
+        the next file names as ``prev``); UNKNOWN_PREV for a cache of an older keyshift.
+        Kept as a versioned row like a group's, so a rollback restores it too."""
+        got = _load(self._db, [_HEAD_GROUP], before).get(_HEAD_GROUP)
+        return UNKNOWN_PREV if got is None else struct.unpack(">q", got)[0]
+
+    def set_head(self, batch: int) -> None:
+        """Batch ``batch`` wrote a durable file of this engine."""
+        self.save(batch, {_HEAD_GROUP: struct.pack(">q", int(batch))})
+
     def newest(self) -> dict[int, bytes]:
         """Every owned group's newest state (what a base file holds)."""
         rows = self._db.execute(
             "SELECT s.grp, s.data FROM state s JOIN (SELECT grp, MAX(version) v "
-            "FROM state GROUP BY grp) m ON s.grp = m.grp AND s.version = m.v"
+            "FROM state WHERE grp >= 0 GROUP BY grp) m ON s.grp = m.grp AND s.version = m.v"
         )
         return {g: d for g, d in rows if d is not None}
 
@@ -421,5 +633,11 @@ def open_store(root: str | os.PathLike[str], durable: DurableState, engine: int,
     if expected is not None and store.cache_id == expected and store.applied >= batch - 1:
         store.rollback(batch)
         return store, False
-    store.reset(durable.read(engine, batch - 1), batch - 1)
+    store.reset(*_read_for_reset(durable, engine, batch - 1))
     return store, True
+
+
+def _read_for_reset(durable: DurableState, engine: int, upto: int
+                    ) -> tuple[dict[int, bytes], int, int]:
+    state, head = durable.read_chain(engine, upto)
+    return state, upto, head

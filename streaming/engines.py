@@ -229,13 +229,18 @@ def run_engine(spec: BatchSpec, engine: int, rows: Iterable[tuple]) -> Iterator[
         t_save0 = time.perf_counter()
         snapshots = {g: op.snapshot(g) for g in sorted(set(touched) | set(arrived))}
         changes.update(snapshots)
+        head = store.head(spec.batch_id)  # the durable file this batch's files follow
         store.save(spec.batch_id, changes)
-        spec.durable.write_changes(engine, spec.batch_id, changes)
+        spec.durable.write_changes(engine, spec.batch_id, changes, prev=head)
+        if changes:
+            head = spec.batch_id
+            store.set_head(head)
         store.mark_applied(spec.batch_id)
         compacted = bool(spec.compact_every) and spec.batch_id % spec.compact_every == 0 \
             and spec.batch_id > 0
         if compacted:
-            spec.durable.write_base(engine, spec.batch_id, store.newest())
+            spec.durable.write_base(engine, spec.batch_id, store.newest(), prev=head)
+            store.set_head(spec.batch_id)
         t_save = time.perf_counter() - t_save0
         for g, ce in outs:
             yield (OUT, (engine, g, ce.key, ce.ts, ce.kind, ce.detail, ce.event_id))

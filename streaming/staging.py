@@ -21,12 +21,21 @@ engine or release task's rows), written through a temporary name and a rename. A
 in Delta once: a commit that includes batches a predecessor process may have committed
 (:meth:`keyshift.lakehouse.delta.RunAppends.may_exist`) appends only the rows whose key
 (:data:`ROW_KEY`) the table does not have yet.
+
+Each file carries an xxHash64 of its rows' values in its Parquet metadata (``keyshift.xxh64``,
+issue 26 item 2; :func:`rows_digest`). A commit reads every file it is about to hand to Spark
+with :func:`read_staged` first, so a torn, truncated or altered file, or one gone between the
+listing and the read, stops the commit with one line naming run, table, batch and file
+(:class:`StagedFileError`): its rows are never silently left out. A file staged by a keyshift
+before that has no checksum and is read as before.
 """
 
 from __future__ import annotations
 
 import io
+import math
 import re
+import struct
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -54,6 +63,26 @@ ROW_KEY = {
 }
 BOOKKEEPING = tuple(ROW_KEY)
 _FILE = re.compile(r"^b(-?\d{11,12})-(driver|e\d+)\.parquet$")  # batch -1: the initial plan
+CHECKSUM_KEY = b"keyshift.xxh64"  # Parquet key-value metadata: rows_digest of the file's rows
+# what a table's staged rows are, for the line that names a damaged file
+_ROWS = {
+    "key_loads": "an engine's key loads",
+    "metrics": "the batch's metrics",
+    "decisions": "controller decisions",
+    "state_snapshots": "a migration's moved state",
+    "migrations": "a migration's record",
+    "plans": "plans a restart replays",
+    "control_state": "the state a restart resumes",
+}
+
+
+class StagedFileError(ValueError):
+    """A staged bookkeeping file that is torn, truncated, altered or gone: named in one line,
+    never skipped (its rows would be missing from the table for good)."""
+
+    def __init__(self, message: str, path: str) -> None:
+        super().__init__(message)
+        self.path = path
 
 
 def is_staged(name: str) -> bool:
@@ -105,9 +134,106 @@ def write_staged(uri: str, name: str, rows: Sequence[Mapping[str, Any]]) -> None
     schema = arrow_schema(name)
     full = [{"schema_version": SCHEMA_VERSION, **r} for r in rows]
     cols = [pa.array([r.get(f.name) for r in full], type=f.type) for f in schema]
+    tab = pa.Table.from_arrays(cols, schema=schema)
+    tab = tab.replace_schema_metadata({CHECKSUM_KEY: rows_digest(tab).encode()})
     buf = io.BytesIO()
-    pq.write_table(pa.Table.from_arrays(cols, schema=schema), buf)
+    # no column statistics: they are bytes the checksum (over the rows' values) does not cover
+    pq.write_table(tab, buf, write_statistics=False)
     write_atomically(uri, buf.getvalue())
+
+
+def rows_digest(tab: pa.Table) -> str:
+    """xxHash64 (hex) of a table's column names and values, each value with its type and
+    length: what a reader decodes, so it does not depend on how Parquet laid the bytes out
+    (another pyarrow may write other bytes for the same rows). xxh64 because it is the
+    cheapest hash at hand (xxhash is a dependency already) and a 64-bit one misses a random
+    change with odds of 2⁻⁶⁴; it detects damage, not a forger, who could recompute it."""
+    import xxhash
+
+    h = xxhash.xxh64()
+    for name, column in zip(tab.column_names, tab.columns, strict=True):
+        _feed(h, name)
+        for value in column.to_pylist():
+            _feed(h, value)
+    return h.hexdigest()
+
+
+def _feed(h: Any, v: Any) -> None:
+    if v is None:
+        h.update(b"N")
+    elif isinstance(v, bool):
+        h.update(b"T" if v else b"F")
+    elif isinstance(v, int):
+        h.update(b"I" + str(v).encode() + b";")
+    elif isinstance(v, float):
+        h.update(b"D" + (b"nan" if math.isnan(v) else struct.pack(">d", v)))
+    elif isinstance(v, str):
+        data = v.encode("utf-8", "surrogatepass")
+        h.update(b"S" + struct.pack(">Q", len(data)) + data)
+    elif isinstance(v, bytes | bytearray):
+        h.update(b"B" + struct.pack(">Q", len(v)))
+        h.update(v)
+    elif isinstance(v, list | tuple):
+        h.update(b"L" + struct.pack(">Q", len(v)))
+        for item in v:
+            _feed(h, item)
+    elif hasattr(v, "isoformat"):  # a timestamp
+        h.update(b"t" + v.isoformat().encode() + b";")
+    else:
+        raise TypeError(f"no digest for a staged value of type {type(v).__name__}")
+
+
+def describe(uri: str) -> str:
+    """``uri (run R, table T, batch B, part P)``, from a staged file's place."""
+    parts = uri.rstrip("/").split("/")
+    m = _FILE.match(parts[-1])
+    if m is None or len(parts) < 4:
+        return uri
+    run = parts[-4] if parts[-3] == "staged" else "?"
+    return f"{uri} (run {run}, table {parts[-2]}, batch {int(m.group(1))}, part {m.group(2)})"
+
+
+def read_staged(uri: str, fs: Any = None, path: str | None = None) -> pa.Table:
+    """A staged file's rows, checked against the checksum written with them; a torn,
+    truncated, altered or missing file is :class:`StagedFileError` naming it and saying
+    what its rows are and what to do."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if fs is None:
+        fs, path = filesystem(uri)
+    try:
+        with fs.open_input_file(path) as f:
+            tab = pq.read_table(f)
+    except FileNotFoundError:
+        raise _damaged(uri, "missing (listed, then gone)") from None
+    except (pa.ArrowException, OSError) as exc:  # cut short, torn, or a byte that breaks it
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        first = re.sub(r"^Could not open Parquet input source '[^']*': ", "", first)
+        first = first.split(". ")[0][:60]
+        raise _damaged(uri, f"truncated or torn ({first})") from None
+    want = (tab.schema.metadata or {}).get(CHECKSUM_KEY)
+    if want is None:
+        # staged by a keyshift before issue 26 item 2: no checksum, read as before
+        return tab
+    try:
+        got = rows_digest(tab)
+    except (TypeError, ValueError, pa.ArrowException) as exc:
+        raise _damaged(uri, f"unreadable values ({exc})") from None
+    if got.encode() != want:
+        raise _damaged(uri, "checksum mismatch (altered bytes)")
+    return tab
+
+
+def _damaged(uri: str, reason: str) -> StagedFileError:
+    parts = uri.rstrip("/").split("/")
+    m = _FILE.match(parts[-1])
+    what = _ROWS.get(parts[-2], "bookkeeping rows") if len(parts) > 1 else "bookkeeping rows"
+    batch = m.group(1) if m else "?"
+    return StagedFileError(
+        f"{describe(uri)}: damaged, {reason}; its rows ({what}) are not "
+        f"committed, none dropped; batch {int(batch) if m else batch} is rerun only if the run "
+        "died in it: restore the file, or move it aside to go on without them", uri)
 
 
 class StagedAppends:
@@ -123,6 +249,7 @@ class StagedAppends:
         self._since: dict[int, float] = {}  # batch → when its first rows were staged
         self.last_commit: dict[str, float] = {}  # table → seconds, of the latest commit
         self._behind: threading.Thread | None = None  # a commit running behind the stream
+        self._damaged: StagedFileError | None = None  # what that commit found damaged
 
     # -- staging ----------------------------------------------------------------------
     def put(self, name: str, rows: Sequence[Mapping[str, Any]], batch_id: int) -> int:
@@ -212,6 +339,8 @@ class StagedAppends:
 
             try:
                 concurrently(*calls)
+            except StagedFileError as exc:  # trying again reads the same bytes: stop
+                self._damaged = exc
             except Exception as exc:  # the files stay: retried when due again, or at stop
                 self._since.setdefault(before - 1, float("-inf"))
                 say(f"keyshift: bookkeeping rows not committed yet ({exc}); trying again")
@@ -227,10 +356,14 @@ class StagedAppends:
         return done
 
     def wait(self) -> None:
-        """Until the commit running behind the stream (if any) has ended."""
+        """Until the commit running behind the stream (if any) has ended; a damaged staged
+        file it found is raised here, in the job's own thread, so the job stops on it."""
         if self._behind is not None:
             self._behind.join()
             self._behind = None
+        if self._damaged is not None:
+            exc, self._damaged = self._damaged, None
+            raise exc
 
     def _timed(self, name: str, batches: Mapping[int, list[str]]) -> int:
         t0 = time.perf_counter()
@@ -246,6 +379,7 @@ class StagedAppends:
 
         cfg = self.appends.cfg
         uris = [u for _, us in sorted(batches.items()) for u in us]
+        self.check(uris)  # every file whole before Spark reads it: none is left out silently
         df = self.spark.read.schema(table(name).ddl()).parquet(*uris)
         if any(self.appends.may_exist(b) for b in batches):
             # a predecessor may have committed some of these rows (it died before deleting
@@ -257,6 +391,13 @@ class StagedAppends:
         append_frame(df.coalesce(1), cfg, name)
         self._delete(uris)
         return len(batches)
+
+    def check(self, uris: Sequence[str]) -> None:
+        """Each staged file read and checked against its checksum (:func:`read_staged`):
+        small files, on the commit's own thread, beside the stream."""
+        fs, base = filesystem(self.root)
+        for uri in uris:
+            read_staged(uri, fs, base + uri[len(self.root):])
 
     def recover(self) -> None:
         """At a process's start: commit all that a predecessor staged. Spark committed the

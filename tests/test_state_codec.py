@@ -350,7 +350,7 @@ def test_upgrade_with_the_flag_converts_a_run_for_its_operator(home, capsys) -> 
     assert main(["state", "upgrade", "r2", "--trust-pickled-state", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert (out["converted"], out["already_current"], out["codec"]) == (2, 1, "fsd's codec")
-    assert all(p.read_bytes().startswith(b"KSST\x02") for p in root.rglob("*.kss"))
+    assert all(p.read_bytes().startswith(b"KSST\x03") for p in root.rglob("*.kss"))
     durable = DurableState(str(root))
     op = make_operator("fsd")
     for e in (0, 1):
