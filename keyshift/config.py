@@ -175,7 +175,9 @@ class ControllerConfig(_Section):
     # a shipped application (fsd, traffic, clicks, wordcount, heavy), an entry point of group
     # keyshift.operators, or module:Class; resolved (and refused with a reason) at start
     app: str = Field("fsd", min_length=1, pattern=r"^[A-Za-z0-9_.:-]+$")
-    policy: Literal["kg", "dlb-h", "dlb-l", "dlb-s", "elb", "lptf", "clb", "uhlb"] = "dlb-h"
+    # a policy the streaming job runs (online, fixed, from-plans or splitter): shipped, or an
+    # entry point of group keyshift.policies (keyshift.policies.registry)
+    policy: str = Field("dlb-h", min_length=1)
     window_s: float = Field(10.0, gt=0, le=86400)
     theta: float = Field(15.0, gt=0, le=1000)
     band_low: float = Field(0.0, ge=0)
@@ -186,6 +188,18 @@ class ControllerConfig(_Section):
     min_gain: float = Field(0.05, ge=0, lt=1)
     # act: realize decisions; recommend: decide and record with reasons, realize nothing
     mode: Literal["act", "recommend"] = "act"
+
+    @field_validator("policy")
+    @classmethod
+    def _known_policy(cls, policy: str) -> str:
+        from keyshift.policies.base import PolicyInputError
+        from keyshift.policies.registry import JOB_KINDS, policy_info
+
+        try:
+            policy_info(policy, JOB_KINDS, "the streaming job")
+        except PolicyInputError as exc:
+            raise ValueError(str(exc).removeprefix("policy: ")) from None
+        return policy
 
     @model_validator(mode="after")
     def _band(self) -> ControllerConfig:

@@ -10,9 +10,12 @@ and :meth:`Controller.end_of_batch`; when the batch closes a statistic window
 State lives in Delta behind :class:`~keyshift.streaming.control_store.ControlLog` (plans, the typed
 ``control_state``, the executors' ``key_loads``); :meth:`Controller.recover` rebuilds the loop
 from it at start and after a crash, so a re-executed batch is routed, and decided, as its
-first attempt was. Fixed-plan policies (kg, and the batch layer's lptf / clb / uhlb from
-``plans`` scope ``baseline``) never rebalance; online ones (dlb-h, dlb-l, elb) decide every
-window. With ``[planner] enabled`` the scaler decides the engine count first
+first attempt was. What the controller does with a policy is the kind its class declares
+(:class:`keyshift.policies.PolicyKind`, from :mod:`keyshift.policies.registry`): ``online``
+ones (dlb-h, dlb-l, dlb-s, elb, or an installed package's) decide every window; ``fixed``
+(kg), ``splitter`` (dc, wc: the job splits hot keys, the plan stays) and ``from-plans`` (the
+batch layer's lptf / clb / uhlb from ``plans`` scope ``baseline``) never rebalance. With
+``[planner] enabled`` the scaler decides the engine count first
 (:mod:`keyshift.streaming.scaling` supplies its forecasts).
 """
 
@@ -36,13 +39,10 @@ from keyshift.control import (
     policy_params,
 )
 from keyshift.plan import Plan
-from keyshift.policies import make_policy
+from keyshift.policies import JOB_KINDS, PolicyInputError, PolicyKind, make_policy, policy_info
 
 from .control_store import ControlLog
 from .scaling import JobForecaster
-
-ONLINE = ("dlb-h", "dlb-l", "dlb-s", "elb")
-FROM_PLANS = ("lptf", "clb", "uhlb")
 
 
 class ControllerError(ValueError):
@@ -62,6 +62,10 @@ class Controller:
         self.cfg = cfg
         self.run_id = run_id
         self.policy_name = policy
+        try:  # online, fixed, from the batch layer's plans or a splitter: its class says
+            self.policy_kind = policy_info(policy, JOB_KINDS, "the streaming job").kind
+        except PolicyInputError as exc:
+            raise ControllerError(f"controller.{exc}") from None
         self.groups = groups
         self.engines = engines
         self.batches_per_window = batches_per_window
@@ -85,7 +89,7 @@ class Controller:
 
     def recover(self, batch_id: int) -> None:
         """Load plans, control state and the open window's loads (start / restart)."""
-        if self.policy_name in ONLINE:
+        if self.policy_kind is PolicyKind.ONLINE:
             self.loop.policy = make_policy(
                 self.policy_name, **{**policy_params(self.cfg, self.policy_name), **self.params})
         load = getattr(self.forecaster, "load_models", None)
@@ -98,7 +102,7 @@ class Controller:
             self._window.reopen(*self.log.window_loads(start, batch_id, self.groups))
 
     def _initial_plan(self) -> Plan:
-        if self.policy_name in FROM_PLANS:
+        if self.policy_kind is PolicyKind.FROM_PLANS:
             plan = self.log.baseline_plan(self.policy_name, self.groups)
             if plan is None:
                 raise ControllerError(
@@ -157,5 +161,5 @@ class Controller:
         return self.last_decision
 
 
-__all__ = ["FROM_PLANS", "ONLINE", "ControlLog", "Controller", "ControllerError",
+__all__ = ["ControlLog", "Controller", "ControllerError",
            "policy_params"]

@@ -248,7 +248,7 @@ def _floor_note(m: pd.DataFrame, app: str | None, policy: str | None) -> str:
             f"{top.floor_ratio:.2f}x the mean). No plan that keeps a key on one engine can "
             "make the busiest engine lighter than that group: the dashed line on the RSTD "
             "plot is the least RSTD such a plan reaches.")
-    if policy in SPLITTERS:
+    if _splits_hot_keys(policy):
         text += (f" This run's policy {policy} splits a hot key's events over engines, "
                  "which is how its RSTD can go below the floor.")
     elif _summarizes(app):
@@ -260,7 +260,15 @@ def _floor_note(m: pd.DataFrame, app: str | None, policy: str | None) -> str:
     return f"<h2>The floor</h2><p>{html.escape(text)}</p>"
 
 
-SPLITTERS = ("dc", "wc")
+def _splits_hot_keys(policy: str | None) -> bool:
+    """Whether the run's policy splits hot keys (kind ``splitter``: dc, wc, or an installed
+    package's); a name no longer installed does not."""
+    from keyshift.policies import PolicyInputError, PolicyKind, policy_kind
+
+    try:
+        return bool(policy) and policy_kind(policy) is PolicyKind.SPLITTER
+    except PolicyInputError:
+        return False
 
 
 def _summarizes(app: str | None) -> bool:

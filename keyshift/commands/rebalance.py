@@ -43,7 +43,8 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "moves, and the imbalance before and after. A bad field is one line naming it, exit "
         "status 2. The fields are in docs/policies.md.",
     )
-    p.add_argument("--policy", required=True, help=f"one of: {', '.join(policy_names())}")
+    p.add_argument("--policy", required=True, help=f"one of: {', '.join(policy_names())} "
+                   "(shipped, or an entry point of group keyshift.policies)")
     p.add_argument("--input", help="read the JSON object from this file instead of stdin")
     p.add_argument("--indent", type=int, default=None, help="pretty-print the output")
     p.set_defaults(func=run)

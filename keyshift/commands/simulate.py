@@ -28,6 +28,13 @@ REQUIRED_KEYS = (
 SUMMARY = "simulate engines under a policy, or a paper's experiment"
 
 
+def _policy_names() -> list[str]:
+    """Every policy of the registry: the simulator runs each kind."""
+    from keyshift.policies import policy_names
+
+    return policy_names()
+
+
 def add_generic_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("generic options (every scenario)")
     g.add_argument("--scenario", help=f"a paper's experiment: {', '.join(SCENARIOS)}")
@@ -37,7 +44,8 @@ def add_generic_arguments(p: argparse.ArgumentParser) -> None:
                    "(default <home>/reports/<scenario>/)")
     g.add_argument("--engines", help="number of engines N (with --calibrate: a comma list of "
                    "engine counts to project to, default 8,32,128)")
-    g.add_argument("--policy", help="balancing policy (keyshift.policies names)")
+    g.add_argument("--policy", help=f"balancing policy: one of {', '.join(_policy_names())} "
+                   "(shipped, or an entry point of group keyshift.policies)")
     g.add_argument("--policy-param", action="append", default=[], metavar="KEY=VALUE",
                    help="a policy constructor parameter (repeatable)")
     g.add_argument("--trace", help="CSV with header and columns ts (s) and key")
@@ -236,8 +244,8 @@ def build_policy(name: str, pairs: list[str]):
 
     try:
         return make_policy(name, **policy_params(pairs))
-    except PolicyInputError as exc:
-        raise UsageError(f"--policy: {exc}") from None
+    except PolicyInputError as exc:  # "policy: unknown policy ..." or a parameter's field
+        raise UsageError(f"--{exc}" if exc.field == "policy" else f"--policy: {exc}") from None
     except ValueError as exc:
         raise UsageError(f"--policy-param: {exc}") from None
 

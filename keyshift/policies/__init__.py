@@ -1,56 +1,28 @@
 """Balancing policies behind one interface (see :mod:`keyshift.policies.base`).
 
-``make_policy(name, **params)`` is the one way to build a policy from a name and parameters
-(the CLI, the simulator, the streaming controller and the batch jobs all use it).
+A policy class declares its name, kind and parameters once; :mod:`keyshift.policies.registry`
+lists the shipped ones and the installed packages' (entry points of group
+``keyshift.policies``). ``make_policy(name, **params)`` is the one way to build a policy from
+a name and parameters (the CLI, the simulator, the streaming controller and the batch jobs
+all use it).
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
-from keyshift.policies.base import Decision, Moves, Policy, PolicyInputError, Window
-
-# name → "module:Class"; modules are imported on first use so that a policy with heavy
-# imports (the MILP) costs nothing to the others.
-REGISTRY: dict[str, str] = {
-    "kg": "keyshift.policies.kg:KeyGrouping",
-    "dlb-h": "keyshift.policies.dlb:DLBHeavy",
-    "dlb-l": "keyshift.policies.dlb:DLBLight",
-    "dlb-s": "keyshift.policies.dlbs:DLBState",
-    "lptf": "keyshift.policies.lptf:LongestProcessingTimeFirst",
-    "uhlb": "keyshift.policies.uhlb:UniversalHashing",
-    "pkg": "keyshift.policies.pkg:PartialKeyGrouping",
-    "dc": "keyshift.policies.choices:DChoices",
-    "wc": "keyshift.policies.choices:WChoices",
-    "elb": "keyshift.policies.elb:EagerLoadBalancing",
-    "clb": "keyshift.policies.clb:CorrelationLoadBalancing",
-    "optimal": "keyshift.policies.optimal:ExactReference",
-}
-
-
-def policy_names() -> list[str]:
-    return sorted(REGISTRY)
-
-
-def policy_class(name: str) -> type[Policy]:
-    try:
-        target = REGISTRY[name]
-    except KeyError:
-        raise PolicyInputError(
-            "policy", f"unknown policy {name!r}; choose one of {', '.join(policy_names())}"
-        ) from None
-    module, cls = target.split(":")
-    return getattr(importlib.import_module(module), cls)
-
-
-def make_policy(name: str, **params: Any) -> Policy:
-    """Build a policy; unknown or invalid parameters raise PolicyInputError naming them."""
-    cls = policy_class(name)
-    try:
-        return cls(**params)
-    except TypeError as exc:
-        raise PolicyInputError("params", f"{name}: {exc}") from None
+from keyshift.policies.base import Decision, Moves, Policy, PolicyInputError, PolicyKind, Window
+from keyshift.policies.registry import (
+    ENTRY_POINT_GROUP,
+    JOB_KINDS,
+    REGISTRY,
+    PolicyInfo,
+    make_policy,
+    policy_class,
+    policy_info,
+    policy_kind,
+    policy_names,
+)
 
 
 def check_operator(policy: str, operator: Any) -> None:
@@ -80,13 +52,19 @@ def check_operator(policy: str, operator: Any) -> None:
 
 __all__ = [
     "Decision",
+    "ENTRY_POINT_GROUP",
+    "JOB_KINDS",
     "Moves",
     "Policy",
+    "PolicyInfo",
     "PolicyInputError",
+    "PolicyKind",
     "REGISTRY",
     "Window",
     "check_operator",
     "make_policy",
     "policy_class",
+    "policy_info",
+    "policy_kind",
     "policy_names",
 ]

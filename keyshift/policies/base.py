@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
@@ -152,10 +153,39 @@ class Router(Protocol):
     def route(self, counts: np.ndarray, plan: Plan) -> np.ndarray: ...
 
 
+class PolicyKind(StrEnum):
+    """What a policy is to the streaming job (every kind decides in the simulator and in
+    ``keyshift rebalance``). A policy class declares its kind once, as ``kind``; the registry
+    (:mod:`keyshift.policies.registry`) and every command derive their lists from it."""
+
+    ONLINE = "online"
+    """Decides every statistic window; the job's controller calls :meth:`Policy.decide`
+    (dlb-h, dlb-l, dlb-s, elb)."""
+    FIXED = "fixed"
+    """Never rebalances: the job routes by key grouping's hashed plan and never calls the
+    policy (kg)."""
+    FROM_PLANS = "from-plans"
+    """An offline plan: the batch layer writes it to Delta ``plans`` (scope ``baseline``) and
+    the job routes by it, unchanged (lptf, clb, uhlb)."""
+    SPLITTER = "splitter"
+    """Splits hot keys' events over engines, for operators that merge partial state; sets
+    ``splits_keys`` (dc, wc)."""
+    REFERENCE = "reference"
+    """Offline reference or per-tuple router, for the simulator and ``keyshift rebalance``
+    only; ``keyshift run`` refuses it (pkg, optimal)."""
+
+
 class Policy(ABC):
-    """Base of every balancing policy. Subclasses implement :meth:`_decide`."""
+    """Base of every balancing policy. Subclasses implement :meth:`_decide`.
+
+    A concrete policy declares, as class attributes, ``name`` (what users type; ``aliases``
+    are more names for it) and ``kind`` (a :class:`PolicyKind`); its parameters are its
+    constructor's keyword arguments. The registry refuses a class without a valid kind.
+    """
 
     name: ClassVar[str]
+    aliases: ClassVar[tuple[str, ...]] = ()
+    kind: ClassVar[PolicyKind]
     splits_keys: ClassVar[bool] = False
     """True when one group's tuples may go to several engines (PKG, dc, wc): each engine then
     holds partial state of the key, so only an operator that merges partial per-key state

@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 
 from keyshift.plan import Plan
-from keyshift.policies.base import Policy, PolicyInputError, Window
+from keyshift.policies.base import Policy, PolicyInputError, PolicyKind, Window
 from keyshift.policies.pkg import two_choices
 from keyshift.policies.uhlb import check_seed, hash_coefficients, universal_hash
 from keyshift.sketch import SpaceSaving
@@ -157,7 +157,7 @@ def route(
 
 class _ManyChoices(Policy):
     """dc and wc differ only in the number of choices a head key gets (:meth:`_head_choices`)."""
-
+    kind = PolicyKind.SPLITTER
     splits_keys = True
 
     def __init__(

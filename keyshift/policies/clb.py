@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from keyshift.plan import Plan
-from keyshift.policies.base import Policy, PolicyInputError, Window
+from keyshift.policies.base import Policy, PolicyInputError, PolicyKind, Window
 from keyshift.policies.relabel import match_to_plan
 
 
@@ -144,6 +144,7 @@ SPLITS = ("greedy", "covariance")
 
 class CorrelationLoadBalancing(Policy):
     name = "clb"
+    kind = PolicyKind.FROM_PLANS
 
     def __init__(self, threshold: float = 0.0, subsets: int | None = None,
                  split: str = "greedy") -> None:

@@ -43,7 +43,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from keyshift.plan import Plan
-from keyshift.policies.base import Policy, PolicyInputError, Window
+from keyshift.policies.base import Policy, PolicyInputError, PolicyKind, Window
 from keyshift.policies.engine_index import EngineIndex
 
 _NO_STEPS = np.empty((0, 3), dtype=np.int64)
@@ -72,8 +72,8 @@ def check_theta(theta: float) -> float:
 
 class DynamicLoadBalancing(Policy):
     """Algorithm 1 of dlb with a key choice ``pick`` ("heavy" = DLB-H, "light" = DLB-L)."""
-
     name: ClassVar[str] = "dlb"
+    kind: ClassVar[PolicyKind] = PolicyKind.ONLINE
     pick: ClassVar[str] = "heavy"
     # DLB-L runs :func:`lightest_first`; the generic loop below stays able to pick the
     # lightest key too, as the reference the equality test compares it with.

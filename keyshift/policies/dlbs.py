@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from keyshift.plan import Plan
-from keyshift.policies.base import Policy, PolicyInputError, Window
+from keyshift.policies.base import Policy, PolicyInputError, PolicyKind, Window
 from keyshift.policies.dlb import (
     EXACT_EVERY,
     DynamicLoadBalancing,
@@ -62,8 +62,8 @@ def completing_shed(gap: float, excess: float) -> float:
 
 class DLBState(Policy):
     """DLB with the key of most useful load shed per byte of state (see module doc)."""
-
     name = "dlb-s"
+    kind = PolicyKind.ONLINE
 
     def __init__(self, theta: float = 15.0, max_moves: int | None = None) -> None:
         self.theta = theta

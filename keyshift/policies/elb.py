@@ -64,7 +64,7 @@ from typing import Any
 import numpy as np
 
 from keyshift.plan import Plan
-from keyshift.policies.base import Policy, PolicyInputError, Window
+from keyshift.policies.base import Policy, PolicyInputError, PolicyKind, Window
 from keyshift.policies.dlb import check_theta
 from keyshift.policies.engine_index import radix_key
 from keyshift.policies.lptf import lpt_partition
@@ -139,6 +139,7 @@ def feasible_band(loads: np.ndarray, n: int, h: float) -> tuple[float, float]:
 
 class EagerLoadBalancing(Policy):
     name = "elb"
+    kind = PolicyKind.ONLINE
 
     def __init__(
         self,

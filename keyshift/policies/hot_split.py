@@ -29,6 +29,11 @@ def splitting_policy(policy: object) -> _ManyChoices:
     if isinstance(policy, _ManyChoices):
         return policy
     name = getattr(policy, "name", type(policy).__name__)
+    if getattr(policy, "kind", None) == "splitter":  # an installed package's splitter
+        raise PolicyInputError(
+            "policy", f"{name}: the streaming job splits hot keys with the head of dc and wc "
+            "(a subclass of keyshift.policies.choices' _ManyChoices); "
+            f"{type(policy).__name__} is not one")
     raise PolicyInputError(
         "policy", f"{name} splits every key over two engines; the streaming job splits only "
         "hot keys, with dc or wc")

@@ -10,11 +10,12 @@ from typing import Any
 import numpy as np
 
 from keyshift.plan import Plan
-from keyshift.policies.base import Policy, Window
+from keyshift.policies.base import Policy, PolicyKind, Window
 
 
 class KeyGrouping(Policy):
     name = "kg"
+    kind = PolicyKind.FIXED
 
     def _decide(self, plan: Plan, window: Window) -> tuple[Plan, dict[str, Any], np.ndarray | None]:
         return plan, {"reason": "kg never moves"}, None

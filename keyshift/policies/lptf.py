@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from keyshift.plan import Plan
-from keyshift.policies.base import Policy, Window
+from keyshift.policies.base import Policy, PolicyKind, Window
 from keyshift.policies.relabel import match_to_plan
 
 
@@ -69,6 +69,7 @@ def lpt_partition(loads: np.ndarray, n: int) -> np.ndarray:
 
 class LongestProcessingTimeFirst(Policy):
     name = "lptf"
+    kind = PolicyKind.FROM_PLANS
 
     def __init__(self, use_history: bool = True) -> None:
         self.use_history = use_history

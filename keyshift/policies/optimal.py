@@ -31,15 +31,16 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, milp
-from scipy.sparse import coo_matrix, csr_matrix, vstack
 
 from keyshift.plan import Plan
-from keyshift.policies.base import Policy, PolicyInputError, Window
+from keyshift.policies.base import Policy, PolicyInputError, PolicyKind, Window
 from keyshift.policies.dlb import check_theta
+
+if TYPE_CHECKING:
+    from scipy.optimize import LinearConstraint
 
 OBJECTIVES = ("min_moved_state", "min_imbalance")
 _CUT_FRACTIONS = np.array([0.0, 0.5, 0.8, 0.9, 0.95, 1.0, 1.05, 1.1, 1.2, 1.5, 2.0, 3.0])
@@ -63,6 +64,7 @@ def _native_stdout_silenced() -> Iterator[None]:
 
 class ExactReference(Policy):
     name = "optimal"
+    kind = PolicyKind.REFERENCE
 
     def __init__(
         self,
@@ -119,6 +121,10 @@ class ExactReference(Policy):
         return theta, budget
 
     def _decide(self, plan: Plan, window: Window) -> tuple[Plan, dict[str, Any], np.ndarray | None]:
+        # scipy's MILP here, not at import: listing the policies imports this module
+        from scipy.optimize import Bounds, LinearConstraint, milp
+        from scipy.sparse import csr_matrix
+
         theta, budget = self._check(plan, window)
         slots = plan.live_engines
         n, p = slots.size, window.groups
@@ -251,6 +257,9 @@ class ExactReference(Policy):
     @staticmethod
     def _cuts(points: list[float], y: np.ndarray, mu: float, p: int, n: int) -> LinearConstraint:
         """t_e − 2(a−μ)·L_e ≥ μ² − a² for every engine e and cut point a."""
+        from scipy.optimize import LinearConstraint
+        from scipy.sparse import coo_matrix, vstack
+
         a = np.unique(np.asarray(points))
         k = a.size
         blocks = []

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from keyshift.plan import Plan
-from keyshift.policies.base import Policy, Window
+from keyshift.policies.base import Policy, PolicyKind, Window
 from keyshift.policies.uhlb import check_seed, hash_coefficients, universal_hash
 
 
@@ -51,6 +51,7 @@ def two_choices(groups: int, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]
 
 class PartialKeyGrouping(Policy):
     name = "pkg"
+    kind = PolicyKind.REFERENCE
     splits_keys = True
 
     def __init__(self, seed: int = 0) -> None:

@@ -9,7 +9,6 @@ It is a maximum-weight bipartite matching, solved exactly by the Hungarian metho
 from __future__ import annotations
 
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
 from keyshift.plan import Plan
 
@@ -20,6 +19,8 @@ def match_to_plan(labels: np.ndarray, subsets: int, plan: Plan, state: np.ndarra
     Zero-state groups still count a little so that, with no state at all, the mapping keeps
     the most groups in place. Returns the new assignment (slot per group).
     """
+    from scipy.optimize import linear_sum_assignment  # here: listing the policies stays light
+
     slots = plan.live_engines
     if subsets > slots.size:
         raise ValueError(f"{subsets} subsets for {slots.size} live engines")

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from keyshift.plan import Plan
-from keyshift.policies.base import Policy, PolicyInputError, Window
+from keyshift.policies.base import Policy, PolicyInputError, PolicyKind, Window
 from keyshift.policies.dlb import check_theta
 
 MERSENNE_31 = (1 << 31) - 1
@@ -70,6 +70,7 @@ REHASH = ("overloaded", "all")
 
 class UniversalHashing(Policy):
     name = "uhlb"
+    kind = PolicyKind.FROM_PLANS
 
     def __init__(self, seed: int = 0, theta: float = 15.0, rehash: str = "overloaded") -> None:
         self.seed = seed

@@ -34,8 +34,15 @@ if TYPE_CHECKING:
 
 SUMMARY = "see the balancer at work on a skewed stream, with a report"
 
-POLICIES = ("dlb-h", "dlb-l", "dlb-s", "elb", "kg", "lptf", "clb")
 APPS = ("fsd", "traffic", "clicks", "wordcount", "heavy")
+
+
+def demo_policies() -> list[str]:
+    """The policies the demo runs: every job policy that moves whole key groups (the demo's
+    default operator, fsd, cannot take a split key), from the policies' registry."""
+    from keyshift.policies.registry import WHOLE_GROUP_KINDS, policy_names
+
+    return policy_names(WHOLE_GROUP_KINDS)
 
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -48,7 +55,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--config", help="TOML file (default: $KEYSHIFT_CONFIG or built-in)")
     p.add_argument("--duration", type=float, default=180.0,
                    help="seconds of input to produce (default 180)")
-    p.add_argument("--policy", default=None, help=f"one of {', '.join(POLICIES)} "
+    p.add_argument("--policy", default=None, help=f"one of {', '.join(demo_policies())} "
                    "(default: controller.policy)")
     p.add_argument("--app", default=None, help=f"one of {', '.join(APPS)} "
                    "(default: controller.app)")
@@ -76,10 +83,14 @@ def _validate(args: argparse.Namespace, cfg) -> tuple[str, str]:
         raise UsageError(f"--duration: must be > 0 seconds, got {args.duration}")
     if not args.rate > 0:
         raise UsageError(f"--rate: must be > 0 events/s, got {args.rate}")
+    from keyshift.policies import PolicyInputError
+    from keyshift.policies.registry import WHOLE_GROUP_KINDS, policy_info
+
     policy = args.policy or cfg.controller.policy
-    if policy not in POLICIES:
-        raise UsageError(f"--policy: unknown policy {policy!r}; choose one of "
-                         f"{', '.join(POLICIES)}")
+    try:
+        policy_info(policy, WHOLE_GROUP_KINDS, "keyshift demo")
+    except PolicyInputError as exc:
+        raise UsageError(f"--{exc}") from None
     app = args.app or cfg.controller.app
     if app not in APPS:
         raise UsageError(f"--app: unknown application {app!r}; choose one of {', '.join(APPS)}")

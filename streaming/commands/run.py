@@ -33,9 +33,15 @@ from keyshift.lakehouse.logs import say as say_line
 
 SUMMARY = "run your operator on a Kafka topic, kept balanced"
 
-POLICIES = ("dlb-h", "dlb-l", "dlb-s", "elb", "kg", "lptf", "clb", "uhlb")
-SPLITTING = ("dc", "wc")  # split hot keys over engines (mergeable operators; not `stream`)
 _RUN_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+
+
+def job_policies() -> list[str]:
+    """The policies the job runs, shipped and installed (kinds online, fixed, from-plans,
+    splitter: :data:`keyshift.policies.JOB_KINDS`)."""
+    from keyshift.policies import JOB_KINDS, policy_names
+
+    return policy_names(JOB_KINDS)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -45,8 +51,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "(default: controller.app)")
     p.add_argument("--params", default="{}", help="operator parameters as a JSON object")
     p.add_argument("--topic", help="Kafka topic to read (default: kafka.topic)")
-    p.add_argument("--policy", help=f"balancer: one of {', '.join(POLICIES + SPLITTING)} "
-                   "(default: controller.policy)")
+    p.add_argument("--policy", help=f"balancer: one of {', '.join(job_policies())} "
+                   "(shipped, or an entry point of group keyshift.policies; default: "
+                   "controller.policy)")
     p.add_argument("--planner", action="store_true",
                    help="let the engine scaler choose N as well ([planner] enabled)")
     p.add_argument("--run-id", help="names the run; the same id resumes it (default: new id)")
@@ -78,12 +85,14 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 def options_from(args: argparse.Namespace, cfg) -> Any:
     """Validated :class:`keyshift.streaming.job.JobOptions` (a bad value: UsageError naming the flag)."""
+    from keyshift.policies import JOB_KINDS, PolicyInputError, PolicyKind, policy_info
     from keyshift.streaming.job import JobOptions
 
     policy = args.policy or cfg.controller.policy
-    if policy not in POLICIES + SPLITTING:
-        raise UsageError(f"--policy: unknown policy {policy!r}; choose one of "
-                         f"{', '.join(POLICIES + SPLITTING)}")
+    try:
+        kind = policy_info(policy, JOB_KINDS, "keyshift run").kind
+    except PolicyInputError as exc:
+        raise UsageError(f"--{exc}") from None
     run_id = args.run_id or time.strftime("run-%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
     if not _RUN_ID.match(run_id):
         raise UsageError(f"--run-id: use 1-64 letters, digits, '.', '_' or '-', got {run_id!r}")
@@ -102,8 +111,7 @@ def options_from(args: argparse.Namespace, cfg) -> Any:
         raise UsageError("--params: must be a JSON object of operator parameters")
     app = args.app or cfg.controller.app
     _check_operator(app, params)
-    if policy in SPLITTING:
-        from keyshift.policies import PolicyInputError
+    if kind is PolicyKind.SPLITTER:  # split hot keys over engines (mergeable operators)
         from keyshift.streaming.job import hot_key_splitter
 
         try:

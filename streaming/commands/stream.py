@@ -33,9 +33,15 @@ DEFAULT_POLICY = "kg"  # ingestion measures loads; a hash plan never moves a gro
 _RUN_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
-def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    from .run import POLICIES
+def stream_policies() -> list[str]:
+    """The plans ingestion routes by: every job policy that keeps a group on one engine
+    (not the splitters, which need an operator's summary)."""
+    from keyshift.policies.registry import WHOLE_GROUP_KINDS, policy_names
 
+    return policy_names(WHOLE_GROUP_KINDS)
+
+
+def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "stream", help=SUMMARY,
         description="keyshift run without an operator: Structured Streaming from the Kafka "
@@ -50,8 +56,8 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    help="run id: checkpoint, metrics rows, plans (default: 'default')")
     p.add_argument("--topic", help="Kafka topic (default: kafka.topic)")
     p.add_argument("--policy", default=DEFAULT_POLICY,
-                   help=f"plan the routing follows: one of {', '.join(POLICIES)} (default "
-                   f"{DEFAULT_POLICY}; lptf, clb and uhlb use the batch layer's plan)")
+                   help=f"plan the routing follows: one of {', '.join(stream_policies())} "
+                   f"(default {DEFAULT_POLICY}; lptf, clb and uhlb use the batch layer's plan)")
     p.add_argument("--window", type=float, help="micro-batch trigger = statistic window, "
                    "seconds (default: spark.trigger_s and controller.window_s)")
     p.add_argument("--duration", type=float, help="stop after this many seconds (default: run "
@@ -75,9 +81,9 @@ def ingest_options(args: argparse.Namespace, cfg: Config) -> tuple[Config, Any]:
     """
     from keyshift.apps import event_schema
     from keyshift.errors import FieldError
+    from keyshift.policies import PolicyInputError
+    from keyshift.policies.registry import WHOLE_GROUP_KINDS, policy_info
     from keyshift.streaming.job import JobOptions
-
-    from .run import POLICIES
 
     if args.scope is not None:
         raise UsageError("--scope: removed; the run's controller owns its plan. Use --policy "
@@ -88,9 +94,10 @@ def ingest_options(args: argparse.Namespace, cfg: Config) -> tuple[Config, Any]:
         raise UsageError(f"--window: must be > 0 seconds, got {args.window}")
     if args.duration is not None and not args.duration > 0:
         raise UsageError(f"--duration: must be > 0 seconds, got {args.duration}")
-    if args.policy not in POLICIES:
-        raise UsageError(f"--policy: unknown policy {args.policy!r}; choose one of "
-                         f"{', '.join(POLICIES)}")
+    try:
+        policy_info(args.policy, WHOLE_GROUP_KINDS, "keyshift stream")
+    except PolicyInputError as exc:
+        raise UsageError(f"--{exc}") from None
     if args.no_routing and args.policy != "kg":
         raise UsageError(f"--no-routing: means one engine under kg; drop --policy {args.policy}")
     app = args.app or cfg.controller.app
