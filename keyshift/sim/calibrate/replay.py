@@ -1,7 +1,8 @@
 """Replay a run's input, batch by batch, under a policy: what each engine task gets.
 
 The per-batch group loads of the run (optionally scaled) are routed through a plan that
-evolves as the job's would: for an online policy (dlb-h, dlb-l, dlb-s, elb) keyshift's own
+evolves as the job's would: for an online policy (its declared kind: dlb-h, dlb-l, dlb-s, elb,
+or an installed one) keyshift's own
 control loop (:func:`keyshift.control.loop_from_config` with the run's ``[controller]``
 section, the planner off) is stepped at every statistic window's last batch, exactly where
 ``streaming/controller.py`` steps it, on the window's summed loads; the plan it puts in force
@@ -29,12 +30,20 @@ import numpy as np
 
 from keyshift.metrics import rstd as imb_score
 from keyshift.plan import Plan
+from keyshift.policies.base import PolicyInputError, PolicyKind
+from keyshift.policies.registry import policy_kind, policy_names
 
 from .model import CostModel, window_end
 from .run import CalibrationError, Run
 
-ONLINE = ("dlb-h", "dlb-l", "dlb-s", "elb")
-SPLITTING = ("dc", "wc")
+
+
+def _kind(policy: str) -> PolicyKind | None:
+    """The policy's declared kind (keyshift.policies.registry), None for an unknown name."""
+    try:
+        return policy_kind(policy)
+    except PolicyInputError:
+        return None
 SPARK_PARTITIONS = 200
 # Per-task fixed cost of a plain Spark task when no keyshift run gives one (the fit found
 # none): Spark's task launch, a Python worker's Arrow batch and a state-store load, of the
@@ -105,18 +114,20 @@ def evolve(run: Run, policy: str, engines: int, scale: float = 1.0,
         return out
     loop, splitter = None, None
     plan = Plan.hashed(p, engines, version=0)
-    if policy in ONLINE:
+    kind = _kind(policy)
+    if kind is PolicyKind.ONLINE:
         loop = _loop(run, policy)
         loop.start(plan)
-    elif policy in SPLITTING:
+    elif kind is PolicyKind.SPLITTER:
         from keyshift.policies import make_policy
         from keyshift.policies.hot_split import hot_groups, splitting_policy
 
         splitter = splitting_policy(make_policy(policy))
-    elif policy != "kg":
+    elif kind is not PolicyKind.FIXED:
         raise CalibrationError(
-            f"policy: cannot replay {policy!r}; the replay knows kg, dc, wc, spark-200 and "
-            f"the online policies {', '.join(ONLINE)} (a batch-layer plan lives in Delta)")
+            f"policy: cannot replay {policy!r} ({kind.value if kind else 'unknown'}); the "
+            f"replay knows kg, the online policies ({', '.join(policy_names(['online']))}), "
+            "the splitters and spark-200 (a batch-layer plan lives in Delta)")
     window = None
     last_window_loads = np.zeros(p)
     prev = plan
