@@ -26,6 +26,7 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -34,6 +35,51 @@ from keyshift.errors import ConfigError
 
 ENV_PREFIX = "KEYSHIFT_"
 CONFIG_ENV = "KEYSHIFT_CONFIG"
+PROJECT_FILE = "keyshift.toml"
+"""A keyshift project's file: it marks the project's root (whose runtime home is
+``<root>/.keyshift``) and, when no --config / $KEYSHIFT_CONFIG is given, is its config."""
+
+
+def project_root(start: Path | None = None) -> Path | None:
+    """The nearest folder, from ``start`` (the current directory) up, holding a
+    ``keyshift.toml``; None outside any project."""
+    here = Path.cwd() if start is None else Path(start)
+    here = here.absolute()
+    for folder in (here, *here.parents):
+        if (folder / PROJECT_FILE).is_file():
+            return folder
+    return None
+
+
+def data_home(env: dict[str, str] | None = None) -> Path:
+    """The home outside any project: ``$XDG_DATA_HOME/keyshift``, else
+    ``~/.local/share/keyshift`` (a relative XDG_DATA_HOME is ignored, as the spec says)."""
+    env = os.environ if env is None else env
+    xdg = env.get("XDG_DATA_HOME", "")
+    if xdg and Path(xdg).is_absolute():
+        return Path(xdg) / "keyshift"
+    user = Path(env["HOME"]) if env.get("HOME") else Path.home()
+    return user / ".local" / "share" / "keyshift"
+
+
+def resolve_home(home: str, base: Path | None = None, cwd: Path | None = None,
+                 env: dict[str, str] | None = None) -> Path:
+    """The one place the runtime home is decided; always absolute.
+
+    ``home`` set (by $KEYSHIFT_HOME, an argument or a config file): ``~`` expanded, a
+    relative path taken from ``base`` (the folder of the config file that set it; the current
+    directory for the environment and arguments). ``home`` empty (the default): the project
+    root's ``.keyshift`` (a ``keyshift.toml`` found from the current directory up), else
+    :func:`data_home`."""
+    cwd = Path.cwd() if cwd is None else Path(cwd)
+    if home:
+        path = Path(home).expanduser()
+        if not path.is_absolute():
+            path = (base or cwd) / path
+    else:
+        root = project_root(cwd)
+        path = root / ".keyshift" if root is not None else data_home(env)
+    return Path(os.path.abspath(path))
 
 
 class _Section(BaseModel):
@@ -262,7 +308,8 @@ class Config(_Section):
 
     model_config = ConfigDict(extra="forbid", frozen=True, ignored_types=(cached_property,))
 
-    home: str = ".keyshift"
+    # "" = found (resolve_home); after validation always an absolute path
+    home: str = Field("", validate_default=True)
     groups: GroupsConfig = GroupsConfig()
     kafka: KafkaConfig = KafkaConfig()
     spark: SparkConfig = SparkConfig()
@@ -273,6 +320,12 @@ class Config(_Section):
     planner: PlannerConfig = PlannerConfig()
     airflow: AirflowConfig = AirflowConfig()
     metrics: MetricsConfig = MetricsConfig()
+
+    @field_validator("home")
+    @classmethod
+    def _home(cls, home: str, info: ValidationInfo) -> str:
+        ctx = info.context or {}
+        return str(resolve_home(home, ctx.get("home_base"), env=ctx.get("env")))
 
     @property
     def home_path(self) -> Path:
@@ -402,28 +455,44 @@ def load_config(
     env: dict[str, str] | None = None,
     **overrides: Any,
 ) -> Config:
-    """Defaults ← file (``path`` or $KEYSHIFT_CONFIG) ← environment ← ``overrides``."""
+    """Defaults ← file (``path``, $KEYSHIFT_CONFIG, else the project's ``keyshift.toml``
+    found from the current directory up) ← environment ← ``overrides``.
+
+    ``home`` is resolved here, once (:func:`resolve_home`): a relative ``home`` from a file
+    is relative to that file's folder, from the environment or ``overrides`` to the current
+    directory; unset, it is the project's ``.keyshift`` or the user's data directory."""
     env = dict(os.environ if env is None else env)
     data = _defaults()
     sources = ["defaults"]
+    home_base: Path | None = None  # the folder a relative home is taken from; None: cwd
     path = path or env.get(CONFIG_ENV)
+    if not path:
+        root = project_root()
+        path = root / PROJECT_FILE if root is not None else None
     if path:
         p = Path(path)
         if not p.is_file():
             raise ConfigError(f"config file {p} does not exist")
         try:
-            data = _merge(data, tomllib.loads(p.read_text()))
+            from_file = tomllib.loads(p.read_text())
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {p} is not valid TOML: {exc}") from None
+        data = _merge(data, from_file)
+        if "home" in from_file:
+            home_base = p.absolute().parent
         sources.append(str(p))
     env_over = _env_overrides(env)
     if env_over:
         data = _merge(data, env_over)
         sources.append("environment")
+        if "home" in env_over:
+            home_base = None
     if overrides:
         data = _merge(data, overrides)
         sources.append("arguments")
+        if "home" in overrides:
+            home_base = None
     try:
-        return Config.model_validate(data)
+        return Config.model_validate(data, context={"home_base": home_base, "env": env})
     except ValidationError as exc:
         raise ConfigError(_format(exc, " + ".join(sources))) from None

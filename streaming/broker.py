@@ -235,7 +235,8 @@ class Broker:
         if self.sasl_plain is not None:
             check_sasl_plain_user(*self.sasl_plain)
         if self.healthy(timeout_s=3):
-            return f"already running at {self.bootstrap} (pid {self.pid() or 'unknown'})"
+            found = self.find()
+            return f"already running at {self.bootstrap} (pid {found[0] if found else 'unknown'})"
         pid = self.pid()
         if pid is not None:  # our process is alive but not answering: still starting up?
             if self._wait_healthy(pid, self.startup_timeout_s):
@@ -276,27 +277,55 @@ class Broker:
         return f"started at {self.bootstrap} (pid {proc.pid}, data in {self.data_dir})"
 
     def stop(self, timeout_s: float = 30.0) -> str:
-        """SIGTERM (a clean controlled shutdown), then SIGKILL if it does not exit in time."""
-        pid = self.pid()
-        if pid is None:
+        """SIGTERM (a clean controlled shutdown), then SIGKILL if it does not exit in time.
+
+        The broker is found as :meth:`status` finds it, by its address: this folder's pid
+        file, else the keyshift broker listening on the port (started from another home).
+        Nothing listening is "not running"; a listener keyshift did not start is a
+        :class:`BrokerError` (it is not stopped), never a quiet "not running"."""
+        found = self.find()
+        if found is None:
             self.pid_file.unlink(missing_ok=True)
+            listener = _listener_pid(self.port)
+            if listener is not None or _port_in_use(self.host, self.port):
+                who = f"process {listener}" if listener is not None else "a process"
+                raise BrokerError(
+                    f"not stopped: {self.bootstrap} is served by {who} that keyshift did not "
+                    f"start (no pid file in {self.folder} nor in the folder of the process "
+                    "names it); stop it by hand")
             return "not running"
+        pid, folder = found
         try:
-            os.killpg(pid, signal.SIGTERM)
+            _signal_group(pid, signal.SIGTERM)
         except ProcessLookupError:
-            self.pid_file.unlink(missing_ok=True)
+            (folder / "broker.pid").unlink(missing_ok=True)
             return "not running"
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and _alive(pid):
             time.sleep(0.2)
         how = "stopped"
         if _alive(pid):
-            os.killpg(pid, signal.SIGKILL)
+            _signal_group(pid, signal.SIGKILL)
             how = "killed (did not stop within {:.0f}s)".format(timeout_s)
             while _alive(pid):
                 time.sleep(0.1)
-        self.pid_file.unlink(missing_ok=True)
-        return f"{how} (pid {pid})"
+        (folder / "broker.pid").unlink(missing_ok=True)
+        where = "" if folder == self.folder else f", started from {folder}"
+        return f"{how} (pid {pid}{where})"
+
+    def find(self) -> tuple[int, Path] | None:
+        """The keyshift broker at this broker's address and its folder: this folder's pid
+        file, else the process listening on ``port`` when keyshift started it from another
+        folder (a ``kafka.Kafka`` process whose folder's ``broker.pid`` names it); None when
+        neither. So ``stop`` finds the broker ``status`` reports, whatever home started it."""
+        pid = self.pid()
+        if pid is not None:
+            return pid, self.folder
+        listener = _listener_pid(self.port)
+        if listener is None:
+            return None
+        folder = _keyshift_broker_folder(listener)
+        return None if folder is None else (listener, folder)
 
     def pid(self) -> int | None:
         """Pid of our broker process when it is alive (a stale pid file is ignored)."""
@@ -315,7 +344,8 @@ class Broker:
         return True
 
     def status(self, timeout_s: float = 5.0) -> dict:
-        pid = self.pid()
+        found = self.find()
+        pid = found[0] if found else None
         try:
             meta = metadata(self.bootstrap, timeout_s, security=self.security)
         except BrokerError as exc:
@@ -587,6 +617,60 @@ def _port_in_use(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.settimeout(1.0)
         return s.connect_ex((host, port)) == 0
+
+
+def _listener_pid(port: int) -> int | None:
+    """The process listening on TCP ``port`` of this host (Linux: ``/proc/net/tcp*`` and the
+    processes' socket descriptors); None when there is none, it is not visible, or not Linux."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            cols = row.split()
+            # local_address is ADDR:PORT in hex; state 0A is LISTEN; column 9 the inode
+            if len(cols) > 9 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(f"socket:[{cols[9]}]")
+    if not inodes:
+        return None
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            for fd in (proc / "fd").iterdir():
+                if os.readlink(fd) in inodes:
+                    return int(proc.name)
+        except OSError:  # gone meanwhile, or not ours to look into
+            continue
+    return None
+
+
+def _keyshift_broker_folder(pid: int) -> Path | None:
+    """The folder of the broker ``pid`` when keyshift started it: a ``kafka.Kafka`` process
+    whose ``server.properties`` lies in a folder whose ``broker.pid`` holds ``pid``."""
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return None
+    if "kafka.Kafka" not in args or args.index("kafka.Kafka") + 1 >= len(args):
+        return None
+    folder = Path(args[args.index("kafka.Kafka") + 1]).parent
+    try:
+        return folder if int((folder / "broker.pid").read_text().strip()) == pid else None
+    except (OSError, ValueError):
+        return None
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    """``sig`` to the process group the broker leads (keyshift starts it in a new session),
+    or to the process alone when it leads none."""
+    if os.getpgid(pid) == pid:  # ProcessLookupError: gone
+        os.killpg(pid, sig)
+    else:
+        os.kill(pid, sig)
 
 
 def _alive(pid: int) -> bool:

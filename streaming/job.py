@@ -72,6 +72,7 @@ from .engines import (
     work_seconds,
 )
 from .faults import kill_during, kill_point
+from .heartbeat import Heartbeat
 from .migration import Migration, record
 from .staging import StagedAppends
 
@@ -189,6 +190,8 @@ class StreamJob:
         self.query: StreamingQuery | None = None
         # says when the job waits for a broker that went away, and when it is back
         self.broker_watch = BrokerWatch(cfg.kafka.bootstrap)
+        # says the job is alive (keyshift status) until it stops; streaming/heartbeat.py
+        self.heartbeat = Heartbeat(self.run_uri, self.trigger_s)
 
     # -- query ------------------------------------------------------------------------
     def source(self) -> DataFrame:
@@ -253,6 +256,7 @@ class StreamJob:
             .start()
         )
         self.broker_watch.start()
+        self.heartbeat.start()
         return self.query
 
     def stop(self, timeout_s: float = 300.0) -> None:
@@ -264,13 +268,16 @@ class StreamJob:
         the JVM's stop waits for a Python callback in flight, so holding it would deadlock.
         """
         self._stopping.set()
-        self.broker_watch.stop()
-        if self._batch_lock.acquire(timeout=timeout_s):
-            self._batch_lock.release()
-        if self.query is not None and self.query.isActive:
-            self.query.stop()
-        self.flush()
-        self._write_progress()
+        try:
+            self.broker_watch.stop()
+            if self._batch_lock.acquire(timeout=timeout_s):
+                self._batch_lock.release()
+            if self.query is not None and self.query.isActive:
+                self.query.stop()
+            self.flush()
+            self._write_progress()
+        finally:
+            self.heartbeat.stop()  # stopped (even if its JVM went first): no longer alive
 
     def _cores(self) -> int:
         """Cores the engine stage's tasks share: N of local[N], else the executors' total."""

@@ -23,6 +23,7 @@ from keyshift.lakehouse.delta import read_table, table_exists
 from keyshift.lakehouse.storage import filesystem, read_if_exists
 from keyshift.schemas import table
 
+from . import heartbeat
 from .staging import ROW_KEY, arrow_schema, is_staged
 
 if TYPE_CHECKING:
@@ -151,10 +152,11 @@ def current(spark: SparkSession, cfg: Config, name: str, run_id: str | None = No
 # --- the overview and one run's recent batches ----------------------------------------------
 
 
-def alive_within_s(cfg: Config) -> float:
-    """A run whose last batch is older than this looks stopped (or its input stopped: Spark
-    runs no batch without new records, so an idle job cannot be told from a stopped one)."""
-    return max(60.0, 5 * cfg.spark.trigger_s)
+def alive(cfg: Config, run_id: str, now: float) -> tuple[bool, float | None]:
+    """(alive, heartbeat age in s) of a run: its job's heartbeat (``_runs/<run>/heartbeat``,
+    :mod:`keyshift.streaming.heartbeat`) is there and younger than 3 × max(trigger, 10 s). An
+    idle job beats too, so it is told apart from a stopped one; a clean stop deletes it."""
+    return heartbeat.alive(heartbeat.read(cfg.runs_uri(run_id)), now, cfg.spark.trigger_s)
 
 
 def _iso(micros: int | None) -> str | None:
@@ -195,6 +197,7 @@ def overview(spark: SparkSession, cfg: Config, run_id: str | None = None,
     for rid in ids:
         r = metrics.get(rid, {})
         age = now - r["last_us"] / 1e6 if r else None
+        is_alive, beat_age = alive(cfg, rid, now) if rid in folders else (False, None)
         out.append({
             "run_id": rid, "app": apps.get(rid), "policy": r.get("policy"),
             "started": _started(cfg, rid) if rid in folders else None,
@@ -202,7 +205,8 @@ def overview(spark: SparkSession, cfg: Config, run_id: str | None = None,
             "first_batch": r.get("first_batch"), "last_batch": r.get("last_batch"),
             "first_time": _iso(r.get("first_us")), "last_time": _iso(r.get("last_us")),
             "last_batch_age_s": None if age is None else round(age, 1),
-            "looks_alive": age is not None and age <= alive_within_s(cfg),
+            "alive": is_alive,
+            "heartbeat_age_s": None if beat_age is None else round(beat_age, 1),
             "events_in": int(r.get("events_in") or 0),
             "dead_letters": int(r.get("dead_letters") or 0),
             "complex_events": int(r.get("complex_events") or 0),

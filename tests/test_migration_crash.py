@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -108,6 +109,9 @@ def _restart_and_check(spark, cfg, run_id: str, topic: str, log: Path, events: l
         assert second.poll() is None, log.read_text()[-3000:]
     finally:
         _kill_group(second, signal.SIGTERM)
+    # SIGTERM is a clean stop: the job deleted its heartbeat, so keyshift status says not alive
+    from keyshift.streaming.runs import alive
+    assert alive(cfg, run_id, time.time()) == (False, None)
 
     metrics = table_rows(spark, cfg, "metrics", run_id)
     batch_ids = [r.batch_id for r in metrics]

@@ -62,7 +62,7 @@ def warehouse(spark, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     home = tmp_path_factory.mktemp("status")
     conf = home / "keyshift.toml"
-    # a long trigger: "looks alive" (a batch within 5 triggers) holds however slow the test
+    # a long trigger: "alive" (a heartbeat within 3 triggers) holds however slow the test
     conf.write_text(f'home = "{home}"\n[spark]\ntrigger_s = 600.0\n')
     cfg = load_config(conf, env={})
     now = datetime.now(UTC)
@@ -93,6 +93,11 @@ def warehouse(spark, tmp_path_factory: pytest.TempPathFactory) -> Path:
                [_decision("live", 5, now, "scale_out", "forecast In exceeds capacity")])
     for run in ("live", "fresh"):
         write_atomically(f"{cfg.warehouse_uri}/_runs/{run}/started", now.isoformat().encode())
+    # the live run's job beats (streaming/heartbeat.py); the old one was killed two hours ago
+    # and left its last heartbeat; the fresh one has none yet
+    for run, at in (("live", now), ("old", old)):
+        write_atomically(f"{cfg.warehouse_uri}/_runs/{run}/heartbeat", json.dumps(
+            {"time": at.timestamp(), "stale_after_s": 1800.0}).encode())
     return conf
 
 
@@ -125,14 +130,14 @@ def test_status_lists_the_runs_newest_first_with_what_live_runs_staged(warehouse
     assert (old["app"], old["policy"], old["batches"], old["first_batch"],
             old["last_batch"]) == ("wordcount", "dlb-h", 6, 0, 5)
     assert (old["events_in"], old["dead_letters"], old["engines"]) == (600, 6, 4)
-    assert old["migrations"] == 1 and not old["looks_alive"]
+    assert old["migrations"] == 1 and not old["alive"]
     assert old["last_decision"]["action"] == "none" and old["last_decision"]["batch_id"] == 4
     # batches 4 and 5 only staged, batch 3 both committed and staged: counted once
     assert (live["app"], live["batches"], live["last_batch"], live["events_in"]) == (
         "traffic", 6, 5, 300)
-    assert live["engines"] == 3 and live["looks_alive"]
+    assert live["engines"] == 3 and live["alive"]
     assert live["last_decision"]["action"] == "scale_out"
-    assert fresh["batches"] == 0 and fresh["started"] and not fresh["looks_alive"]
+    assert fresh["batches"] == 0 and fresh["started"] and not fresh["alive"]
 
     code, out, err = _run(capsys, "status", "--config", str(warehouse))
     assert code == 0, err

@@ -25,7 +25,9 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         help="client listener SASL_PLAINTEXT with PLAIN for this user (default: from config, "
              "kafka.security_protocol = SASL_PLAINTEXT with sasl_mechanism = PLAIN); clients "
              "then need kafka.sasl_username / KEYSHIFT_KAFKA__SASL_PASSWORD")
-    actions.add_parser("stop", help="stop the broker (SIGTERM, then SIGKILL)")
+    actions.add_parser(
+        "stop", help="stop the broker at kafka.host:port that keyshift started, from this home "
+        "or another (SIGTERM, then SIGKILL); exit 1 when another process holds the port")
     actions.add_parser(
         "fetch-jars", help="resolve the broker's and Spark's Kafka/Delta jars into the cache "
         "now (install step; later starts need no network)")

@@ -62,6 +62,6 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UsageError(f"--out: cannot create {folder}: {exc.strerror}") from None
     summary = report_run(spark, cfg, args.run_id, folder, found["app"], extra={
-        "app": found["app"], "policy": found["policy"], "looks_alive": found["looks_alive"]})
+        "app": found["app"], "policy": found["policy"], "alive": found["alive"]})
     print(json.dumps(summary) if args.json else summary["report"])
     return 0

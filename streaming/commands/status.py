@@ -31,8 +31,9 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "status", help=SUMMARY,
         description="Every run in the Delta warehouse, newest first: its operator and "
         "policy, first and last batch, events, dead letters, engines now, the controller's "
-        "last decision, migrations, and whether it looks alive (a batch within the last "
-        "minute). With --run-id, that run's last batches and decisions. A live run is shown "
+        "last decision, migrations, and whether its job is alive (its heartbeat, written "
+        "every 5 s while it runs, idle or not, is younger than 3 x max(trigger, 10 s)). "
+        "With --run-id, that run's last batches and decisions. A live run is shown "
         "up to its last batch (rows it has not committed to Delta yet included).",
     )
     add_common(p)
@@ -110,7 +111,7 @@ def _print_runs(runs: list[dict[str, Any]], warehouse: str) -> None:
             batches, last = "none yet", f"started {(r['started'] or '?')[:19]}"
         d = r["last_decision"]
         t.add_row(r["run_id"], r["app"] or "?", r["policy"] or "?", batches, last,
-                  "yes" if r["looks_alive"] else "no", str(r["events_in"]),
+                  "yes" if r["alive"] else "no", str(r["events_in"]),
                   str(r["dead_letters"]), _num(r["engines"]), str(r["migrations"]),
                   f"{d['action']} (batch {d['batch_id']})" if d else "")
     console = _console()
@@ -129,7 +130,7 @@ def _print_run(result: dict[str, Any]) -> None:
     console.print(
         f"run {r['run_id']}: {r['app'] or '?'} with {r['policy'] or '?'}; batches "
         f"{r['first_batch']}-{r['last_batch']}, last {_age(r['last_batch_age_s'])} "
-        f"({'looks alive' if r['looks_alive'] else 'not running, or no input'}); "
+        f"({'alive' if r['alive'] else 'not running'}); "
         f"{r['events_in']} events in, {r['dead_letters']} dead letters, "
         f"{r['complex_events']} complex events; {_num(r['engines'])} engines now; "
         f"{r['migrations']} migrations")
