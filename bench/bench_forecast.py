@@ -1,6 +1,6 @@
 """Rolling-origin backtest of every forecaster on every series (issue 14, item 2).
 
-Every load series of ``../shared/data/`` (see its README; event logs are counted per bin, with
+Every load series of ``data/`` (see data/README.md; event logs are counted per bin, with
 empty bins kept) and two synthetic ones, × GP, seasonal naive, seasonal profile, SVM and NN:
 each model is fitted on the history before each of ``--origins`` consecutive origins and
 forecasts the next ``horizon`` points (one day of points, or a twentieth of a series too
@@ -35,6 +35,7 @@ from scipy.stats import binomtest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from keyshift.datasets import data_file  # noqa: E402
 from keyshift.models.evaluation import (  # noqa: E402
     DEFAULT_KERNEL,
     DEFAULT_NAMES,
@@ -43,7 +44,6 @@ from keyshift.models.evaluation import (  # noqa: E402
 )
 from keyshift.models.features import to_epoch_seconds  # noqa: E402
 
-DATA = ROOT.parent / "shared" / "data"
 DAY_S = 86_400.0
 
 
@@ -58,38 +58,38 @@ def _counts(seconds: np.ndarray, bin_s: float) -> tuple[np.ndarray, np.ndarray]:
 
 def _nab(name: str) -> Callable[[], tuple[np.ndarray, np.ndarray]]:
     def load():
-        df = pd.read_csv(DATA / name)
+        df = pd.read_csv(data_file(name))
         return to_epoch_seconds(df["timestamp"]), df["value"].to_numpy(np.float64)
     return load
 
 
 def _bike():
-    df = pd.read_csv(DATA / "bike_sharing_hour.csv")
+    df = pd.read_csv(data_file("bike_sharing_hour.csv"))
     ts = (pd.to_datetime(df["dteday"]) + pd.to_timedelta(df["hr"], unit="h")).dt.tz_localize("UTC")
     return to_epoch_seconds(ts), df["cnt"].to_numpy(np.float64)
 
 
 def _tweets():
-    df = pd.read_csv(DATA / "airline_tweets_feb2015.csv", usecols=["tweet_created"])
+    df = pd.read_csv(data_file("airline_tweets_feb2015.csv"), usecols=["tweet_created"])
     ts = pd.to_datetime(df["tweet_created"], format="%m/%d/%Y %H:%M", utc=True)
     return _counts(to_epoch_seconds(ts), 1800.0)
 
 
 def _apache():
     pattern = re.compile(r"\[(\d{2}/\w{3}/\d{4}:\d{2}:\d{2}:\d{2} [+-]\d{4})\]")
-    stamps = [m.group(1) for line in (DATA / "apache_access_2015.log").open(errors="replace")
+    stamps = [m.group(1) for line in data_file("apache_access_2015.log").open(errors="replace")
               if (m := pattern.search(line))]
     ts = pd.to_datetime(pd.Series(stamps), format="%d/%b/%Y:%H:%M:%S %z", utc=True)
     return _counts(to_epoch_seconds(ts), 1800.0)
 
 
 def _nasa():
-    df = pd.read_csv(DATA / "nasa_19950801.tsv", sep="\t", usecols=["time"])
+    df = pd.read_csv(data_file("nasa_19950801.tsv"), sep="\t", usecols=["time"])
     return _counts(df["time"].to_numpy(np.float64), 300.0)
 
 
 def _dublin():
-    df = pd.read_csv(DATA / "dublin_siri_20130131_first10k.csv", header=None, usecols=[0])
+    df = pd.read_csv(data_file("dublin_siri_20130131_first10k.csv"), header=None, usecols=[0])
     return _counts(df[0].to_numpy(np.float64) / 1e6, 120.0)
 
 

@@ -38,26 +38,26 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from keyshift.datasets import data_file  # noqa: E402
 from keyshift.models.baselines import NNForecaster, SeasonalNaive, SVMForecaster  # noqa: E402
 from keyshift.models.evaluation import score  # noqa: E402
 from keyshift.models.features import rate_features, to_epoch_seconds  # noqa: E402
 from keyshift.models.gp import InputRateGP  # noqa: E402
 
-DATA = ROOT.parent / "shared" / "data"
 TARGET_S = 5.0
 
 
 def load_series(name: str) -> tuple[np.ndarray, np.ndarray, str]:
     if name == "taxi":
-        df = pd.read_csv(DATA / "nab_nyc_taxi.csv")
+        df = pd.read_csv(data_file("nab_nyc_taxi.csv"))
         return to_epoch_seconds(df["timestamp"]), df["value"].to_numpy(float), \
             "NAB nyc_taxi (passengers / 30 min)"
     if name == "twitter":
-        df = pd.read_csv(DATA / "nab_Twitter_volume_AAPL.csv")
+        df = pd.read_csv(data_file("nab_Twitter_volume_AAPL.csv"))
         return to_epoch_seconds(df["timestamp"]), df["value"].to_numpy(float), \
             "NAB Twitter_volume_AAPL (tweets / 5 min)"
     if name == "bike":
-        df = pd.read_csv(DATA / "bike_sharing_hour.csv")
+        df = pd.read_csv(data_file("bike_sharing_hour.csv"))
         ts = pd.to_datetime(df["dteday"]) + pd.to_timedelta(df["hr"], unit="h")
         return to_epoch_seconds(ts.dt.tz_localize("UTC")), df["cnt"].to_numpy(float), \
             "UCI bike sharing (rentals / hour)"

@@ -8,7 +8,7 @@ job and tested on the last 600: GP CC 0.94, MAE 0.58, RMSE 0.86, 11.56 s to trai
 ``--collect`` (about 35 minutes, opt-in) makes the history: a private broker (free ports,
 temporary home) gets one topic, ``keyshift run --app traffic --policy elb`` reads it (a
 subprocess, as a user starts it), and this process sends the Dublin SIRI bus reports of
-``../shared/data/dublin_siri_20130131_first10k.csv`` to it, cycled (10,000 real reports,
+``data/dublin_siri_20130131_first10k.csv`` to it, cycled (10,000 real reports,
 628 real areas and their real skew; each re-sent report gets a new id and the send time),
 at a rate that follows the shape of a real series: consecutive half-hours of the NYC taxi
 demand (``nab_nyc_taxi.csv``), one per ``--segment-s`` seconds, scaled to
@@ -66,11 +66,11 @@ import numpy as np
 import pandas as pd
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 sys.path.insert(0, str(HERE))  # bench_stream's helpers, also when imported by a test
 
 from bench_stream import config_env, keyshift_exe, parse_run_json
 
+from keyshift.datasets import data_file
 from keyshift.models.evaluation import score, split_tail
 from keyshift.models.features import LATENCY_FEATURES, METRICS_COLUMNS, build_features
 
@@ -78,9 +78,8 @@ DATA = HERE / "data" / "latency_windows.csv"
 METRICS = HERE / "data" / "latency_metrics.csv"
 """The same run's ``metrics`` rows (one per micro-batch, the columns the features are built
 from): ``--window-s`` sums them into other statistic windows, as the retrain would."""
-SHARED = ROOT.parent / "shared" / "data"
-DUBLIN = SHARED / "dublin_siri_20130131_first10k.csv"
-SHAPE = SHARED / "nab_nyc_taxi.csv"
+DUBLIN = "dublin_siri_20130131_first10k.csv"  # in data/ (keyshift.datasets)
+SHAPE = "nab_nyc_taxi.csv"
 TARGET = "latency_s"
 COLUMNS = (*LATENCY_FEATURES, TARGET)
 TEST_FRACTION = 0.3  # the paper's 600 of 2,000
@@ -335,7 +334,7 @@ def _produce_schedule(cfg, topic: str, rates: np.ndarray, segment_s: float,
     from keyshift.streaming.broker import client_options
     from keyshift.streaming.producer import connect, produce
 
-    gen = DublinCycle(DUBLIN)
+    gen = DublinCycle(data_file(DUBLIN))
     for i, rate in enumerate(rates):
         producer = connect(cfg.kafka.bootstrap, security=client_options(cfg.kafka))
         stats = produce(producer, topic, gen, rate=float(rate), duration_s=segment_s)
@@ -376,7 +375,7 @@ def collect(args: argparse.Namespace, say=print) -> int:
     from keyshift.config import load_config
     from keyshift.streaming import broker as brokers
 
-    taxi = pd.read_csv(SHAPE)["value"].to_numpy(np.float64)
+    taxi = pd.read_csv(data_file(SHAPE))["value"].to_numpy(np.float64)
     shape = taxi[args.shape_start:args.shape_start + args.points]
     rates = rate_schedule(shape, args.rate_low, args.rate_high)
     home = Path(tempfile.mkdtemp(prefix="keyshift-bench-latency-"))
@@ -450,7 +449,7 @@ def collect(args: argparse.Namespace, say=print) -> int:
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                     "loadavg_before": load_before, "loadavg_after": os.getloadavg()},
         "workload": "traffic operator (keyshift/apps/traffic.py) on the Dublin SIRI reports "
-                    f"of {DUBLIN.name}, cycled; rate: {SHAPE.name} values "
+                    f"of {DUBLIN}, cycled; rate: {SHAPE} values "
                     f"{args.shape_start}..{args.shape_start + args.points - 1} scaled to "
                     f"[{args.rate_low:g}, {args.rate_high:g}] events/s, "
                     f"{args.segment_s:g} s each",

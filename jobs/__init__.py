@@ -1,1 +1,1 @@
-"""keyshift jobs layer (see DESIGN.md)."""
+"""keyshift jobs layer (see docs/design.md)."""

@@ -1,4 +1,4 @@
-"""What the DAGs' tasks do, so that the DAG files only schedule (DESIGN.md, batch layer).
+"""What the DAGs' tasks do, so that the DAG files only schedule (docs/design.md, batch layer).
 
 Each function maps a job's outcome onto Airflow's task states, because that mapping is the
 operator's interface at night:

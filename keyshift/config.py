@@ -411,7 +411,9 @@ def _env_overrides(env: dict[str, str]) -> dict[str, Any]:
     """KEYSHIFT_KAFKA__PORT=1 → {"kafka": {"port": "1"}}; pydantic converts the strings."""
     out: dict[str, Any] = {}
     for name, value in env.items():
-        if not name.startswith(ENV_PREFIX) or name in (CONFIG_ENV, "KEYSHIFT_CACHE"):
+        # not config keys: the config file, the jar cache, the real data sets' folder
+        if not name.startswith(ENV_PREFIX) or name in (CONFIG_ENV, "KEYSHIFT_CACHE",
+                                                         "KEYSHIFT_DATA"):
             continue
         path = name[len(ENV_PREFIX):].lower().split("__")
         node = out

@@ -1,5 +1,5 @@
-"""The nightly retrain (DESIGN.md "Batch layer"): metrics history → features → both GPs →
-MLflow run (params, held-out metrics and plots, the history's Delta table version, models
+"""The nightly retrain (docs/design.md, "Batch layer"): metrics history → features → both
+GPs → MLflow run (params, held-out metrics and plots, the history's Delta table version, models
 with signatures) → registry (with a description per version) → champion alias.
 
 Champion rule: the new version takes the alias only if its RMSE on this run's held-out tail is

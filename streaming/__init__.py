@@ -1,1 +1,1 @@
-"""keyshift streaming layer (see DESIGN.md)."""
+"""keyshift streaming layer (see docs/design.md)."""

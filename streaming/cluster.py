@@ -1,6 +1,6 @@
 """A Spark standalone cluster on this machine, started from the pip-installed Spark.
 
-Why: the engines must be correct on any task placement (DESIGN.md, "Cluster-safe state"),
+Why: the engines must be correct on any task placement (docs/design.md, "Cluster-safe state"),
 and ``local[N]`` cannot show that: one JVM, one local dir, no executor ever lost. A real
 standalone cluster, one master and N workers, each worker with its own work and local dirs,
 is the smallest setup where a task can land on another executor, and where a worker can be

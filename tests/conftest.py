@@ -15,7 +15,6 @@ import pytest
 pytest_plugins = ["platform_fixtures", "cluster_fixtures"]
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = (ROOT.parent / "shared" / "data").resolve()
 
 # UDF workers must start this interpreter, not the system one.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -31,10 +30,15 @@ def import_bench(name: str) -> ModuleType:
 
 
 @pytest.fixture(scope="session")
-def shared_data() -> Path:
-    if not SHARED_DATA.is_dir():
-        pytest.fail(f"shared data folder {SHARED_DATA} is missing (CI copies it beside the repo)")
-    return SHARED_DATA
+def real_data() -> Path:
+    """The folder of the real data sets (data/ of the checkout, or $KEYSHIFT_DATA), resolved
+    as every loader resolves it (keyshift.datasets)."""
+    from keyshift.datasets import DataMissingError, data_dir
+
+    try:
+        return data_dir()
+    except DataMissingError as exc:
+        pytest.fail(str(exc))
 
 
 @pytest.fixture()

@@ -80,8 +80,8 @@ def test_rate_schedule_keeps_the_shape_and_spans_the_range(bench):
         bench.rate_schedule(np.array([1.0, 2.0]), 600.0, 30.0)
 
 
-def test_dublin_cycle_resends_real_reports_with_new_ids(bench, shared_data):
-    gen = bench.DublinCycle(shared_data / "dublin_siri_20130131_first10k.csv")
+def test_dublin_cycle_resends_real_reports_with_new_ids(bench, real_data):
+    gen = bench.DublinCycle(real_data / "dublin_siri_20130131_first10k.csv")
     n = len(gen.events)
     first = gen.batch(3, 0.0, 1_000)
     gen.batch(n - 3, 0.0, 1_000)

@@ -1,6 +1,6 @@
 """bench/bench_skew.py: its pure helpers (the bound, the systems that apply, the checks) and a
 smoke run of every kind of system on a tiny topic whose outputs must equal KG's. Timings are
-never asserted (DESIGN: benchmarks print, tests check)."""
+never asserted (docs/design.md: benchmarks print, tests check)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Smoke test of bench/bench_stream.py: its plain Spark peers on a tiny topic compute the
 reference outputs and report well-formed numbers; its keyshift-side helpers build the child's
-configuration and read its one JSON object. Timings are never asserted (DESIGN: benchmarks
-print, tests check)."""
+configuration and read its one JSON object. Timings are never asserted (docs/design.md:
+benchmarks print, tests check)."""
 
 from __future__ import annotations
 

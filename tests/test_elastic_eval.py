@@ -117,17 +117,17 @@ def test_threshold_replay_follows_the_load():
     assert res.engines[19] > res.engines[0] and res.engines[-1] < res.engines[19]
 
 
-def test_load_series_reads_the_shared_files(shared_data):
+def test_load_series_reads_the_real_files(real_data):
     for name, n in (("taxi", 10_320), ("bikes", 17_379)):
-        t, v = elastic.load_series(name, shared_data)
+        t, v = elastic.load_series(name, real_data)
         assert t.size == n and (np.diff(t) > 0).all() and (v >= 0).all()
     with pytest.raises(ElasticInputError, match="series"):
-        elastic.load_series("stocks", shared_data)
+        elastic.load_series("stocks", real_data)
 
 
-def test_scenario_runs_on_a_real_series(shared_data, tmp_path, capsys):
+def test_scenario_runs_on_a_real_series(real_data, tmp_path, capsys):
     out = elastic.run(argparse.Namespace(
-        series="taxi", windows=240, data_dir=str(shared_data), report_dir=str(tmp_path),
+        series="taxi", windows=240, data_dir=str(real_data), report_dir=str(tmp_path),
         policies="planner-expected,static-max,qt", timing=False,
     ))
     rows = {r["policy"]: r for r in out["rows"]}
@@ -145,8 +145,8 @@ def test_scenario_runs_on_a_real_series(shared_data, tmp_path, capsys):
     ({"initial": 99}, "initial"),
     ({"train_frac": 1.5}, "train_frac"),
 ])
-def test_scenario_rejects_bad_options(over, field, shared_data):
-    ns = argparse.Namespace(series="taxi", data_dir=str(shared_data), timing=False, **over)
+def test_scenario_rejects_bad_options(over, field, real_data):
+    ns = argparse.Namespace(series="taxi", data_dir=str(real_data), timing=False, **over)
     with pytest.raises(ElasticInputError) as err:
         elastic.run(ns)
     assert err.value.field == field
@@ -158,19 +158,19 @@ def test_planner_timing_rows():
     assert all(r["median_ms"] > 0 for r in rows)
 
 
-def test_simulate_command_dispatches_the_scenario(shared_data, tmp_path, capsys):
+def test_simulate_command_dispatches_the_scenario(real_data, tmp_path, capsys):
     from keyshift.cli import main
 
     status = main(["simulate", "--scenario", "elastic", "--series", "bikes", "--windows", "120",
                    "--no-timing", "--json", "--report-dir", str(tmp_path), "--policy", "ds2",
-                   "--engines", "12", "--data-dir", str(shared_data)])
+                   "--engines", "12", "--data-dir", str(real_data)])
     out, err = capsys.readouterr()
     assert status == 0, err
     doc = json.loads(out)
     assert {r["policy"] for r in doc["rows"]} == {"static-max", "ds2"}
     assert doc["params"]["max_engines"] == 12
     status = main(["simulate", "--scenario", "elastic", "--initial", "40", "--no-timing",
-                   "--report-dir", str(tmp_path), "--data-dir", str(shared_data)])
+                   "--report-dir", str(tmp_path), "--data-dir", str(real_data)])
     _, err = capsys.readouterr()
     assert status == 2 and "initial" in err and err.count("\n") == 1
 

@@ -201,7 +201,7 @@ def test_config_selects_and_validates_the_source():
 
 
 @pytest.mark.slow
-def test_scenario_without_a_predictive_sigma_runs_the_rise_reserve(shared_data, tmp_path):
+def test_scenario_without_a_predictive_sigma_runs_the_rise_reserve(real_data, tmp_path):
     # The seasonal profile's std is not predictive: planner-quantile is planner-reserve
     # at the same quantile, window for window.
     import argparse
@@ -209,7 +209,7 @@ def test_scenario_without_a_predictive_sigma_runs_the_rise_reserve(shared_data, 
     from keyshift.experiments import elastic
 
     out = elastic.run(argparse.Namespace(
-        series="tweets", windows=240, data_dir=str(shared_data), report_dir=str(tmp_path),
+        series="tweets", windows=240, data_dir=str(real_data), report_dir=str(tmp_path),
         policies="planner-reserve,planner-quantile", timing=False, json=True,
         reserve_quantile=0.9999, forecast_quantile=0.9999,
     ))

@@ -21,13 +21,13 @@ CASES = {
 }
 
 
-def test_replay_real_data(spark, platform_config, shared_data) -> None:
+def test_replay_real_data(spark, platform_config, real_data) -> None:
     from keyshift.streaming.producer import connect, replay
 
     cfg = job_config(platform_config, theta=10.0)
     jobs, inputs = {}, {}
     for app, (reader, name, params) in CASES.items():
-        events = list(itertools.islice(reader(shared_data / name), LIMIT))
+        events = list(itertools.islice(reader(real_data / name), LIMIT))
         topic = new_topic(cfg.kafka.bootstrap)
         stats = replay(connect(cfg.kafka.bootstrap), topic, events, speedup=1e12, keep_ts=True)
         assert stats.good == len(events) == LIMIT

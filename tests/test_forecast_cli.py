@@ -13,9 +13,9 @@ from keyshift.cli import main
 
 
 @pytest.fixture()
-def taxi_csv(shared_data: Path, tmp_path: Path) -> Path:
+def taxi_csv(real_data: Path, tmp_path: Path) -> Path:
     """1,200 half-hours (25 days) of the NAB NYC taxi series, with the column renamed to `ts`."""
-    frame = pd.read_csv(shared_data / "nab_nyc_taxi.csv").head(1200)
+    frame = pd.read_csv(real_data / "nab_nyc_taxi.csv").head(1200)
     path = tmp_path / "taxi.csv"
     frame.rename(columns={"timestamp": "ts"}).to_csv(path, index=False)
     return path

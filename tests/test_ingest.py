@@ -78,8 +78,8 @@ def _produce(cfg, topic, count, malformed=0, seed=0):
                    malformed=malformed)
 
 
-def test_spark_group_expression_equals_python_on_real_keys(spark, shared_data):
-    _, events = replay_events(shared_data / "nasa_19950801.tsv")
+def test_spark_group_expression_equals_python_on_real_keys(spark, real_data):
+    _, events = replay_events(real_data / "nasa_19950801.tsv")
     keys = sorted({e["key"] for e in events})[:3000]
     keys += ["", "ü-ñ", "a" * 300]
     df = spark.createDataFrame([(k,) for k in keys], "key STRING")

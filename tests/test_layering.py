@@ -1,4 +1,4 @@
-"""DESIGN.md's rule: the arrows point down. Importing every module of the pure core must not
+"""docs/design.md's rule: the arrows point down. Importing every module of the pure core must not
 load Spark, Airflow, torch, MLflow, Kafka or any layer below keyshift/."""
 
 import json

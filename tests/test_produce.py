@@ -133,11 +133,11 @@ def test_produce_sends_exact_counts_with_bad_records(kafka_broker):
 
 
 @pytest.mark.integration
-def test_cli_replay_real_file(kafka_broker, shared_data, monkeypatch, capsys):
+def test_cli_replay_real_file(kafka_broker, real_data, monkeypatch, capsys):
     topic = f"replay-{uuid.uuid4().hex[:8]}"
     monkeypatch.setenv("KEYSHIFT_KAFKA__PORT", str(kafka_broker.port))
     monkeypatch.setenv("KEYSHIFT_KAFKA__CONTROLLER_PORT", str(kafka_broker.controller_port))
-    rc = main(["produce", "--replay", str(shared_data / "dublin_siri_20130131_first10k.csv"),
+    rc = main(["produce", "--replay", str(real_data / "dublin_siri_20130131_first10k.csv"),
                "--speedup", "100000", "--limit", "150", "--topic", topic, "--no-progress"])
     assert rc == 0
     assert "150" in capsys.readouterr().out

@@ -107,10 +107,10 @@ def test_bad_host_options(capsys: pytest.CaptureFixture[str], argv: list[str], n
     assert needle in capsys.readouterr().err
 
 
-def test_replay_of_a_real_access_log(shared_data: Path, tmp_path: Path,
+def test_replay_of_a_real_access_log(real_data: Path, tmp_path: Path,
                                      capsys: pytest.CaptureFixture[str], ks_home: Path) -> None:
-    # NASA-HTTP log (README of the shared data): unix seconds and host, 30,969 requests
-    lines = (shared_data / "nasa_19950801.tsv").read_text().splitlines()
+    # NASA-HTTP log (data/README.md): unix seconds and host, 30,969 requests
+    lines = (real_data / "nasa_19950801.tsv").read_text().splitlines()
     header = lines[0].split("\t")
     i_ts, i_host = header.index("time"), header.index("host")
     rows = [line.split("\t") for line in lines[1:]]

@@ -129,8 +129,8 @@ def test_bad_records_are_bad_in_the_advertised_way(kind):
     ("apache_access_2015.log", "clicks", 9_900),
     ("nasa_19950801.tsv", "clicks", 30_000),
 ])
-def test_replay_readers_give_schema_events_in_time_order(shared_data, name, app, rows):
-    got_app, events = replay_events(shared_data / name)
+def test_replay_readers_give_schema_events_in_time_order(real_data, name, app, rows):
+    got_app, events = replay_events(real_data / name)
     events = list(events)
     assert got_app == app and len(events) >= rows
     ts = np.array([e["ts"] for e in events])

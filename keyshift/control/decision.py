@@ -1,13 +1,13 @@
 """Decide: the window's one decision, the vetoes a candidate plan must pass, and the audit
 rows (``decisions``) that say what was decided and why.
 
-The order inside a window (DESIGN: balancing and scaling as one loop): the scaler first; a
-change of N is the window's plan change (realized by :func:`~keyshift.control.scaling.
-scale_plan`, already balanced around the new mean) and the balancer waits for the next
-window; otherwise the balancer's policy decides on the unchanged plan, and its candidate
-must pass the vetoes (``controller.min_gain``). The scaler's own limits (min/max engines,
-cooldown, maximum step, dry run) are applied by :class:`~keyshift.elastic.scaler.Scaler`,
-once for the planner and every baseline.
+The order inside a window (docs/design.md, "Control loop": balancing and scaling as one
+loop): the scaler first; a change of N is the window's plan change (realized by
+:func:`~keyshift.control.scaling.scale_plan`, already balanced around the new mean) and the
+balancer waits for the next window; otherwise the balancer's policy decides on the unchanged
+plan, and its candidate must pass the vetoes (``controller.min_gain``). The scaler's own
+limits (min/max engines, cooldown, maximum step, dry run) are applied by
+:class:`~keyshift.elastic.scaler.Scaler`, once for the planner and every baseline.
 """
 
 from __future__ import annotations

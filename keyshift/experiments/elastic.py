@@ -2,7 +2,7 @@
 
 ``keyshift simulate --scenario elastic [--series taxi|tweets|bikes|all] [--json]
 [--report-dir D]`` replays a real series (NYC taxi passengers per 30 min, AAPL tweet volume
-per 5 min, DC bike rentals per hour; see ../shared/data/README.md), scaled to tuples per
+per 5 min, DC bike rentals per hour; see data/README.md), scaled to tuples per
 window, through the planner and every baseline, and reports what the paper plots: engines
 over time (Fig. 14), cost (Fig. 15), missed tuples (Fig. 16) and planner time against the
 horizon (Fig. 17).
@@ -28,13 +28,13 @@ import copy
 import csv
 import datetime as dt
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from keyshift.datasets import DataMissingError, data_dir, data_file
 from keyshift.elastic.baselines import (
     QueueingScaler,
     RateScaler,
@@ -78,25 +78,27 @@ planner-quantile: E[Eq. 11] plus the forecast's calibrated quantile at
 
 
 def _data_dir(arg: str | None) -> Path:
-    if arg:
-        return Path(arg)
-    env = os.environ.get("KEYSHIFT_DATA")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[2].parent / "shared" / "data"
+    """``--data-dir``, else ``$KEYSHIFT_DATA``, else the checkout's ``data/``
+    (:mod:`keyshift.datasets`)."""
+    try:
+        return data_dir(arg)
+    except DataMissingError as exc:
+        raise ElasticInputError("data_dir", str(exc)) from None
 
 
 def _epoch(text: str, fmt: str) -> float:
     return dt.datetime.strptime(text, fmt).replace(tzinfo=dt.timezone.utc).timestamp()
 
 
-def load_series(name: str, data_dir: Path) -> tuple[np.ndarray, np.ndarray]:
-    """(epoch seconds, value) of a shared load series, in time order."""
+def load_series(name: str, folder: str | Path | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(epoch seconds, value) of a real load series of ``data/``, in time order; ``folder``
+    overrides the data folder (default: :func:`keyshift.datasets.data_dir`)."""
     if name not in SERIES:
         raise ElasticInputError("series", f"unknown {name!r}; known: {', '.join(SERIES)}")
-    path = data_dir / SERIES[name][0]
-    if not path.is_file():
-        raise ElasticInputError("data_dir", f"{path} not found (see ../shared/data/README.md)")
+    try:
+        path = data_file(SERIES[name][0], folder)
+    except DataMissingError as exc:
+        raise ElasticInputError("data_dir", str(exc)) from None
     t, v = [], []
     with path.open(newline="") as fh:
         for row in csv.DictReader(fh):
@@ -355,7 +357,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--overhead", type=float, default=0.02, help="latency growth per added engine")
     g.add_argument("--latency-cv", type=float, default=0.05)
     g.add_argument("--pause-s", type=float, default=5.0, help="processing pause per change")
-    g.add_argument("--data-dir", default=None, help="folder of the shared data sets")
+    g.add_argument("--data-dir", default=None, help="folder of the real data sets (default: $KEYSHIFT_DATA, else the "
+                        "checkout's data/)")
     g.add_argument("--engine-model", default="replay", choices=["replay", "sim"],
                    help="replay: per-window model (keyshift.elastic.replay); sim: the tick-level "
                         f"cluster simulator with key groups and queues (first {SIM_WINDOWS} "

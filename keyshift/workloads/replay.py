@@ -1,9 +1,12 @@
-"""Readers of the real data sets in ``../shared/data`` as keyshift events, in event-time order.
+"""Readers of the real data sets in ``data/`` (:mod:`keyshift.datasets`) as keyshift events,
+in event-time order.
 
 Each reader keeps the original timestamps (epoch ms) so a replay can compress time by a
 speed-up factor and keep the real burstiness; the key is what the application operators key
 on (bus area, LSH bucket of the tweet, client host as the session). ``replay_events`` picks
-the reader from the file name, or from ``fmt`` when the file has been renamed.
+the reader from the file name, or from ``fmt`` when the file has been renamed. A bare file
+name that is not in the current folder is looked up in the data folder, so
+``keyshift produce --replay nasa_19950801.tsv`` works from anywhere.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 
 from keyshift.apps.fsd import lsh_key
 from keyshift.apps.traffic import area_of
+from keyshift.datasets import DataMissingError, data_file
 from keyshift.workloads.skew import WorkloadInputError
 
 Event = dict[str, Any]
@@ -125,6 +129,12 @@ def replay_events(path: str | Path, fmt: str | None = None) -> tuple[str, Iterat
     """(application, events in event-time order) of one real data file."""
     p = Path(path)
     if not p.is_file():
-        raise WorkloadInputError("replay", f"file {p} does not exist")
+        if p.parent != Path("."):
+            raise WorkloadInputError("replay", f"file {p} does not exist")
+        try:
+            p = data_file(p.name)
+        except DataMissingError as exc:
+            raise WorkloadInputError(
+                "replay", f"file {p} does not exist here, and {exc}") from None
     app, reader, _ = REPLAYS[replay_format(p, fmt)]
     return app, reader(p)

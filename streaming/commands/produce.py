@@ -1,7 +1,7 @@
 """``keyshift produce``: synthetic events at a rate with a changing skew, or a real-data replay.
 
     keyshift produce --app wordcount --rate 2000 --duration 60 --skew zipf:0.2@0,1.5@20,0.2@40
-    keyshift produce --replay ../shared/data/dublin_siri_20130131_first10k.csv --speedup 600
+    keyshift produce --replay data/dublin_siri_20130131_first10k.csv --speedup 600
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                      help="mix exactly K bad records into the run (spread evenly)")
     bad.add_argument("--bad-fraction", type=float, default=0.0,
                      help="each record is bad with this probability")
-    p.add_argument("--replay", metavar="FILE", help="replay a real data file instead")
+    p.add_argument("--replay", metavar="FILE",
+                   help="replay a real data file instead (a bare name of data/ is found there)")
     p.add_argument("--format", choices=sorted(REPLAYS), help="replay format (default: by name)")
     p.add_argument("--speedup", type=float, default=60.0, help="replay time compression")
     p.add_argument("--limit", type=int, help="replay at most this many events")
