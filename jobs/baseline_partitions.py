@@ -273,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m keyshift.jobs.baseline_partitions",
                                 description=__doc__.split("\n")[0])
     add_arguments(p)
+    p.set_defaults(config=None)
     return run_job("baseline_partitions", p.parse_args(argv), run_from_args, print_summary,
                    RUNTIME_ERRORS)
 

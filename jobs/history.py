@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from keyshift.cli import add_config_option
 from keyshift.config import Config
 from keyshift.control.floor import FLOOR_COLUMNS, key_group_floor
 from keyshift.groups import groups_of
@@ -95,7 +96,7 @@ def add_range_arguments(p: argparse.ArgumentParser) -> None:
         "--days", type=int, default=None,
         help="instead of --from: this many days ending with --to (default --to: yesterday)",
     )
-    p.add_argument("--config", help="TOML file (default: $KEYSHIFT_CONFIG or built-in)")
+    add_config_option(p)  # SUPPRESS below `keyshift`; main() sets None
 
 
 def range_from_args(args: argparse.Namespace, default_days: int) -> DayRange:

@@ -225,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m keyshift.jobs.retrain_models",
                                 description=__doc__.split("\n")[0])
     add_arguments(p)
+    p.set_defaults(config=None)
     return run_job("retrain_models", p.parse_args(argv), run_from_args, print_summary,
                    runtime_errors())
 

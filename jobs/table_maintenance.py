@@ -27,6 +27,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from keyshift.cli import add_config_option
 from keyshift.config import Config, load_config
 from keyshift.schemas import TABLES
 
@@ -174,7 +175,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"comma-separated tables (default: all of {', '.join(TABLES)})")
     p.add_argument("--retention-hours", type=float, default=None, metavar="HOURS",
                    help="VACUUM retention (default: warehouse.vacuum_retention_hours; >= 168)")
-    p.add_argument("--config", help="TOML file (default: $KEYSHIFT_CONFIG or built-in)")
+    add_config_option(p)  # SUPPRESS below `keyshift`; main() sets None
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
@@ -195,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
                                 description="Compact (OPTIMIZE) and vacuum keyshift's Delta "
                                             "tables.")
     add_arguments(p)
+    p.set_defaults(config=None)
     return run_job(JOB, p.parse_args(argv), run_from_args, print_summary, RUNTIME_ERRORS)
 
 

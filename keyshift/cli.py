@@ -47,6 +47,41 @@ def read_json_request(path: str | None) -> Any:
         ) from None
 
 
+CONFIG_HELP = ("TOML file (default: $KEYSHIFT_CONFIG, else the project's keyshift.toml, "
+               "else built-in)")
+
+
+def add_config_option(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """``--config FILE``, the same on every command that reads the configuration. The
+    top-level parser has it too (default None), so ``keyshift --config F CMD`` and
+    ``keyshift CMD --config F`` both work: below the top it defaults to SUPPRESS, so a command
+    whose own --config is not given does not overwrite the top-level one with None.
+    :func:`build_parser` adds it to every parser of a command that has no ``--config`` of its
+    own, unless the command's module says ``READS_CONFIG = False``."""
+    p.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS, help=CONFIG_HELP)
+
+
+def add_json_options(p: argparse.ArgumentParser | argparse._ArgumentGroup,
+                     json_help: str | None = "print one JSON object") -> None:
+    """The one JSON-output convention: ``--json`` for one JSON object (omitted, with
+    ``json_help=None``, on a command that always answers JSON), ``--pretty`` to indent it.
+    ``--indent N`` is kept as a hidden alias of ``--pretty`` (N ignored: indent 2)."""
+    if json_help is not None:
+        p.add_argument("--json", action="store_true", help=json_help)
+    p.add_argument("--pretty", action="store_true", help="indent the JSON output")
+    p.add_argument("--indent", dest="pretty", nargs="?", const=True, type=_true,
+                   help=argparse.SUPPRESS)
+
+
+def _true(_: str) -> bool:
+    return True
+
+
+def json_indent(args: argparse.Namespace) -> int | None:
+    """``json.dumps``'s indent for ``--pretty``."""
+    return 2 if getattr(args, "pretty", False) else None
+
+
 LOG_LEVELS = ("ERROR", "WARN", "INFO", "DEBUG")
 
 
@@ -120,6 +155,22 @@ def _operator_api() -> int:
     return OPERATOR_API_VERSION
 
 
+def _parsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """``parser`` and every sub-parser below it, each once (aliases share a parser)."""
+    out, seen = [], set()
+    todo = [parser]
+    while todo:
+        p = todo.pop()
+        if id(p) in seen:
+            continue
+        seen.add(id(p))
+        out.append(p)
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                todo.extend(action.choices.values())
+    return out
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = _Parser(
         prog="keyshift",
@@ -129,10 +180,18 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     parser.add_argument("--version", action="version",
                         version=f"keyshift {__version__} (Operator API {_operator_api()})")
+    parser.add_argument("--config", metavar="FILE", default=None,
+                        help=CONFIG_HELP + "; also accepted after the command")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands = _commands()
     if command in commands:
-        importlib.import_module(commands[command]).register(sub)
+        module = importlib.import_module(commands[command])
+        top = module.register(sub)
+        reads = getattr(module, "READS_CONFIG", True)
+        top.set_defaults(_reads_config=reads)
+        for p in _parsers(top) if reads else ():
+            if "--config" not in p._option_string_actions:
+                add_config_option(p)
     else:
         for name in sorted(commands):
             sub.add_parser(name, help=summary(commands[name]))
@@ -140,9 +199,23 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _command_word(argv: list[str]) -> str | None:
+    """The command named on the line: the first word that is not an option or the value of
+    the top-level ``--config``."""
+    skip = False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--config":
+            skip = True
+        elif not a.startswith("-"):
+            return a
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    command = next((a for a in argv if not a.startswith("-")), None)
+    command = _command_word(argv)
     try:
         parser = build_parser(command)
     except ImportError as exc:
@@ -160,6 +233,10 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 0 if args.command is None and not argv else 2
+    if args.config is not None and not getattr(args, "_reads_config", True):
+        print(f"keyshift {args.command}: --config: this command reads no configuration",
+              file=sys.stderr)
+        return 2
     try:
         return int(args.func(args) or 0)
     except (UsageError, ConfigError, FieldError) as exc:  # bad input: one line, status 2

@@ -289,11 +289,24 @@ class PlannerConfig(_Section):
 
 class AirflowConfig(_Section):
     port: int = Field(8080, ge=1, le=65535)
+    # the log servers `keyshift airflow standalone` starts (Airflow's fixed defaults 8793 and
+    # 8794 otherwise: a second Airflow on the host, or anything else there, would collide)
+    worker_log_server_port: int = Field(8793, ge=1, le=65535)
+    trigger_log_server_port: int = Field(8794, ge=1, le=65535)
     # execution_timeout of each DAG's job task (dags/keyshift_dag_defaults.py): a hung Spark
     # job fails instead of blocking every later night (max_active_runs=1)
     retrain_timeout_min: int = Field(180, ge=1, le=24 * 60)
     baselines_timeout_min: int = Field(60, ge=1, le=24 * 60)
     maintenance_timeout_min: int = Field(120, ge=1, le=24 * 60)
+
+    @model_validator(mode="after")
+    def _ports_differ(self) -> AirflowConfig:
+        ports = {"port": self.port, "worker_log_server_port": self.worker_log_server_port,
+                 "trigger_log_server_port": self.trigger_log_server_port}
+        if len(set(ports.values())) < len(ports):
+            raise ValueError(f"{', '.join(ports)} must differ, got "
+                             f"{', '.join(str(v) for v in ports.values())}")
+        return self
 
 
 class MetricsConfig(_Section):

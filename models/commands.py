@@ -16,6 +16,8 @@ from pathlib import Path
 
 from keyshift.cli import UsageError
 
+READS_CONFIG = False  # keyshift.cli: no --config
+
 SUMMARY = "compare the GP forecaster with other models on your series"
 
 # keyshift.models.gp.KERNELS of the input-rate GP (the latency GP's load terms do not apply to
@@ -53,7 +55,8 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                         "held-out tail of the training window best kept at each origin "
                         "(default ard|ard+local: Eq. 8, with a local term where it helps)")
     p.add_argument("--iters", type=int, default=60, help="GP optimiser steps (default 60)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0,
+                   help="random seed of the models' fits (default 0)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--plot", metavar="FILE.png", help="also draw the tail and the forecasts")
     p.set_defaults(func=run)

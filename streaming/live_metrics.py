@@ -41,11 +41,15 @@ METRICS: dict[str, tuple[str, str]] = {
     "keyshift_batches_total": ("counter", "micro-batches completed"),
     "keyshift_batch_duration_seconds": (
         "histogram", "wall time of one micro-batch on the driver, from start to committed"),
-    "keyshift_rstd_percent": (
-        "gauge", "imbalance of the last batch: imbScore = 100 std(L)/mean(L) over live engines"),
+    "keyshift_rstd_ratio": (
+        "gauge", ("imbalance of the last batch as a ratio: std(L)/mean(L) over live engines "
+                  "(imbScore / 100; 0 = balanced)")),
     "keyshift_engines": ("gauge", "engines (parallel operator instances) of the plan in force"),
     "keyshift_plan_version": ("gauge", "version of the plan (group -> engine) in force"),
-    "keyshift_migrations_total": ("counter", "batches that migrated key groups"),
+    "keyshift_migrations_total": (
+        "counter", ("migrations: realized plan changes that moved key groups (one per plan "
+                    "version, a row of the migrations table); the groups they moved are "
+                    "keyshift_moved_groups_total")),
     "keyshift_moved_groups_total": ("counter", "key groups moved to another engine"),
     "keyshift_moved_state_bytes_total": (
         "counter", "state bytes moved with them (psi, the state movement)"),
@@ -56,7 +60,7 @@ METRICS: dict[str, tuple[str, str]] = {
         "gauge", ("records in the topic not yet read, summed over partitions: the topic's end "
                   "offsets at the scrape minus the end offsets of the last batch (Spark's "
                   "latest - end offsets when the broker does not answer)")),
-    "keyshift_window_input_rate": (
+    "keyshift_window_input_events_per_second": (
         "gauge", "events per second of the last statistic window (the actual input rate)"),
     "keyshift_forecast_error": (
         "gauge", ("relative error of the engine scaler's forecast (In, Lat) for the last "
@@ -107,7 +111,7 @@ class Families:
             "keyshift_batch_duration_seconds", _help("keyshift_batch_duration_seconds"), RUN,
             registry=registry,
             buckets=(0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 60, 120, float("inf")))
-        self.rstd = gauge("keyshift_rstd_percent")
+        self.rstd = gauge("keyshift_rstd_ratio")
         self.engines = gauge("keyshift_engines")
         self.plan_version = gauge("keyshift_plan_version")
         self.migrations = counter("keyshift_migrations_total")
@@ -115,7 +119,7 @@ class Families:
         self.moved_bytes = counter("keyshift_moved_state_bytes_total")
         self.decisions = counter("keyshift_decisions_total", (*RUN, "action"))
         self.lag = gauge("keyshift_kafka_lag_records")
-        self.input_rate = gauge("keyshift_window_input_rate")
+        self.input_rate = gauge("keyshift_window_input_events_per_second")
         self.forecast_error = gauge("keyshift_forecast_error")
         self.last_batch = gauge("keyshift_last_batch_timestamp_seconds")
         self.info = Info("keyshift_run", _help("keyshift_run_info"), RUN, registry=registry)
@@ -133,6 +137,7 @@ class LiveMetrics:
         self.window_s = window_s
         self.topic = topic
         self._seen_decision: Any = None
+        self._migrated_version: int | None = None
         # the lag: the topic's end offsets (asked at most once a second, on a scrape) minus
         # the end offsets of the last batch. Spark's own latest - end offsets, fixed when it
         # planned the batch, reads 0 whenever a batch takes all there is, however much
@@ -170,11 +175,15 @@ class LiveMetrics:
         self._complex.inc(report.complex_events)
         self._batches.inc()
         self._duration.observe(report.duration_s)
-        f.rstd.labels(r).set(report.rstd)
+        f.rstd.labels(r).set(report.rstd / 100.0)  # the report's rstd is imbScore, in %
         f.engines.labels(r).set(report.engines)
         f.plan_version.labels(r).set(report.plan_version)
         if report.moved_groups:
-            self._migrations.inc()
+            # one migration per realized plan change: a batch run again after a restart
+            # (same plan version) moves the same groups and is not a second migration
+            if report.plan_version != self._migrated_version:
+                self._migrated_version = report.plan_version
+                self._migrations.inc()
             self._moved_groups.inc(report.moved_groups)
             self._moved_bytes.inc(report.moved_bytes)
         f.last_batch.labels(r).set_to_current_time()

@@ -34,6 +34,7 @@ class ProduceStats:
     failed: int = 0
     elapsed_s: float = 0.0
     first_error: str | None = None
+    skipped: int = 0  # records of a user's file that failed their schema, not sent
 
     @property
     def bad_total(self) -> int:
@@ -242,6 +243,50 @@ def replay(
             sender.send(str(out["key"]), json.dumps(out, separators=(",", ":")).encode())
             stats.good += 1
             if progress is not None and n % 200 == 0:
+                stats.elapsed_s = clock() - start
+                progress(stats)
+    finally:
+        sender.close(timeout_s=30)
+    stats.elapsed_s = clock() - start
+    return stats
+
+
+def send_records(
+    producer,
+    topic: str,
+    records: Iterable[Any],
+    *,
+    rate: float,
+    limit: int | None = None,
+    on_bad: Callable[[Any], None] | None = None,
+    progress: Callable[[ProduceStats], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> ProduceStats:
+    """Send a user's records (``keyshift.workloads.records.read_records``: ``Record`` items
+    with ``.event``, ``BadRecord`` items) at ``rate`` records/s, each keyed by its ``key``,
+    as they are (``ts`` included). A bad item is not sent: it is counted in ``skipped`` and
+    handed to ``on_bad``; ``limit`` caps the records sent."""
+    if rate <= 0:
+        raise ValueError(f"rate must be > 0, got {rate}")
+    stats = ProduceStats()
+    sender = _Sender(producer, topic, stats)
+    bucket = TokenBucket(rate, burst=max(1.0, rate / 20), clock=clock, sleep=sleep)
+    start = clock()
+    try:
+        for item in records:
+            if limit is not None and stats.sent >= limit:
+                break
+            event = getattr(item, "event", None)
+            if event is None:
+                stats.skipped += 1
+                if on_bad is not None:
+                    on_bad(item)
+                continue
+            bucket.take(1)
+            sender.send(str(event["key"]), json.dumps(event, separators=(",", ":")).encode())
+            stats.good += 1
+            if progress is not None and stats.sent % 200 == 0:
                 stats.elapsed_s = clock() - start
                 progress(stats)
     finally:

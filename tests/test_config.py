@@ -77,3 +77,13 @@ def test_keyshift_config_does_not_print_a_misspelled_password(tmp_path):
     assert out.returncode == 2
     assert "kafka.sasl_passwd: unknown key" in out.stderr
     assert "secret" not in out.stderr + out.stdout
+
+
+def test_airflow_log_server_ports_are_config_and_must_differ():
+    cfg = load_config(env={"KEYSHIFT_AIRFLOW__WORKER_LOG_SERVER_PORT": "18793"})
+    assert (cfg.airflow.worker_log_server_port, cfg.airflow.trigger_log_server_port) == \
+        (18793, 8794)
+    with pytest.raises(ConfigError, match="airflow.trigger_log_server_port"):
+        load_config(env={"KEYSHIFT_AIRFLOW__TRIGGER_LOG_SERVER_PORT": "0"})
+    with pytest.raises(ConfigError, match="must differ"):
+        load_config(env={"KEYSHIFT_AIRFLOW__TRIGGER_LOG_SERVER_PORT": "8793"})

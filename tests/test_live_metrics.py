@@ -75,7 +75,7 @@ def test_batches_add_up_in_counters_and_set_gauges() -> None:
     assert _value(live, "keyshift_dead_letters_total") == 2
     assert _value(live, "keyshift_complex_events_total") == 10
     assert _value(live, "keyshift_batches_total") == 2
-    assert _value(live, "keyshift_rstd_percent") == 4.0
+    assert _value(live, "keyshift_rstd_ratio") == pytest.approx(0.04)  # imbScore 4 %
     assert _value(live, "keyshift_engines") == 5
     assert _value(live, "keyshift_plan_version") == 2
     assert _value(live, "keyshift_migrations_total") == 1
@@ -88,6 +88,19 @@ def test_batches_add_up_in_counters_and_set_gauges() -> None:
                                                                                  abs=5)
 
 
+def test_migrations_count_plan_changes_not_batches() -> None:
+    """keyshift_migrations_total counts migrations (realized plan changes that moved groups):
+    a batch seen again with the same plan version is not a second one; the groups they moved
+    are keyshift_moved_groups_total."""
+    live = LiveMetrics("rm")
+    for version, moved in ((1, 0), (2, 3), (2, 3), (3, 1), (3, 0), (4, 2)):
+        live.observe_batch(Report(plan_version=version, moved_groups=moved,
+                                  moved_bytes=10 * moved))
+    assert _value(live, "keyshift_migrations_total") == 3
+    assert _value(live, "keyshift_moved_groups_total") == 9
+    assert _value(live, "keyshift_batches_total") == 6
+
+
 def test_each_decision_is_counted_once_by_action() -> None:
     live = LiveMetrics("r2", window_s=10.0)
     assert _value(live, "keyshift_decisions_total", action="rebalance") == 0  # exists at 0
@@ -97,11 +110,11 @@ def test_each_decision_is_counted_once_by_action() -> None:
     assert _value(live, "keyshift_decisions_total", action="rebalance") == 1
     assert _value(live, "keyshift_decisions_total", action="none") == 1
     assert _value(live, "keyshift_decisions_total", action="scale_out") == 1
-    assert _value(live, "keyshift_window_input_rate") == 50.0  # 500 tuples / 10 s, the last
+    assert _value(live, "keyshift_window_input_events_per_second") == 50.0  # 500 tuples / 10 s, the last
     assert _value(live, "keyshift_forecast_error") == 0.25  # kept from the one that had it
     # batches slower than the trigger: 5 batches of a 10 s window spanned 70 s
     live.observe_decision(_decision("none", tuples=10_500.0, input_rate=150.0))
-    assert _value(live, "keyshift_window_input_rate") == 150.0  # not 10,500 / 10 s
+    assert _value(live, "keyshift_window_input_events_per_second") == 150.0  # not 10,500 / 10 s
 
 
 def test_runs_in_one_registry_are_kept_apart_by_run_id() -> None:

@@ -60,6 +60,9 @@ def airflow_env(cfg: Config, port: int | None = None) -> dict[str, str]:
         "AIRFLOW__API__PORT": str(port or cfg.airflow.port),
         "AIRFLOW__API__HOST": "127.0.0.1",
         "AIRFLOW__API__BASE_URL": f"http://localhost:{port or cfg.airflow.port}",
+        # the log servers of task and triggerer logs (airflow.*_log_server_port)
+        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(cfg.airflow.worker_log_server_port),
+        "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(cfg.airflow.trigger_log_server_port),
         # Tasks run in child processes, possibly in another working directory: pin the
         # keyshift home (and through it the warehouse and MLflow store) absolutely.
         "KEYSHIFT_HOME": str(cfg.home_path),
@@ -119,8 +122,6 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     t.set_defaults(func=run_test)
     e = cmd.add_parser("env", help="print the Airflow environment as export lines")
     e.set_defaults(func=run_env)
-    for q in (s, t, e):
-        q.add_argument("--config", help="TOML file (default: $KEYSHIFT_CONFIG or built-in)")
     return p
 
 

@@ -42,12 +42,12 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     h = jobs.add_parser("history", help="write a synthetic metrics + key_loads history")
     h.add_argument("--to", dest="last", metavar="YYYY-MM-DD",
                    help="last day of the history (default: yesterday, UTC)")
-    h.add_argument("--days", type=int, default=3)
-    h.add_argument("--window-s", type=int, default=600, help="statistic window length")
+    h.add_argument("--days", type=int, default=3, help="days of history (default 3)")
+    h.add_argument("--window-s", type=int, default=600, help="statistic window length, seconds (default 600)")
     h.add_argument("--engines", type=int, default=None, help="default: engines.initial")
-    h.add_argument("--seed", type=int, default=7)
-    h.add_argument("--config", help="TOML file (default: $KEYSHIFT_CONFIG or built-in)")
-    h.add_argument("--json", action="store_true")
+    h.add_argument("--seed", type=int, default=7,
+                   help="random seed of the synthetic loads and keys (default 7)")
+    h.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     h.set_defaults(func=run, job_run=_history, job_print=_print_history,
                    job_errors=_history_errors)
     for job in (r, b, m, h):

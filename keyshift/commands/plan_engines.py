@@ -13,10 +13,13 @@ import argparse
 import json
 from typing import Any
 
+from keyshift.cli import add_json_options, json_indent
 from keyshift.commands.json_request import key_name, read_request
 from keyshift.elastic.cost import OBJECTIVES, Forecast
 from keyshift.elastic.errors import ElasticInputError
 from keyshift.elastic.planner import GraphPlanner, check_count, check_nonneg
+
+READS_CONFIG = False  # keyshift.cli: no --config
 
 SUMMARY = "plan the engines per coming window from forecasts (JSON)"
 
@@ -41,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         ),
     )
     p.add_argument("--input", "-i", help="read the JSON from this file instead of stdin")
-    p.add_argument("--pretty", action="store_true", help="indent the output")
+    add_json_options(p, json_help=None)  # always JSON; --pretty indents it
     p.set_defaults(func=run)
     return p
 
@@ -166,5 +169,5 @@ def plan_request(doc: Any) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     doc = read_request(args.input)
     out = plan_request(doc)  # its FieldErrors become the CLI's one-line message
-    print(json.dumps(out, indent=2 if args.pretty else None))
+    print(json.dumps(out, indent=json_indent(args)))
     return 0

@@ -22,10 +22,12 @@ from typing import Any
 
 import numpy as np
 
-from keyshift.cli import UsageError
+from keyshift.cli import UsageError, add_json_options, json_indent
 from keyshift.commands.json_request import key_name, read_request
 from keyshift.plan import Plan
 from keyshift.policies import PolicyInputError, Window, policy_class, policy_names
+
+READS_CONFIG = False  # keyshift.cli: no --config
 
 SUMMARY = "one balancing decision for the loads you give (JSON)"
 
@@ -46,7 +48,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--policy", required=True, help=f"one of: {', '.join(policy_names())} "
                    "(shipped, or an entry point of group keyshift.policies)")
     p.add_argument("--input", help="read the JSON object from this file instead of stdin")
-    p.add_argument("--indent", type=int, default=None, help="pretty-print the output")
+    add_json_options(p, json_help=None)  # always JSON; --pretty (old --indent N: hidden)
     p.set_defaults(func=run)
     return p
 
@@ -180,5 +182,5 @@ def run(args: argparse.Namespace) -> int:
     out = decision.to_dict()
     if ignored:
         out["info"]["ignored_params"] = ignored
-    sys.stdout.write(json.dumps(out, indent=args.indent) + "\n")
+    sys.stdout.write(json.dumps(out, indent=json_indent(args)) + "\n")
     return 0

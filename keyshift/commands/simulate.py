@@ -16,7 +16,7 @@ import json
 import math
 from typing import Any
 
-from keyshift.cli import UsageError, _Parser
+from keyshift.cli import UsageError, _Parser, add_config_option
 from keyshift.experiments import SCENARIOS
 
 REQUIRED_KEYS = (
@@ -40,6 +40,7 @@ def add_generic_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--scenario", help=f"a paper's experiment: {', '.join(SCENARIOS)}")
     g.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    add_config_option(g)  # engines and groups of a plain or calibrated run
     g.add_argument("--report-dir", help="folder for tables and plots "
                    "(default <home>/reports/<scenario>/)")
     g.add_argument("--engines", help="number of engines N (with --calibrate: a comma list of "
@@ -299,7 +300,7 @@ def _plain(args: argparse.Namespace) -> int:
         ZipfKeys,
     )
 
-    cfg = load_config()  # ConfigError: the CLI's one-line message
+    cfg = load_config(getattr(args, "config", None))  # ConfigError: the CLI's one-line message
     engines = args.engines or cfg.engines.initial
     groups = args.groups or cfg.groups.count
     window = args.window or 1.0

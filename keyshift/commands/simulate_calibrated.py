@@ -32,7 +32,7 @@ def calibrated(args: argparse.Namespace) -> int:
     from keyshift.config import load_config
     from keyshift.sim.calibrate import DEFAULT_ENGINES, CalibrationError, calibrate
 
-    cfg = load_config()  # ConfigError: the CLI's one-line message
+    cfg = load_config(getattr(args, "config", None))  # ConfigError: the CLI's one-line message
     engines = args.engine_list or list(DEFAULT_ENGINES)
     try:
         out = calibrate(cfg.home_path, args.calibrate, engines, args.cores, cfg)

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from keyshift.cli import add_json_options, json_indent
 from keyshift.commands.json_request import key_name, read_request
 from keyshift.split import (
     BlockingRateModel,
@@ -25,6 +26,8 @@ from keyshift.split import (
     cluster_connections,
 )
 from keyshift.split.splitter import solve_weights
+
+READS_CONFIG = False  # keyshift.cli: no --config
 
 SUMMARY = "split a stateless region's input by blocking rates (JSON)"
 
@@ -36,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         description="Read one JSON object on stdin (see docs/split.md), print the weights.",
     )
     p.add_argument("--input", "-i", help="read this file instead of stdin")
-    p.add_argument("--pretty", action="store_true", help="indent the output")
+    add_json_options(p, json_help=None)  # always JSON; --pretty indents it
     p.set_defaults(func=run)
     return p
 
@@ -156,5 +159,5 @@ def solve_request(req: Any) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     req = read_request(args.input)
     out = solve_request(req)  # its FieldErrors become the CLI's one-line message
-    print(json.dumps(out, indent=2 if args.pretty else None))
+    print(json.dumps(out, indent=json_indent(args)))
     return 0

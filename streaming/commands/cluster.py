@@ -30,7 +30,6 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "cluster", help=SUMMARY,
         description="A Spark standalone master and workers on 127.0.0.1, started from the "
         "installed pyspark; each worker has its own work and local dirs under --dir.")
-    p.add_argument("--config", help="TOML file (default: $KEYSHIFT_CONFIG or built-in)")
     actions = p.add_subparsers(dest="action", metavar="ACTION")
     actions.required = True
     start = actions.add_parser("start", help="start the daemons, detached")

@@ -52,7 +52,6 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "skew changes over time, run the streaming job with a balancing policy, and print a "
         "summary; an HTML report with plots goes to <home>/runs/<run id>/.",
     )
-    p.add_argument("--config", help="TOML file (default: $KEYSHIFT_CONFIG or built-in)")
     p.add_argument("--duration", type=float, default=180.0,
                    help="seconds of input to produce (default 180)")
     p.add_argument("--policy", default=None, help=f"one of {', '.join(demo_policies())} "

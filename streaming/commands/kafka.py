@@ -16,7 +16,6 @@ SUMMARY = "start or stop a local Kafka broker, create topics"
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser("kafka", help=SUMMARY)
-    p.add_argument("--config", help="TOML file (default: $KEYSHIFT_CONFIG or built-in)")
     actions = p.add_subparsers(dest="action", metavar="ACTION")
     actions.required = True
     start = actions.add_parser("start", help="start the broker (fetches its jars on first use)")

@@ -23,9 +23,11 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         description="Send synthetic events at a controlled rate with a key skew that can "
         "change over time, or replay a real data set with time compression.",
     )
-    p.add_argument("--config", help="TOML file (default: $KEYSHIFT_CONFIG or built-in)")
     p.add_argument("--topic", help="Kafka topic (default: kafka.topic)")
-    p.add_argument("--app", choices=sorted(GENERATORS), help="application (default: controller.app)")
+    p.add_argument("--app", metavar="SPEC",
+                   help=f"application: one of {', '.join(sorted(GENERATORS))} (default: "
+                   "controller.app); with --from, any operator (name or module:Class) whose "
+                   "declared event schema types the file's records")
     p.add_argument("--rate", type=float, default=1000.0, help="events per second (default 1000)")
     p.add_argument("--duration", type=float, help="seconds to run (default 30 unless --count)")
     p.add_argument("--count", type=int, help="send exactly this many events")
@@ -33,7 +35,8 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    help="key skew over time: 'uniform', 'zipf:S' or 'zipf:S@T,S@T,...' "
                         "(exponent S from second T; default zipf:1.0)")
     p.add_argument("--keys", type=int, help="size of the key domain (default: per app)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0,
+                   help="random seed of the keys, payloads and bad records (default 0)")
     p.add_argument("--producer-id", default=None, help="prefix of event ids (default: random)")
     bad = p.add_mutually_exclusive_group()
     bad.add_argument("--malformed", type=int, default=0,
@@ -47,10 +50,107 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, help="replay at most this many events")
     p.add_argument("--keep-ts", action="store_true",
                    help="replay with the original event times (default: shifted to now)")
+    add_from_options(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_log_options(p)
     p.set_defaults(func=run)
     return p
+
+
+def add_from_options(p: argparse.ArgumentParser) -> None:
+    """``--from FILE``: a user's own records (keyshift.workloads.records)."""
+    g = p.add_argument_group(
+        "your own events (--from)",
+        "Each record of a JSON-lines or CSV file (header row = column names) is sent as one "
+        "JSON event keyed by its key, at --rate, as it is (ts included). It needs id, key and "
+        "ts (epoch ms); with --app its columns are typed by the operator's event schema. A "
+        "record that fails is skipped and reported with its line number, the count at the "
+        "end, exit status 1.")
+    g.add_argument("--from", dest="from_file", metavar="FILE.jsonl|FILE.csv",
+                   help="send the records of this file instead of generated events")
+
+
+def _run_from_file(args: argparse.Namespace) -> int:
+    """``keyshift produce --from FILE``: read and type the records (bad file or header, bad
+    --app: exit 2 before anything is sent), send the good ones, report the bad ones."""
+    from keyshift.apps import OperatorInputError, resolve_operator
+    from keyshift.workloads.records import read_records
+
+    for flag, given in (("--replay", args.replay), ("--count", args.count),
+                        ("--duration", args.duration), ("--malformed", args.malformed),
+                        ("--bad-fraction", args.bad_fraction), ("--keys", args.keys)):
+        if given:
+            raise UsageError(f"--from: does not go with {flag}")
+    schema = None
+    if args.app:
+        try:
+            schema = resolve_operator(args.app).schema
+        except OperatorInputError as exc:
+            raise UsageError(f"--app: {str(exc).removeprefix('app: ')}") from None
+    try:
+        records = read_records(args.from_file, schema)
+    except WorkloadInputError as exc:
+        raise UsageError(f"--{exc}") from None
+    from rich.console import Console
+    from rich.table import Table
+
+    from keyshift.lakehouse.logs import configure_python_logging, log_file
+    from keyshift.streaming.producer import ProducerError, send_records
+
+    cfg = load_config(args.config)  # ConfigError: the CLI's one-line message
+    configure_python_logging(log_file(cfg, "produce"), args.log_level)
+    topic = args.topic or cfg.kafka.topic
+    producer = connect_at_start(cfg, topic)  # broker down: UsageError, exit 2
+    shown, bad_lines = 10, []
+
+    def bad(item) -> None:  # each one named (the first 10 with why), the count at the end
+        bad_lines.append(item.line)
+        if len(bad_lines) <= shown:
+            print(f"keyshift produce: skipped {args.from_file} {item}", file=sys.stderr)
+
+    try:
+        stats = send_records(producer, topic, records, rate=args.rate, limit=args.limit,
+                             on_bad=bad)
+    except ProducerError as exc:
+        print(f"keyshift produce: {exc}", file=sys.stderr)
+        return 1
+    table = Table(title=f"keyshift produce: {args.from_file} → {topic} at {cfg.kafka.bootstrap}")
+    for col in ("sent", "skipped", "failed", "seconds", "records/s"):
+        table.add_column(col, justify="right")
+    table.add_row(f"{stats.sent:,}", f"{stats.skipped:,}", f"{stats.failed:,}",
+                  f"{stats.elapsed_s:.1f}", f"{stats.rate:,.0f}")
+    Console().print(table)
+    status = 0
+    if stats.skipped:
+        more = (f" (lines {', '.join(map(str, bad_lines[:shown]))}, ...)"
+                if len(bad_lines) > shown else "")
+        print(f"keyshift produce: skipped {stats.skipped} records of {args.from_file} that "
+              f"failed{more}; {stats.good} sent", file=sys.stderr)
+        status = 1
+    if stats.failed:
+        print(f"keyshift produce: {stats.failed} records were not delivered; first error: "
+              f"{stats.first_error}", file=sys.stderr)
+        status = 1
+    return status
+
+
+def connect_at_start(cfg, topic: str):
+    """A producer for ``topic`` (created when missing); a broker that does not answer is a
+    dependency down before any work: :class:`UsageError`, exit status 2 (docs/platform.md,
+    "Exit codes"), as ``keyshift run`` says it."""
+    from keyshift.streaming.broker import BrokerError, client_options, create_topic
+    from keyshift.streaming.producer import ProducerError, connect
+
+    try:
+        create_topic(cfg.kafka.bootstrap, topic, cfg.kafka.partitions, timeout_s=10,
+                     security=client_options(cfg.kafka))
+    except BrokerError as exc:
+        if "already exists" not in str(exc):
+            raise UsageError(f"kafka: {exc}") from None
+    try:
+        return connect(cfg.kafka.bootstrap, security=client_options(cfg.kafka))
+    except ProducerError as exc:
+        raise UsageError(f"kafka: {exc}") from None
 
 
 def _validate(args: argparse.Namespace) -> None:
@@ -84,11 +184,12 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from keyshift.lakehouse.logs import configure_python_logging, log_file
-    from keyshift.streaming.broker import BrokerError, client_options, create_topic
-    from keyshift.streaming.producer import ProducerError, connect, produce, replay
+    from keyshift.streaming.producer import ProducerError, produce, replay
     from keyshift.workloads import make_generator, replay_events
 
     _validate(args)
+    if args.from_file:
+        return _run_from_file(args)
     cfg = load_config(args.config)  # ConfigError: the CLI's one-line message
     configure_python_logging(log_file(cfg, "produce"), args.log_level)
     topic = args.topic or cfg.kafka.topic
@@ -107,18 +208,7 @@ def run(args: argparse.Namespace) -> int:
                 raise UsageError(f"--malformed: {args.malformed} exceeds the {total} events sent")
     except WorkloadInputError as exc:
         raise UsageError(f"--{exc}") from None
-    try:
-        create_topic(cfg.kafka.bootstrap, topic, cfg.kafka.partitions, timeout_s=10,
-                     security=client_options(cfg.kafka))
-    except BrokerError as exc:
-        if "already exists" not in str(exc):
-            print(f"keyshift produce: {exc}", file=sys.stderr)
-            return 1
-    try:
-        producer = connect(cfg.kafka.bootstrap, security=client_options(cfg.kafka))
-    except ProducerError as exc:
-        print(f"keyshift produce: {exc}", file=sys.stderr)
-        return 1
+    producer = connect_at_start(cfg, topic)  # broker down: UsageError, exit 2
 
     with Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed:,.0f}"),

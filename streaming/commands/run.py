@@ -45,7 +45,6 @@ def job_policies() -> list[str]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", help="TOML file (default: $KEYSHIFT_CONFIG or built-in)")
     p.add_argument("--app", help="operator: a shipped app (fsd, traffic, clicks, wordcount, heavy), an "
                    "entry point of group keyshift.operators, or module:Class "
                    "(default: controller.app)")

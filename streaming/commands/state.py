@@ -39,7 +39,6 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    help="unpickle the old files (only if nobody else could have written them)")
     u.add_argument("--app", help="the run's operator, whose state_codec encodes the state "
                    "(default: the app in <home>/runs/RUN_ID/job.json, else the default codec)")
-    u.add_argument("--config", help="TOML file (default: $KEYSHIFT_CONFIG or built-in)")
     u.add_argument("--json", action="store_true", help="print one JSON object")
     u.set_defaults(func=run)
     return p

@@ -21,7 +21,6 @@ SUMMARY = "list the runs, or one run's last batches and decisions"
 
 def add_common(p: argparse.ArgumentParser) -> None:
     """The options ``status`` and ``report`` share."""
-    p.add_argument("--config", help="TOML file (default: $KEYSHIFT_CONFIG or built-in)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     add_log_options(p)
 

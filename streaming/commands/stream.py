@@ -49,7 +49,6 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "metrics row to Delta. Stop with Ctrl-C/SIGTERM (between batches) or --duration; "
         "running again with the same --run-id continues where it stopped.",
     )
-    p.add_argument("--config", help="TOML file (default: $KEYSHIFT_CONFIG or built-in)")
     p.add_argument("--app", help="event schema: a shipped app, an entry point of group "
                    "keyshift.operators, or module:Class (default: controller.app)")
     p.add_argument("--run-id", default="default",
