@@ -207,6 +207,18 @@ def _short(line: str, limit: int = 400) -> str:
     return line if len(line) <= limit else line[:limit - 3] + "..."
 
 
+def log_traceback(what: str, exc: BaseException) -> None:
+    """``what:`` and ``exc``'s traceback into this process's log file, the one a failure's
+    line points at (:func:`log_hint`); to stderr when the log is on the terminal."""
+    if _State.log_file is None:
+        print(f"{what}:", file=sys.stderr)
+        traceback.print_exception(exc, file=sys.stderr)
+        return
+    with open(_State.log_file, "a", encoding="utf-8") as f:
+        f.write(f"{what}:\n")
+        traceback.print_exception(exc, file=f)
+
+
 def one_line_failure(command: str) -> Callable[[Callable[[argparse.Namespace], int]],
                                                Callable[[argparse.Namespace], int]]:
     """A Spark-backed command's ``run``: once Spark's log goes to a file, an unexpected
@@ -222,12 +234,9 @@ def one_line_failure(command: str) -> Callable[[Callable[[argparse.Namespace], i
             except (UsageError, ConfigError, FieldError, KeyboardInterrupt):
                 raise
             except Exception as exc:
-                log = _State.log_file
-                if log is None:
+                if _State.log_file is None:
                     raise
-                with open(log, "a", encoding="utf-8") as f:
-                    f.write(f"keyshift {command} failed:\n")
-                    traceback.print_exception(exc, file=f)
+                log_traceback(f"keyshift {command} failed", exc)
                 print(f"keyshift {command}: failed: {failure_line(exc)}.{log_hint()}",
                       file=sys.stderr, flush=True)
                 return 1

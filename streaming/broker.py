@@ -11,7 +11,10 @@ Security (issue 16 item 4): :func:`client_options` and :func:`spark_options` tur
 ``[kafka]`` security keys into kafka-python and Spark Kafka source settings, so the admin
 client, the producer and the Spark source speak SASL (PLAIN, SCRAM) and TLS alike. The local
 broker can offer a SASL_PLAINTEXT listener with PLAIN for one user (the controller listener
-stays PLAINTEXT on localhost). Secrets never appear in a message: errors name keys, not values.
+stays PLAINTEXT on localhost), and SSL / SASL_SSL listeners beside it from a PEM keystore
+(issue 26 item 4). A TLS client that the broker's listener refuses is told why
+(:func:`tls_problem`: the certificate is not trusted or not for this host, or the listener
+does not speak TLS). Secrets never appear in a message: errors name keys, not values.
 """
 
 from __future__ import annotations
@@ -154,17 +157,93 @@ def _pem_file(kafka: KafkaConfig, key: str) -> Path:
 def auth_hint(exc: BaseException, bootstrap: str, security: Mapping[str, Any]) -> str:
     """Why a client got no answer, in one clause. A broker that refuses a SASL login just
     closes the connection (kafka-python then reports only "Unable to bootstrap"), so when
-    the port accepts TCP connections the cause is the handshake: wrong credentials, or
-    security settings that do not match the listener. Names keys, never values."""
+    the port accepts TCP connections the cause is the handshake: for a TLS client
+    (``SSL``, ``SASL_SSL``) a TLS handshake of our own with the same settings
+    (:func:`tls_problem`) says whether it is the certificate (not trusted, not for this
+    host) or a listener that does not speak TLS; else wrong credentials, or security
+    settings that do not match the listener. Names keys, never values."""
     text = repr(exc)
     keys = "kafka.security_protocol, kafka.sasl_mechanism, kafka.sasl_username and the password"
-    secured = security.get("security_protocol", "PLAINTEXT") != "PLAINTEXT"
+    protocol = security.get("security_protocol", "PLAINTEXT")
+    secured = protocol != "PLAINTEXT"
     # the TCP probe only for a secured client: a PLAINTEXT health check runs in loops (and
     # against ports that must not get extra connections, see Broker.start's port check)
+    if secured and protocol.endswith("SSL") and reachable(bootstrap, timeout_s=1.0):
+        problem = tls_problem(bootstrap, security)
+        if problem is not None:
+            return problem
     if re.search(r"(?i)sasl|authenticat", text) or (secured and reachable(bootstrap, timeout_s=1.0)):
         return (f"the broker accepts connections but refuses this client's handshake: "
                 f"authentication failed or the security settings do not match (check {keys})")
     return text
+
+
+class HandshakeError(BrokerError):
+    """The broker answers TCP but the TLS or SASL handshake fails: the settings (the CA, the
+    credentials, the protocol) are wrong, not the address."""
+
+
+def broker_error(prefix: str, exc: BaseException, bootstrap: str,
+                 security: Mapping[str, Any], handshake_prefix: str | None = None) -> BrokerError:
+    """``prefix: <auth_hint>`` as a :class:`BrokerError`; when the hint names the handshake
+    (TLS or SASL: the broker is there) a :class:`HandshakeError` led by ``handshake_prefix``
+    (default ``Kafka broker at <bootstrap>``) instead, since "no broker answers" would
+    send the reader to the address."""
+    hint = auth_hint(exc, bootstrap, security)
+    if hint != repr(exc):
+        return HandshakeError(f"{handshake_prefix or f'Kafka broker at {bootstrap}'}: {hint}")
+    return BrokerError(f"{prefix}: {hint}")
+
+
+def tls_problem(bootstrap: str, security: Mapping[str, Any],
+                timeout_s: float = 5.0) -> str | None:
+    """One TLS handshake with the first bootstrap server that accepts TCP, checked as the
+    Kafka client checks it (``ssl_cafile`` or the system CAs, the client certificate,
+    hostname checking): None when it succeeds, else why it failed in one clause naming
+    the key to check (``kafka.ssl_cafile``, ``kafka.host``, ``kafka.security_protocol``)."""
+    import ssl
+
+    try:
+        ctx = ssl.create_default_context(cafile=security.get("ssl_cafile") or None)
+        if security.get("ssl_certfile"):
+            ctx.load_cert_chain(security["ssl_certfile"], security.get("ssl_keyfile"))
+    except (OSError, ssl.SSLError) as exc:
+        return f"TLS settings unusable: {exc} (check kafka.ssl_cafile, kafka.ssl_certfile, " \
+               "kafka.ssl_keyfile)"
+    ctx.check_hostname = bool(security.get("ssl_check_hostname", True))
+    for server in bootstrap.split(","):
+        host, _, port = server.strip().rpartition(":")
+        if not port.isdigit():
+            continue
+        try:
+            raw = socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s)
+        except OSError:
+            continue
+        try:
+            with ctx.wrap_socket(raw, server_hostname=host or "127.0.0.1"):
+                return None
+        except ssl.SSLCertVerificationError as exc:
+            why = exc.verify_message or exc.reason or str(exc)
+            if exc.verify_code in (62, 64):  # X509_V_ERR_HOSTNAME_MISMATCH, _IP_ADDRESS_
+                return (f"TLS handshake failed: the broker's certificate is not valid for "
+                        f"{host} ({why}); check kafka.host against the names in the "
+                        "broker's certificate")
+            return (f"TLS handshake failed: the broker's certificate is not trusted ({why}); "
+                    "check kafka.ssl_cafile: it must hold the CA that signed the broker's "
+                    "certificate")
+        except ssl.SSLError as exc:
+            reason = exc.reason or str(exc)
+            if "WRONG_VERSION" in str(reason).upper() or isinstance(exc, ssl.SSLEOFError):
+                return (f"TLS handshake failed: the listener at {server.strip()} does not "
+                        "speak TLS (check kafka.security_protocol and kafka.port)")
+            return f"TLS handshake failed: {reason} (check the kafka.ssl_* keys)"
+        except OSError as exc:  # reset or closed mid-handshake: a listener that is not TLS
+            return (f"TLS handshake failed: {exc.strerror or type(exc).__name__} from "
+                    f"{server.strip()}: it does not seem to speak TLS (check "
+                    "kafka.security_protocol and kafka.port)")
+        finally:
+            raw.close()
+    return None
 
 
 @dataclass(frozen=True)
@@ -180,6 +259,13 @@ class Broker:
     startup_timeout_s: float = 60.0
     # (user, password): the client listener is SASL_PLAINTEXT with PLAIN for this one user
     sasl_plain: tuple[str, str] | None = None
+    # TLS listeners besides the client listener (which stays PLAINTEXT or SASL_PLAINTEXT and
+    # carries the broker's own connections): ((protocol, port), ...) with protocol SSL or
+    # SASL_SSL (PLAIN for the ``sasl_plain`` user), and the PEM file holding the broker's
+    # unencrypted PKCS#8 private key and its certificate chain (``ssl.keystore.type=PEM``,
+    # Kafka >= 2.7). Not offered by ``keyshift kafka start``: the TLS tests start it so.
+    tls_listeners: tuple[tuple[str, int], ...] = ()
+    tls_keystore: Path | None = None
 
     @classmethod
     def from_config(cls, cfg: Config, folder: Path | None = None) -> Broker:
@@ -198,7 +284,8 @@ class Broker:
 
     def __repr__(self) -> str:  # the dataclass repr would print the password
         sasl = "" if self.sasl_plain is None else f", sasl_plain=({self.sasl_plain[0]!r}, ***)"
-        return f"Broker({self.bootstrap!r}, folder={str(self.folder)!r}{sasl})"
+        tls = "".join(f", {proto}:{port}" for proto, port in self.tls_listeners)
+        return f"Broker({self.bootstrap!r}{tls}, folder={str(self.folder)!r}{sasl})"
 
     @property
     def security(self) -> dict[str, Any]:
@@ -245,13 +332,18 @@ class Broker:
                 f"broker process {pid} is alive but does not answer on {self.bootstrap}; "
                 f"see {self.log_file} or run 'keyshift kafka stop'"
             )
+        self._check_tls()
         java = _java()
-        for name, port in (("port", self.port), ("controller_port", self.controller_port)):
+        ports = [(port, f"kafka.{name} {port}", f"set KEYSHIFT_KAFKA__{name.upper()} to "
+                  "another port") for name, port in (("port", self.port),
+                                                     ("controller_port", self.controller_port))]
+        ports += [(port, f"the {proto} listener's port {port}", "choose another port")
+                  for proto, port in self.tls_listeners]
+        for port, where, fix in ports:
             if _port_in_use(self.host, port):
                 raise BrokerError(
-                    f"kafka.{name} {port} on {self.host} is already taken by another process "
-                    "(not a keyshift broker); free it or set KEYSHIFT_KAFKA__"
-                    f"{name.upper()} to another port"
+                    f"{where} on {self.host} is already taken by another process "
+                    f"(not a keyshift broker); free it or {fix}"
                 )
         classpath = self.jars()
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -366,7 +458,13 @@ class Broker:
         """The client listener: PLAINTEXT, or SASL_PLAINTEXT with PLAIN and one user (the
         JAAS line of ``listener.name.sasl_plaintext.plain``, the same user for the broker's
         own inter-broker connections). The controller listener stays PLAINTEXT: it listens
-        on this host only and no client talks to it."""
+        on this host only and no client talks to it.
+
+        With ``tls_listeners``, an ``SSL`` and/or ``SASL_SSL`` listener (named as its
+        protocol) on its own port beside them, serving ``tls_keystore`` (PEM: key and
+        certificate chain) without asking clients for a certificate; ``SASL_SSL`` takes the
+        same PLAIN user (``listener.name.sasl_ssl.plain.sasl.jaas.config``). Without them
+        the properties are exactly those of before."""
         if self.sasl_plain is None:
             name = "PLAINTEXT"
             extra = {}
@@ -379,15 +477,45 @@ class Broker:
                 "listener.name.sasl_plaintext.plain.sasl.jaas.config": jaas_line(
                     "PLAIN", user, password, **{f"user_{user}": password}),
             }
+        self._check_tls()
+        tls = [f"{proto}://{self.host}:{port}" for proto, port in self.tls_listeners]
+        protocols = [name, *(proto for proto, _ in self.tls_listeners)]
+        for proto, _ in self.tls_listeners:
+            if proto == "SASL_SSL":  # the same one PLAIN user as on the SASL_PLAINTEXT listener
+                extra["listener.name.sasl_ssl.plain.sasl.jaas.config"] = extra[
+                    "listener.name.sasl_plaintext.plain.sasl.jaas.config"]
+        if self.tls_listeners:
+            # one key and certificate for every TLS listener; clients are not asked for one
+            extra.update({"ssl.keystore.type": "PEM",
+                          "ssl.keystore.location": str(self.tls_keystore),
+                          "ssl.client.auth": "none"})
         return {
-            "listeners": f"{name}://{self.host}:{self.port},"
-                         f"CONTROLLER://{self.host}:{self.controller_port}",
-            "advertised.listeners": f"{name}://{self.host}:{self.port}",
+            "listeners": ",".join([f"{name}://{self.host}:{self.port}", *tls,
+                                   f"CONTROLLER://{self.host}:{self.controller_port}"]),
+            "advertised.listeners": ",".join([f"{name}://{self.host}:{self.port}", *tls]),
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": name,
-            "listener.security.protocol.map": f"CONTROLLER:PLAINTEXT,{name}:{name}",
+            "listener.security.protocol.map": ",".join(
+                ["CONTROLLER:PLAINTEXT", *(f"{p}:{p}" for p in protocols)]),
             **extra,
         }
+
+    def _check_tls(self) -> None:
+        """The TLS listeners: SSL or SASL_SSL (this one needs ``sasl_plain``), each once, on
+        their own ports, with a PEM keystore file."""
+        if not self.tls_listeners:
+            return
+        protos = [proto for proto, _ in self.tls_listeners]
+        ports = [self.port, self.controller_port, *(port for _, port in self.tls_listeners)]
+        if any(p not in ("SSL", "SASL_SSL") for p in protos) or len(set(protos)) < len(protos):
+            raise BrokerError(f"TLS listeners: SSL and/or SASL_SSL, each once, got {protos}")
+        if len(set(ports)) < len(ports):
+            raise BrokerError("TLS listeners: every listener needs a port of its own")
+        if "SASL_SSL" in protos and self.sasl_plain is None:
+            raise BrokerError("TLS listeners: SASL_SSL needs the SASL/PLAIN user (sasl_plain)")
+        if self.tls_keystore is None or not Path(self.tls_keystore).is_file():
+            raise BrokerError(f"TLS listeners: no PEM keystore file (private key and "
+                              f"certificate chain) at {self.tls_keystore}")
 
     def _write_config(self) -> None:
         props = {
@@ -484,14 +612,14 @@ def metadata(bootstrap: str, timeout_s: float = 5.0,
             reconnect_backoff_max_ms=500, **security,
         )
     except (KafkaError, OSError) as exc:
-        raise BrokerError(f"no Kafka broker answers at {bootstrap}: "
-                          f"{auth_hint(exc, bootstrap, security)}") from None
+        raise broker_error(f"no Kafka broker answers at {bootstrap}", exc, bootstrap,
+                           security) from None
     try:
         cluster = admin.describe_cluster()
         topics = sorted(t for t in admin.list_topics() if not t.startswith("__"))
     except (KafkaError, OSError) as exc:
-        raise BrokerError(f"Kafka broker at {bootstrap} did not answer metadata: "
-                          f"{auth_hint(exc, bootstrap, security)}") from None
+        raise broker_error(f"Kafka broker at {bootstrap} did not answer metadata", exc,
+                           bootstrap, security) from None
     finally:
         admin.close()
     return {
@@ -531,8 +659,8 @@ class TopicEnds:
                 parts = consumer.partitions_for_topic(self.topic) or set()
                 ends = consumer.end_offsets([TopicPartition(self.topic, p) for p in parts])
             except (KafkaError, OSError) as exc:
-                raise BrokerError(f"end offsets of {self.topic!r} at {self.bootstrap}: "
-                                  f"{auth_hint(exc, self.bootstrap, self.security)}") from None
+                where = f"end offsets of {self.topic!r} at {self.bootstrap}"
+                raise broker_error(where, exc, self.bootstrap, self.security, where) from None
             finally:
                 if consumer is not None:
                     consumer.close()
@@ -559,10 +687,8 @@ def create_topic(
             **security,
         )
     except (KafkaError, OSError) as exc:
-        raise BrokerError(
-            f"no Kafka broker answers at {bootstrap} (run 'keyshift kafka start'): "
-            f"{auth_hint(exc, bootstrap, security)}"
-        ) from None
+        raise broker_error(f"no Kafka broker answers at {bootstrap} (run 'keyshift kafka "
+                           "start')", exc, bootstrap, security) from None
     try:
         try:
             admin.create_topics(

@@ -274,8 +274,10 @@ class StreamJob:
                 self._batch_lock.release()
             if self.query is not None and self.query.isActive:
                 self.query.stop()
-            self.flush()
             self._write_progress()
+            # last: a failed commit (the warehouse gone read-only) raises, and its caller
+            # reports it after the query's own failure, if any (commands/run.py stop_job)
+            self.flush()
         finally:
             self.heartbeat.stop()  # stopped (even if its JVM went first): no longer alive
 

@@ -144,7 +144,12 @@ def run(args: argparse.Namespace) -> int:
         except BrokerError as exc:
             raise UsageError(f"kafka: {exc}") from None
 
-        from keyshift.streaming.commands.run import query_failed, start_job
+        from keyshift.streaming.commands.run import (
+            query_failed,
+            start_job,
+            stop_failed_line,
+            stop_job,
+        )
         from keyshift.streaming.job import JobOptions
 
         say("starting Spark (first start resolves jars, later ones reuse the cache) ...")
@@ -171,9 +176,12 @@ def run(args: argparse.Namespace) -> int:
         wall = time.monotonic() - t0
         stop.set()
         thread.join(timeout=30)
-        job.stop()
+        stop_failed = stop_job(job)  # the query's failure, if any, is the one reported
         if failed:
-            say_err(f"keyshift demo: {query_failed(failed)}")
+            say_err(f"keyshift demo: {query_failed(failed, stop_failed=stop_failed)}")
+            return 1
+        if stop_failed:
+            say_err(f"keyshift demo: {stop_failed_line(stop_failed)}")
             return 1
         if "error" in produced and not interrupted:
             raise UsageError(f"producer: {produced['error']}")
@@ -196,8 +204,8 @@ def run(args: argparse.Namespace) -> int:
         return 130
     finally:
         stop.set()
-        if job is not None:
-            job.stop(timeout_s=30)
+        if job is not None:  # stopped already, or a failure is on its way: not masked
+            stop_job(job, timeout_s=30)
         if started_broker:
             broker.stop()
 

@@ -9,8 +9,10 @@ durable state and the controller's plans and decisions all live under the wareho
 progress line per micro-batch goes to stderr; ``--json`` prints one object at the end.
 
 Exit status: 0 done (or stopped by SIGTERM), 130 stopped by Ctrl-C, 2 bad input (one line,
-before Spark starts), 1 the query failed, 3 records were lost before the run read them (Kafka
-deleted them; ``kafka.fail_on_data_loss = false`` accepts that). Spark's own log goes to
+before Spark starts), 1 the query failed or its stop did (the first cause is the one
+reported; ``--json`` still prints the summary, with ``failed`` and ``error``), 3 records were
+lost before the run read them (Kafka deleted them; ``kafka.fail_on_data_loss = false``
+accepts that). Spark's own log goes to
 ``<home>/runs/<run id>/spark.log``; a failure is one line naming its root cause and that file.
 """
 
@@ -24,11 +26,11 @@ import sys
 import threading
 import time
 import uuid
-from typing import Any
+from typing import Any, NamedTuple
 
 from keyshift.cli import UsageError, add_log_options
 from keyshift.config import load_config
-from keyshift.lakehouse.logs import log_hint, one_line_failure
+from keyshift.lakehouse.logs import failure_line, log_hint, one_line_failure
 from keyshift.lakehouse.logs import say as say_line
 
 SUMMARY = "run your operator on a Kafka topic, kept balanced"
@@ -140,11 +142,15 @@ def _check_operator(app: str, params: dict) -> None:
 
 
 def check_topic(cfg, topic: str) -> None:
-    """A broker that is down or a topic that is missing: one clear line, before Spark."""
-    from keyshift.streaming.broker import BrokerError, client_options, metadata
+    """A broker that is down, refuses this client's TLS or SASL handshake (the certificate,
+    the credentials: named, with the keys to check) or a topic that is missing: one clear
+    line, before Spark."""
+    from keyshift.streaming.broker import BrokerError, HandshakeError, client_options, metadata
 
     try:
         meta = metadata(cfg.kafka.bootstrap, timeout_s=10, security=client_options(cfg.kafka))
+    except HandshakeError as exc:  # the broker is there: its address is not the problem
+        raise UsageError(f"kafka: {exc}") from None
     except BrokerError as exc:
         raise UsageError(f"kafka: {exc} (kafka.host/kafka.port, or `keyshift kafka start`)") \
             from None
@@ -201,10 +207,22 @@ def start_job(cfg, opts, log_level: str | None = None, say=None):
     return job
 
 
-def wait_and_stop(job, duration: float | None, say) -> tuple[str | None, list[int]]:
+class Ending(NamedTuple):
+    """How a run ended (:func:`wait_and_stop`): the query's failure (None: none), the signals
+    received, and the stop's own failure (None: it stopped cleanly) as one line."""
+
+    failed: str | None
+    signals: list[int]
+    stop_failed: str | None = None
+
+
+def wait_and_stop(job, duration: float | None, say) -> Ending:
     """Run until the query ends (availableNow), the duration passes, or Ctrl-C / SIGTERM,
     then stop between batches (:meth:`StreamJob.stop`); a second Ctrl-C leaves at once.
-    Returns the query's failure (None: none) and the signals received."""
+
+    The stop commits the staged bookkeeping; when that fails (a warehouse gone read-only
+    fails the query first, then this commit) its failure is kept apart (:func:`stop_job`),
+    so the query's failure, the first cause, is the one reported."""
     query = job.query
     stop = threading.Event()
     why: list[int] = []
@@ -221,17 +239,34 @@ def wait_and_stop(job, duration: float | None, say) -> tuple[str | None, list[in
     try:
         while not stop.wait(0.5):
             if query.exception() is not None:
-                failed = str(query.exception())
                 break
             if not query.isActive or (deadline is not None and time.monotonic() >= deadline):
                 break
+        # read after the loop too: a query that failed between the two checks above is
+        # inactive with its exception set, and is a failure, not an end
+        if query.exception() is not None:
+            failed = str(query.exception())
         if stop.is_set():
             say("stopping after the current batch ...")
-        job.stop()
+        stop_failed = stop_job(job)
     finally:
         for s, h in old.items():
             signal.signal(s, h)
-    return failed, why
+    return Ending(failed, why, stop_failed)
+
+
+def stop_job(job, **kwargs: Any) -> str | None:
+    """``job.stop(**kwargs)``: None when it stopped cleanly, else its failure as one line
+    (the traceback goes to the run's log), for the caller to report after the query's own
+    failure, if any. Ctrl-C is not caught."""
+    from keyshift.lakehouse.logs import log_traceback
+
+    try:
+        job.stop(**kwargs)
+    except Exception as exc:  # noqa: BLE001 -- reported by the caller, second to the first cause
+        log_traceback("stopping the run failed", exc)
+        return failure_line(exc)
+    return None
 
 
 @one_line_failure("run")
@@ -247,9 +282,14 @@ def run(args: argparse.Namespace) -> int:
         f"for {args.duration:g} s" if args.duration else "until Ctrl-C")
     say(f"running {job.run_id}: {opts.app} on {opts.topic} with {opts.policy}"
         f"{', engine scaler on' if cfg.planner.enabled else ''}, {mode}")
-    failed, why = wait_and_stop(job, args.duration, say)
+    failed, why, stop_failed = wait_and_stop(job, args.duration, say)
     summary = job.summary()
     summary["interrupted"] = bool(why)
+    # the first cause: the query's failure, else the stop's (its commit of the bookkeeping)
+    summary["failed"] = bool(failed or stop_failed)
+    summary["error"] = (failure_line(failed) if failed else stop_failed) or None
+    if failed and stop_failed:
+        summary["stop_error"] = stop_failed
     if args.json:
         print(json.dumps(summary), flush=True)
     else:
@@ -261,22 +301,42 @@ def run(args: argparse.Namespace) -> int:
         say(f"records of topic {opts.topic} were lost: Kafka deleted them (retention, or a "
             "delete) before this run read them, and the run stops rather than skip them. To "
             "accept the loss and go on, restart it with KEYSHIFT_KAFKA__FAIL_ON_DATA_LOSS=false "
-            "(kafka.fail_on_data_loss = false).")
+            "(kafka.fail_on_data_loss = false)."
+            + (f" {stop_also(stop_failed)}" if stop_failed else ""))
         return 3
     if failed:
-        say(f"keyshift run: {query_failed(failed, job.run_id)}")
+        say(f"keyshift run: {query_failed(failed, job.run_id, stop_failed)}")
+        return 1
+    if stop_failed:
+        say(f"keyshift run: {stop_failed_line(stop_failed, job.run_id)}")
         return 1
     return 130 if why and why[0] == signal.SIGINT else 0
 
 
-def query_failed(error: str, run_id: str | None = None) -> str:
-    """The one line a failed query leaves: its root cause, how to go on (resume the run, when
-    it can be resumed), where the log is."""
-    from keyshift.lakehouse.logs import failure_line
+def query_failed(error: str, run_id: str | None = None, stop_failed: str | None = None) -> str:
+    """The one line a failed query leaves: its root cause (first: it is why the run
+    stopped), the stop's own failure after it when the stop failed too, how to go on
+    (resume the run, when it can be resumed), where the log is."""
+    also = f" {stop_also(stop_failed)}" if stop_failed else ""
+    return f"the streaming query failed: {failure_line(error)}.{also}{_resume(run_id)}" \
+           f"{log_hint()}"
 
-    resume = (f" Fix the cause and run again with --run-id {run_id} to resume from the failed "
-              "batch." if run_id else "")
-    return f"the streaming query failed: {failure_line(error)}.{resume}{log_hint()}"
+
+def stop_also(stop_failed: str) -> str:
+    """The second clause of a failure line when the stop failed as well."""
+    return (f"Stopping the run failed too (its staged bookkeeping stays staged until the "
+            f"run resumes): {stop_failed}.")
+
+
+def stop_failed_line(stop_failed: str, run_id: str | None = None) -> str:
+    """The one line of a run whose query ended well but whose stop failed (the commit of
+    the staged bookkeeping): the cause, how to go on, where the log is."""
+    return (f"stopping the run failed: {stop_failed}; its staged bookkeeping stays staged "
+            f"until the run resumes.{_resume(run_id, 'commit it and go on')}{log_hint()}")
+
+
+def _resume(run_id: str | None, to: str = "resume from the failed batch") -> str:
+    return f" Fix the cause and run again with --run-id {run_id} to {to}." if run_id else ""
 
 
 def data_lost(error: str) -> bool:

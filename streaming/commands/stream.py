@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     cfg, opts = ingest_options(args, load_config(args.config))  # ConfigError: one line
     from keyshift.lakehouse.jars import JarResolutionError
 
-    from .run import check_topic, query_failed, start_job, wait_and_stop
+    from .run import check_topic, query_failed, start_job, stop_failed_line, wait_and_stop
 
     check_topic(cfg, opts.topic)  # broker down or topic missing: UsageError, before Spark
     say = say_line
@@ -133,13 +133,17 @@ def run(args: argparse.Namespace) -> int:
     say(f"stream {job.run_id}: {opts.app} from {opts.topic}@{cfg.kafka.bootstrap}, ingestion "
         f"only, plan {opts.policy} on {job.engines} engine(s), trigger {job.trigger_s:g} s, "
         f"checkpoint {job.checkpoint}")
-    failed, why = wait_and_stop(job, args.duration, say)
+    failed, why, stop_failed = wait_and_stop(job, args.duration, say)
     s = job.summary()
     say(f"{job.run_id}: {s['batches']} batches, {s['events_in']} events, {s['dead_letter']} "
         f"dead letters; {s['events_per_s']:.0f} events/s busy, batch p50 "
         f"{s['batch_p50_s']:.2f} s")
-    if failed:
-        print(f"keyshift stream: {query_failed(failed, job.run_id)}", file=sys.stderr)
+    if failed:  # the first cause; a failed stop after it is its second clause
+        print(f"keyshift stream: {query_failed(failed, job.run_id, stop_failed)}",
+              file=sys.stderr)
+        return 1
+    if stop_failed:
+        print(f"keyshift stream: {stop_failed_line(stop_failed, job.run_id)}", file=sys.stderr)
         return 1
     from rich.console import Console
 
