@@ -581,6 +581,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--slow-peer-repeats", type=int, default=1,
                    help="repeats of the 200-partition peers (each takes minutes a run here)")
+    p.add_argument("--slow-peer-skews", default="",
+                   help="comma list: run the 200-partition peers on these skews only "
+                        "(default: every skew)")
     p.add_argument("--quick", action="store_true", help="1 repeat, 6,000 events, work 300 µs")
     p.add_argument("--json", help="write the samples and the summary to this file")
     args = p.parse_args(argv)
@@ -590,6 +593,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.skews = [x.strip() for x in args.skews.split(",") if x.strip()]
     args.systems = [x.strip() for x in args.systems.split(",") if x.strip()]
     args.engines_list = [int(x) for x in args.engines.split(",") if x.strip()]
+    args.slow_peer_skews = [x.strip() for x in args.slow_peer_skews.split(",") if x.strip()]
     bad = [s for s in args.skews if s not in SKEWS]
     bad += [s for s in args.systems if s.partition("@")[0] not in KEYSHIFT_POLICIES + PEERS
             or (s.partition("@")[2] and not s.partition("@")[2].isdigit())]
@@ -650,8 +654,9 @@ def main(argv: list[str] | None = None) -> int:
         plan = [(app, skew, *systems_for(app, args.engines_list, args.systems))
                 for app in args.ops for skew in args.skews]
         total = sum(args.repeats * (len(m) + len(p)) - sum(
-            max(0, args.repeats - args.slow_peer_repeats) for x in p if _over_partitioned(x))
-            for _, _, m, p in plan)
+            args.repeats - (args.slow_peer_repeats if not args.slow_peer_skews
+                            or skew in args.slow_peer_skews else 0)
+            for x in p if _over_partitioned(x)) for _, skew, m, p in plan)
         with Progress(console=console, transient=True) as bar:
             task = bar.add_task("runs", total=total)
             warm_up(spark, cfg, plan, args, home, tasks)
@@ -667,7 +672,8 @@ def main(argv: list[str] | None = None) -> int:
                     # runs right after the same one (page cache, JIT, the OS's scheduler)
                     order = [("ks", x) for x in mine] + [
                         ("peer", (p, 0)) for p in peers
-                        if not _over_partitioned(p) or repeat < args.slow_peer_repeats]
+                        if not _over_partitioned(p) or (repeat < args.slow_peer_repeats and (
+                            not args.slow_peer_skews or skew in args.slow_peer_skews))]
                     for kind, (name, engines) in (order if repeat % 2 == 0 else order[::-1]):
                         if kind == "ks":
                             done.append(run_keyshift(spark, cfg, topic, name, engines,
