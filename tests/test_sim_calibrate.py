@@ -157,6 +157,25 @@ def test_calibration_with_an_online_policy_steps_the_control_loop(tmp_path) -> N
                ("batch_p50_rel_err", "batch_p95_rel_err", "events_per_s_rel_err"))
 
 
+def test_a_model_fitted_on_one_run_predicts_another_it_never_saw(tmp_path) -> None:
+    """--against: fitted on a KG run, the model predicts a DLB-H run on other input made by
+    the same cost terms (exactly, here), and refuses a run of another operator."""
+    write_run(tmp_path, "kg-run", engines=2, sizes=[1000, 2000, 3000, 1500])
+    write_run(tmp_path, "dlb-run", policy="dlb-h", engines=2, seed=5)
+    write_run(tmp_path, "fsd-run", app="fsd", engines=2)
+    write_run(tmp_path, "kg-other", engines=2, seed=7, sizes=[2500, 1200, 1800])
+    out = calibrate(tmp_path, "kg-run", [4], others=["kg-other", "dlb-run"])
+    same, got = out["calibration"]["against"]
+    for key in ("batch_p50_rel_err", "batch_p95_rel_err", "events_per_s_rel_err"):
+        assert same[key] < 1e-6, key  # other input, same cost terms: predicted exactly
+    assert (got["run_id"], got["policy"], got["engines"]) == ("dlb-run", "dlb-h", 2)
+    assert got["measured"]["events"] == got["predicted"]["events"]
+    for key in ("batch_p50_rel_err", "batch_p95_rel_err", "events_per_s_rel_err"):
+        assert math.isfinite(got[key])
+    with pytest.raises(CalibrationError, match="operator 'fsd'"):
+        calibrate(tmp_path, "kg-run", [4], others=["fsd-run"])
+
+
 def test_projection_rows_for_each_policy_and_engine_count(tmp_path) -> None:
     write_run(tmp_path, "r")
     out = calibrate(tmp_path, "r", [8, 32])
@@ -211,6 +230,8 @@ def test_a_run_without_batches_or_without_group_loads_is_refused(tmp_path) -> No
     (["--calibrate", "r", "--cores", "2,4"], "--cores"),
     (["--engines", "8,32"], "--engines: a comma list only applies to --calibrate"),
     (["--cores", "4"], "--cores: only applies to --calibrate"),
+    (["--against", "r"], "--against: only applies to --calibrate"),
+    (["--calibrate", "r", "--against", "nope"], "no run 'nope'"),
     (["--calibrate", "old"], "load_groups"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, text, ks_home, capsys) -> None:

@@ -60,6 +60,9 @@ def add_generic_arguments(p: argparse.ArgumentParser) -> None:
                    help="fit the cost model to run RUN_ID of 'keyshift run' (its folder "
                    "<home>/runs/RUN_ID), replay its input, project it to --engines")
     c.add_argument("--cores", help="cores of the projected cluster (default: one per engine)")
+    c.add_argument("--against", metavar="RUN_ID", action="append", default=[],
+                   help="another run of the same operator (e.g. DLB-H on the input a KG run "
+                        "had) for the fitted model to predict; repeatable")
     s = p.add_argument_group("plain simulation (no --scenario)")
     s.add_argument("--tick", type=float, help="tick in seconds (default window/10)")
     s.add_argument("--groups", type=int, help="key groups p (default groups.count)")
@@ -162,6 +165,8 @@ def check_engines(args: argparse.Namespace) -> None:
     calibrating = getattr(args, "calibrate", None) is not None
     raw = getattr(args, "engines", None)
     cores = getattr(args, "cores", None)
+    if getattr(args, "against", None) and not calibrating:
+        raise UsageError("--against: only applies to --calibrate")
     if cores is not None:
         if not calibrating:
             raise UsageError("--cores: only applies to --calibrate")

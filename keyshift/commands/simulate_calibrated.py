@@ -35,7 +35,8 @@ def calibrated(args: argparse.Namespace) -> int:
     cfg = load_config(getattr(args, "config", None))  # ConfigError: the CLI's one-line message
     engines = args.engine_list or list(DEFAULT_ENGINES)
     try:
-        out = calibrate(cfg.home_path, args.calibrate, engines, args.cores, cfg)
+        out = calibrate(cfg.home_path, args.calibrate, engines, args.cores, cfg,
+                        getattr(args, "against", None) or [])
     except CalibrationError as exc:
         raise UsageError(str(exc)) from None
     if args.json:
@@ -104,6 +105,18 @@ def show(out: dict[str, Any]) -> None:
                   _num(h["batch_p50_rel_err"]), _num(h["batch_p95_rel_err"]),
                   _num(h["events_per_s_rel_err"]))
     console.print(t)
+    if cal.get("against"):
+        t = Table(title="the fitted model predicts other runs it never saw")
+        for col in ("run", "policy", "engines", "events/s meas / pred", "p50 err", "p95 err",
+                    "events/s err"):
+            t.add_column(col, justify="right")
+        for a in cal["against"]:
+            t.add_row(a["run_id"], a["policy"], str(a["engines"]),
+                      f"{_num(a['measured']['events_per_s'])} / "
+                      f"{_num(a['predicted']['events_per_s'])}",
+                      _num(a["batch_p50_rel_err"]), _num(a["batch_p95_rel_err"]),
+                      _num(a["events_per_s_rel_err"]))
+        console.print(t)
     t = Table(title="projection: input per batch × engines / "
                     f"{out['engines_measured']}, first batch left out")
     for col in ("engines", "cores", "policy", "events/s", "batch p95 s", "RSTD %"):

@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .compare import ERRORS, calibration
+from .compare import ERRORS, against, calibration
 from .model import CostModel, fit, list_schedule
 from .project import policies_for, project, spark_task_fixed_s
 from .run import Batch, CalibrationError, Run, Task, find_run, read_run
@@ -26,12 +26,16 @@ DEFAULT_ENGINES = (8, 32, 128)
 
 
 def calibrate(home: Path, run_id: str, engines: list[int] | tuple[int, ...] = DEFAULT_ENGINES,
-              cores: int | None = None, cfg: Any = None) -> dict[str, Any]:
+              cores: int | None = None, cfg: Any = None,
+              others: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
     """The whole answer of ``keyshift simulate --calibrate``: fitted terms, calibration
-    errors (with the held-out half) and the projection rows."""
+    errors (with the held-out half), the prediction of each run of ``others`` (``--against``:
+    runs the model never saw) and the projection rows."""
     run = read_run(find_run(home, run_id), cfg)
     model = fit(run.batches, run.cores, run.per_window)
     cal = calibration(run, model)
+    if others:
+        cal["against"] = [against(model, run, read_run(find_run(home, o), cfg)) for o in others]
     t0, t0_from = spark_task_fixed_s(model)
     return {
         "run_id": run.run_id, "app": run.app, "policy": run.policy,
@@ -45,7 +49,7 @@ def calibrate(home: Path, run_id: str, engines: list[int] | tuple[int, ...] = DE
 
 
 __all__ = [
-    "DEFAULT_ENGINES", "ERRORS", "Batch", "CalibrationError", "CostModel", "Run", "Task",
+    "DEFAULT_ENGINES", "ERRORS", "Batch", "against", "CalibrationError", "CostModel", "Run", "Task",
     "calibrate", "calibration", "find_run", "fit", "list_schedule", "policies_for",
     "project", "read_run",
 ]

@@ -16,7 +16,7 @@ import numpy as np
 
 from .model import CostModel, fit
 from .replay import evolve, predict, summary
-from .run import Run
+from .run import CalibrationError, Run
 
 ERRORS = ("batch_p50_rel_err", "batch_p95_rel_err", "events_per_s_rel_err")
 
@@ -85,3 +85,22 @@ def holdout(run: Run) -> dict[str, Any]:
     measured, predicted = summary(events, meas), summary(events, pred)
     return {"fit_batches": half, "eval_batches": n - half, **errors(measured, predicted),
             "measured": measured, "predicted": predicted}
+
+
+def against(model: CostModel, calibrated_on: Run, other: Run) -> dict[str, Any]:
+    """The model fitted on one run predicts another run of the same operator (its input
+    replayed under its own policy, engines and cores) — the honest test of a counterfactual:
+    a model fitted on a KG run must predict the DLB-H run on the same input, which it never
+    saw. Refused when the operators differ (their per-event cost is the model's core)."""
+    if other.app != calibrated_on.app:
+        raise CalibrationError(
+            f"against: run {other.run_id} ran operator {other.app!r}, the model was fitted on "
+            f"{calibrated_on.app!r} (run {calibrated_on.run_id}); compare runs of one operator")
+    work = evolve(other, other.policy, other.engines)
+    pred = predict(model, work, other.cores, other.batches[0].batch_id)
+    meas = np.array([b.measured_s for b in other.batches])
+    events = np.array([b.events for b in other.batches])
+    measured, predicted = summary(events, meas), summary(events, pred)
+    return {"run_id": other.run_id, "policy": other.policy, "engines": other.engines,
+            "cores": other.cores, **errors(measured, predicted), "measured": measured,
+            "predicted": predicted}
