@@ -369,11 +369,23 @@ def tws_processor(app: str, params: dict[str, Any]) -> Any:
     return OperatorProcessor()
 
 
+def _ship_by_value() -> None:
+    """The peers' per-key functions live in this script, which the executors cannot import
+    when it was imported as a module (a test) rather than run: pickle it by value then, as
+    Spark does for ``__main__``."""
+    if __name__ != "__main__":
+        from pyspark import cloudpickle
+
+        cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
 def run_peer(spark, cfg, topic: Topic, system: str, batch: int, app_params: dict[str, Any],
              workdir: Path, tasks: TaskTimes, window_s: float) -> tuple[Sample, set | None]:
     """One plain-Spark drain of the topic; returns its sample and its complex events
     (None for ``jvm``, whose rows are counts, checked against KG's in :func:`check_jvm`)."""
     from pyspark.sql import functions as F
+
+    _ship_by_value()
 
     kind, _, parts = system.partition("-")
     n = int(parts) if parts else cfg.spark.shuffle_partitions
