@@ -28,7 +28,7 @@ import time
 import uuid
 from typing import Any, NamedTuple
 
-from keyshift.cli import UsageError, add_log_options
+from keyshift.cli import UsageError, add_config_option, add_log_options
 from keyshift.config import load_config
 from keyshift.lakehouse.logs import failure_line, log_hint, one_line_failure
 from keyshift.lakehouse.logs import say as say_line
@@ -350,6 +350,8 @@ def main(argv: list[str] | None = None) -> int:
     loader (the crash and cluster tests start the job this way)."""
     p = argparse.ArgumentParser(prog="python -m keyshift.streaming.commands.run")
     add_arguments(p)
+    add_config_option(p)  # keyshift's top-level parser holds it for `keyshift run`
+    p.set_defaults(config=None)
     args = p.parse_args(argv)
     try:
         return run(args)
