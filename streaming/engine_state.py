@@ -398,8 +398,6 @@ def upgrade(uri: str, codec: object, *, trust_pickled_state: bool) -> Upgrade:
     result lists the files that need it. Each file is rewritten through a temporary name and
     a rename, so an interrupted upgrade is simply run again.
     """
-    import pickle  # only here, only behind the user's explicit trust
-
     from keyshift.lakehouse.storage import read_if_exists
 
     found = Upgrade(uri, [], [], [])
@@ -418,7 +416,7 @@ def upgrade(uri: str, codec: object, *, trust_pickled_state: bool) -> Upgrade:
             if data is None:
                 states[g] = None
                 continue
-            value = pickle.loads(data)  # the user vouched for this file (see above)
+            value = _data_only_unpickle(data, f, g)  # the user vouched for this file
             if not isinstance(value, dict):
                 raise StateFormatError(f"{f}: group {g}: not a key map "
                                        f"({type(value).__name__})")
@@ -641,3 +639,29 @@ def _read_for_reset(durable: DurableState, engine: int, upto: int
                     ) -> tuple[dict[int, bytes], int, int]:
     state, head = durable.read_chain(engine, upto)
     return state, upto, head
+
+
+# What a pickled state of the codec's kinds may name (protocols 2-5): the containers the
+# state codec keeps, and the latin-1 helper protocol 2 writes bytes with. Nothing else.
+_PICKLE_DATA_CLASSES = frozenset({
+    ("builtins", "set"), ("builtins", "frozenset"), ("builtins", "bytearray"),
+    ("collections", "deque"), ("_codecs", "encode"),
+})
+
+
+def _data_only_unpickle(data: bytes, file: str, group: int) -> object:
+    """Decode a format-1 (pickled) group even behind ``--trust-pickled-state`` as data only:
+    an Unpickler that resolves no class but the state codec's containers, so a pickle whose
+    ``__reduce__`` would run code is refused naming the file, the group and what it names."""
+    import io
+    import pickle
+
+    class DataOnly(pickle.Unpickler):
+        def find_class(self, module: str, name: str) -> object:
+            if (module, name) not in _PICKLE_DATA_CLASSES:
+                raise StateFormatError(
+                    f"{file}: group {group}: the pickled state names {module}.{name}, which "
+                    "is not state data; refused (nothing of it was run)")
+            return super().find_class(module, name)
+
+    return DataOnly(io.BytesIO(data)).load()

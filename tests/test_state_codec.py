@@ -255,7 +255,8 @@ def test_nothing_in_keyshift_unpickles_outside_the_trusted_upgrade() -> None:
             for name in ("pickle.loads", "pickle.load(", "cPickle", "Unpickler"):
                 if name in text:
                     found.append(f"{path.relative_to(root)}: {name}")
-    assert found == ["streaming/engine_state.py: pickle.loads"]  # upgrade(), behind the flag
+    # upgrade(), behind the flag, through an Unpickler that resolves only the codec's containers
+    assert found == ["streaming/engine_state.py: Unpickler"]
 
 
 # --- a declared codec ------------------------------------------------------------------------
@@ -363,6 +364,19 @@ def test_upgrade_with_the_flag_converts_a_run_for_its_operator(home, capsys) -> 
     # again: nothing left to convert, and no flag needed to say so
     assert main(["state", "upgrade", "r2"]) == 0
     assert "0 engine state file(s) converted" in capsys.readouterr().out
+
+
+def test_a_trusted_upgrade_still_decodes_only_data(tmp_path) -> None:
+    """Even with --trust-pickled-state a pickle that would run code is refused, naming what
+    it names, and nothing runs."""
+    root = tmp_path / "state"
+    marker = tmp_path / "ran"
+    (root / "engine-0000").mkdir(parents=True)
+    (root / "engine-0000" / "cl-000000000001.kss").write_bytes(old_file({4: crafted(marker)}))
+    with pytest.raises(engine_state.StateFormatError,
+                       match=r"group 4: .*io\.open, which is not state data"):
+        upgrade(str(root), DEFAULT_CODEC, trust_pickled_state=True)
+    assert not marker.exists()
 
 
 def test_upgrade_names_a_state_the_codec_cannot_keep(tmp_path) -> None:
