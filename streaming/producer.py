@@ -134,6 +134,11 @@ class _Sender:
         fut.add_errback(self._failed)
         self.stats.sent += 1
 
+    def send_event(self, event: Mapping[str, Any]) -> None:
+        """One good event as compact JSON, keyed by its ``key``."""
+        self.send(str(event["key"]), json.dumps(event, separators=(",", ":")).encode())
+        self.stats.good += 1
+
     def close(self, timeout_s: float) -> None:
         from kafka.errors import KafkaError
 
@@ -196,8 +201,7 @@ def produce(
                     stats.bad[kind] += 1
                     sender.send(e["key"], bad_record(kind, e))
                 else:
-                    stats.good += 1
-                    sender.send(e["key"], json.dumps(e, separators=(",", ":")).encode())
+                    sender.send_event(e)
             i += n
             stats.elapsed_s = clock() - start
             if progress is not None:
@@ -240,8 +244,7 @@ def replay(
             if wait > 0:
                 sleep(wait)
             out = e if keep_ts else {**e, "ts": wall0 + int((e["ts"] - ts0) / speedup)}
-            sender.send(str(out["key"]), json.dumps(out, separators=(",", ":")).encode())
-            stats.good += 1
+            sender.send_event(out)
             if progress is not None and n % 200 == 0:
                 stats.elapsed_s = clock() - start
                 progress(stats)
@@ -284,8 +287,7 @@ def send_records(
                     on_bad(item)
                 continue
             bucket.take(1)
-            sender.send(str(event["key"]), json.dumps(event, separators=(",", ":")).encode())
-            stats.good += 1
+            sender.send_event(event)
             if progress is not None and stats.sent % 200 == 0:
                 stats.elapsed_s = clock() - start
                 progress(stats)
