@@ -141,10 +141,12 @@ def test_tree_and_delta_counts(soak, tmp_path):
     assert cache in soak.cache_folders(tmp_path / "spark-local", "r1")
 
 
-def test_sampler_reads_a_run_from_outside(soak, tmp_path):
-    """One sample of a fake run (this test's own process as the job): the batches since the
+def test_sampler_reads_a_run_from_outside(soak, tmp_path, request):
+    """One sample of a fake run (a childless sleeping python as the job, not this test's own
+    process, which may hold a shared Spark session's JVM and workers): the batches since the
     last sample give the p95, the counters add up, restored tasks count no events."""
-    import os
+    import subprocess
+    import sys
 
     home, run = tmp_path / "home", "r1"
     wh = home / "warehouse"
@@ -169,7 +171,9 @@ def test_sampler_reads_a_run_from_outside(soak, tmp_path):
             total = next(self.values)
             return {0: total - total // 3, 1: total // 3}
 
-    sampler = soak.Sampler(os.getpid(), home, wh, run, rate=10.0, ends=Ends())
+    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    request.addfinalizer(lambda: (job.kill(), job.wait()))
+    sampler = soak.Sampler(job.pid, home, wh, run, rate=10.0, ends=Ends())
     first = sampler.take(1.0)
     assert (first.batches, first.events, first.migrations) == (3, 300, 0)
     assert first.produced == 500 and first.behind == 500 - 300
