@@ -182,6 +182,11 @@ class WarehouseConfig(_Section):
     # the warehouse at most this long before one commit per table (streaming/staging.py);
     # 0 = with the next batch
     commit_interval_s: float = Field(10.0, ge=0, le=3600)
+    # a warehouse that refuses writes or reads (no space, read-only, permission, an object
+    # store out of reach) is waited for this long, the job saying once that it waits and
+    # once that it resumed (streaming/storage_watch.py); past it the job stops in one line.
+    # 0 = stop at the first failure
+    outage_s: float = Field(300.0, ge=0, le=86400)
 
     @field_validator("vacuum_retention_hours")
     @classmethod
