@@ -134,6 +134,16 @@ class ControlLoop:
                 version = v
         return self._plans[version]
 
+    def adopt(self, plan: Plan, batch_id: int, who: str, reason: str) -> None:
+        """A plan put in force outside the loop from batch ``batch_id`` + 1 on (the
+        simulator's elasticity hook): stored as a plan version like the loop's own, so the
+        next window is decided from the plan that really routed it."""
+        if plan.version in self._plans:
+            raise ValueError(f"plan: version {plan.version} is already in the store")
+        self.store.write_plan(plan, who, reason, batch_id)
+        self._plans[plan.version] = plan
+        self._changes.append((batch_id, plan.version))
+
     # -- the loop -----------------------------------------------------------------------------
     def step(self, window: WindowStats) -> ControlDecision:
         """Evaluate, decide, realize and record the window that ``window.last_batch`` closed."""
@@ -177,7 +187,8 @@ class ControlLoop:
             if self.policy is None:
                 bal_text = f"{self.policy_name} is a fixed plan"
             else:
-                balancing = self.policy.decide(old, Window(loads=window.loads, state=state))
+                balancing = self.policy.decide(old, Window(loads=window.loads, state=state,
+                                                           history=window.history))
                 bal_text = balancer_reason(balancing)
                 veto = min_gain_veto(old, balancing.plan, window.loads, s.min_gain) \
                     if balancing.changed else ""

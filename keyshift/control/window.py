@@ -47,6 +47,9 @@ class WindowStats:
     # wall seconds the window's input arrived over, as the driver measured it (from the
     # previous window's end to this one's); None for a model's window, which is Δ long
     span_s: float | None = None
+    # the last windows' histograms, oldest first, for a policy that learns from them (CLB's
+    # covariance); the simulator keeps them, the job hands none
+    history: np.ndarray | None = None
 
     @classmethod
     def empty(cls, index: int, groups: int, first_batch: int = 0) -> WindowStats:
