@@ -283,6 +283,15 @@ class PlannerConfig(_Section):
     # The running job looks at the registry's alias every this many windows and loads a
     # champion that moved (keyshift.streaming.scaling.JobForecaster); a store down at start is retried
     registry_check_windows: int = Field(10, ge=1, le=1_000_000)
+    # Guardrails (keyshift.control.guard): a scale-out whose next effectiveness_windows
+    # windows lowered the busiest engine's share of the input (or the lag) by less than this
+    # fraction of what it expected is ineffective; scale-out is then held for the cool-off.
+    # 0 = no check. A scale-in waits scale_down_delay_windows windows (0 = at once) and
+    # takes the largest count asked for meanwhile.
+    effectiveness: float = Field(0.1, ge=0, lt=1)
+    effectiveness_windows: int = Field(2, ge=1, le=1000)
+    ineffective_cooloff_windows: int = Field(6, ge=0, le=1_000_000)
+    scale_down_delay_windows: int = Field(0, ge=0, le=1_000_000)
 
     @model_validator(mode="after")
     def _reserve_on(self) -> PlannerConfig:
@@ -290,6 +299,15 @@ class PlannerConfig(_Section):
             raise ValueError("reserve_source = 'forecast' needs reserve_quantile > 0 "
                              "(0 turns the reserve off), e.g. 0.9999")
         return self
+
+
+class EventsConfig(_Section):
+    """Scaling events on Kafka (keyshift.streaming.events): every decision of the control
+    loop as one JSON record; "" = off."""
+
+    topic: str = Field("", pattern=r"^[A-Za-z0-9._-]{0,249}$")
+    # records held while the broker is away; past it the oldest are dropped (and counted)
+    buffer: int = Field(1000, ge=1, le=1_000_000)
 
 
 class AirflowConfig(_Section):
@@ -336,6 +354,7 @@ class Config(_Section):
     engines: EnginesConfig = EnginesConfig()
     controller: ControllerConfig = ControllerConfig()
     planner: PlannerConfig = PlannerConfig()
+    events: EventsConfig = EventsConfig()
     airflow: AirflowConfig = AirflowConfig()
     metrics: MetricsConfig = MetricsConfig()
 

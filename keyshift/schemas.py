@@ -15,14 +15,16 @@ every version read alike, the old ones with nulls.
 
 History: version 2 added the floor of each batch and window (``floor_ratio``,
 ``floor_rstd``, ``hot_group``, ``hot_group_share``; ``keyshift.control.floor``) to
-``metrics`` and ``decisions``.
+``metrics`` and ``decisions``. Version 3 added a scale-out's verdict to ``decisions``
+(``effectiveness``, ``hold_until_window``) and the guardrails' state to ``control_state``
+(``guard``; ``keyshift.control.guard``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,15 @@ _FLOOR = (
        "100·(floor_ratio − 1)/√(engines − 1)", 2),
     _c("hot_group", "INT", True, "the key group with the most load (null: no load)", 2),
     _c("hot_group_share", "DOUBLE", True, "its load / the total load", 2),
+)
+
+# the verdict on a scale-out (keyshift.control.guard), on its 'ineffective' or judged row
+_VERDICT = (
+    _c("effectiveness", "DOUBLE", True, "achieved / expected drop of the busiest engine's "
+       "share of the input (or of the lag), the smaller; below planner.effectiveness the "
+       "scale-out was ineffective", 3),
+    _c("hold_until_window", "BIGINT", True, "no scale-out is realized before this window "
+       "(the cool-off after an ineffective one)", 3),
 )
 
 
@@ -233,7 +244,7 @@ TABLES: dict[str, TableSchema] = {
         "one row per migration step, so a pending migration is recoverable from Delta",
     ),
     "decisions": TableSchema(
-        "decisions", 2,
+        "decisions", 3,
         _RUN + (
             _c("batch_id", "BIGINT", False),
             _c("decided_at", "TIMESTAMP", False),
@@ -248,12 +259,12 @@ TABLES: dict[str, TableSchema] = {
             _c("engines_before", "INT", True),
             _c("engines_after", "INT", True),
             _c("plan_version", "BIGINT", True),
-        ) + _FLOOR,
+        ) + _FLOOR + _VERDICT,
         "the controller's event log: every decision and its reason (the floor columns: "
         "the window's)",
     ),
     "control_state": TableSchema(
-        "control_state", 1,
+        "control_state", 3,
         _RUN + (
             _c("batch_id", "BIGINT", False, "the batch that closed the window"),
             _c("window", "BIGINT", False, "statistic window number"),
@@ -271,6 +282,8 @@ TABLES: dict[str, TableSchema] = {
             _c("engines_after", "INT", True, "scaler: engine count it decided"),
             _c("reason", "STRING", True, "scaler: the decision's reason as recorded"),
             _c("written_at", "TIMESTAMP", False),
+            _c("guard", "STRING", True, "the guardrails' state after the window as JSON "
+               "(keyshift.control.guard.GuardState)", 3),
         ),
         "the control loop's typed state per window end (read back on restart; "
         "decisions is the human-readable log and is never read back)",

@@ -129,6 +129,7 @@ def row_of(run_id: str, r: ControlRecord) -> dict[str, Any]:
         "proposed": st.proposed if st else None,
         "engines_after": st.engines_after if st else None,
         "reason": st.reason if st else None, "written_at": datetime.now(UTC),
+        "guard": r.guard,
     }
 
 
@@ -144,5 +145,6 @@ def record_of(d: dict[str, Any]) -> ControlRecord:
         int(d["engines_after"]), d.get("reason") or "")
     version = d.get("plan_version")
     return ControlRecord(int(d["batch_id"]), int(d["window"]),
-                         None if version is None else int(version), sample, scaler)
+                         None if version is None else int(version), sample, scaler,
+                         d.get("guard"))
 

@@ -17,11 +17,19 @@ from keyshift.control.decision import (
 )
 from keyshift.control.evaluate import Evaluation, evaluate
 from keyshift.control.floor import FLOOR_COLUMNS, FLOOR_TOLERANCE, Floor, key_group_floor
+from keyshift.control.guard import (
+    GuardSettings,
+    GuardState,
+    ScalingGuard,
+    Verdict,
+    busiest_share,
+)
 from keyshift.control.loop import (
     MODES,
     ControlLoop,
     LoopSettings,
     Realizer,
+    guard_from_config,
     loop_from_config,
     policy_params,
 )
@@ -47,7 +55,9 @@ from keyshift.control.window import WindowSample, WindowStats
 __all__ = [
     "ACTIONS", "FLOOR_COLUMNS", "FLOOR_TOLERANCE", "MIN_FALLBACK_WINDOWS", "MODES",
     "ControlDecision", "ControlLoop", "ControlRecord", "ControlStore", "Evaluation",
-    "FallbackForecaster", "Floor", "Forecaster", "FunctionForecaster", "LoopSettings",
+    "FallbackForecaster", "Floor", "Forecaster", "FunctionForecaster", "GuardSettings",
+    "GuardState", "LoopSettings", "ScalingGuard", "Verdict", "busiest_share",
+    "guard_from_config",
     "MemoryControlStore", "NoForecast", "Realizer", "ScalerState", "ScalerStep", "SourceChange",
     "WindowSample", "WindowStats", "evaluate", "fallback_forecast", "key_group_floor",
     "loop_from_config", "min_gain_veto", "plan_action", "plan_diff", "policy_params",

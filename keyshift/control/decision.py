@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,9 +26,14 @@ from keyshift.policies import Decision, Moves
 from .evaluate import Evaluation
 from .floor import FLOOR_COLUMNS, Floor
 
-ACTIONS = ("none", "rebalance", "scale_out", "scale_in", "declined")
-"""``none``: nothing to do; ``declined``: a candidate failed a veto; the others change the
-plan (or, not realized, are what the loop recommends)."""
+if TYPE_CHECKING:
+    from .guard import Verdict
+
+ACTIONS = ("none", "rebalance", "scale_out", "scale_in", "declined", "ineffective")
+"""``none``: nothing to do; ``declined``: a candidate failed a veto (or the scaler's change
+was held by the guardrails, :mod:`keyshift.control.guard`); ``ineffective``: the verdict on
+an earlier scale-out that did not help (its own row, beside the window's decision); the
+others change the plan (or, not realized, are what the loop recommends)."""
 
 RECOMMEND = "recommend only, not realized: "
 DRY_RUN = "dry run, not applied: "
@@ -97,6 +102,7 @@ class ControlDecision:
     scaling: ScalingDecision | None = None
     balancing: Decision | None = None
     rows: tuple[dict[str, Any], ...] = ()
+    verdict: Verdict | None = None  # an earlier scale-out judged at this window's end
 
     @property
     def changed(self) -> bool:
@@ -120,9 +126,12 @@ class ControlDecision:
 def audit_row(run_id: str, batch_id: int, component: str, policy: str, action: str,
               reason: str, rstd_before: float | None, rstd_after: float | None,
               moved: int | None, psi: float | None, engines_before: int, engines_after: int,
-              version: int | None, floor: Floor | None = None) -> dict[str, Any]:
+              version: int | None, floor: Floor | None = None,
+              effectiveness: float | None = None,
+              hold_until: int | None = None) -> dict[str, Any]:
     """A row of ``decisions`` (keyshift.schemas.TABLES['decisions']), written, never read;
-    ``floor`` is the window's (:mod:`keyshift.control.floor`), null columns without one."""
+    ``floor`` is the window's (:mod:`keyshift.control.floor`), null columns without one;
+    ``effectiveness`` and ``hold_until`` a scale-out's verdict (:mod:`keyshift.control.guard`)."""
     return {
         "run_id": run_id, "batch_id": int(batch_id), "decided_at": datetime.now(UTC),
         "component": component, "policy": policy, "action": action, "reason": reason,
@@ -130,5 +139,6 @@ def audit_row(run_id: str, batch_id: int, component: str, policy: str, action: s
         "moved_state": psi, "engines_before": int(engines_before),
         "engines_after": int(engines_after), "plan_version": version,
         **(floor.columns() if floor is not None else dict.fromkeys(FLOOR_COLUMNS)),
+        "effectiveness": effectiveness, "hold_until_window": hold_until,
     }
 

@@ -5,7 +5,9 @@ Shaped like the Flink Kubernetes autoscaler's ``JobAutoScalerImpl``: the driver 
 (:func:`~keyshift.control.evaluate.evaluate`), decides (the scaler, then the balancer, then
 the vetoes: :mod:`keyshift.control.decision`), realizes a new plan version through the
 store and a :class:`Realizer` (the simulator's plan switch; the Spark job's engines read the
-store), and records the typed state (:class:`~keyshift.control.store.ControlRecord`) and the
+store), judges each realized scale-out a few windows later and holds the next after one
+that did not help (:mod:`keyshift.control.guard`), and records the typed state
+(:class:`~keyshift.control.store.ControlRecord`) and the
 audit rows. The Spark job, the simulator and the elastic replay all drive this one step.
 
 Plans and recovery: the plan in force for batch b is the newest plan version put in force at
@@ -45,6 +47,7 @@ from .decision import (
     plan_diff,
 )
 from .evaluate import evaluate
+from .guard import INEFFECTIVE, GuardSettings, GuardState, ScalingGuard
 from .scaling import Forecaster, ScalerStep, one_line, scale_plan
 from .store import ControlRecord, ControlStore
 from .window import WindowStats
@@ -89,8 +92,10 @@ class ControlLoop:
     def __init__(self, store: ControlStore, settings: LoopSettings, policy: Policy | None,
                  policy_name: str, scaler: ScalerStep | None = None,
                  realizer: Realizer | None = None, run_id: str = "",
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 guard: ScalingGuard | None = None) -> None:
         self.store = store
+        self.guard = guard if scaler is not None else None  # it guards the scaler
         self.settings = settings
         self.policy = policy
         self.policy_name = policy_name
@@ -125,6 +130,9 @@ class ControlLoop:
             states = [r.scaler for r in done if r.scaler is not None]
             self.scaler.restart([r.sample for r in done if r.sample is not None],
                                 states[-1] if states else None)
+        if self.guard is not None:
+            guards = [r.guard for r in done if r.guard is not None]
+            self.guard.state = GuardState.from_json(guards[-1] if guards else None)
 
     def plan_for(self, batch_id: int) -> Plan:
         """The plan that routes batch ``batch_id``."""
@@ -154,6 +162,10 @@ class ControlLoop:
                       self.scaler.expected() if self.scaler is not None else None)
         recorded = self._recorded.pop(b, None)
         state = np.where(window.state > 0, window.state, 0.0)
+        # did the last scale-out help? (keyshift.control.guard; judged before the scaler,
+        # whose next scale-out an ineffective verdict holds, or when the scaler asks again)
+        if self.guard is not None:
+            self.guard.judge(window, ev)
 
         # decide: the scaler first
         scaling, sample, scale_text, candidate, component = None, None, "", None, "balancer"
@@ -168,7 +180,13 @@ class ControlLoop:
                 # none: its scalers then see the mean, as they say in their reasons)
                 per_engine = (live_loads(old.assignment, window.loads, old.live)
                               if window.loads.size and window.loads.sum() > 0 else None)
+                since = getattr(self.scaler.scaler, "since_change_", None)
                 scaling = self.scaler.decide(window.index + 1, n, sample, per_engine)
+                if self.guard is not None:
+                    guarded = self.guard.admit(scaling, window.index, n)
+                    if guarded.engines_after == n != scaling.engines_after:
+                        self.scaler.held(since)  # N stayed: no change for its cooldown
+                    scaling = guarded
             scale_text = scaling.reason
             if scaling.engines_after != n:
                 try:
@@ -219,16 +237,31 @@ class ControlLoop:
             action = bal_action
         elif scaling is not None and scaling.proposed != n:
             action, component = scaling.action, "scaler"
+        elif scaling is not None and scaling.held and bal_action == "none":
+            action, component = "declined", "scaler"
         else:
             action = bal_action
         decision = ControlDecision(
             batch_id=b, window=window.index, action=action, component=component,
             reason=scale_text or bal_text,
             realized=version is not None, before=old, after=after, candidate=candidate,
-            moves=moves, evaluation=ev, scaling=scaling, balancing=balancing)
+            moves=moves, evaluation=ev, scaling=scaling, balancing=balancing,
+            verdict=self.guard.last if self.guard is not None else None)
+        verdict = decision.verdict
         rows = self._rows(decision, scaling, scale_text, replayed, balanced, balancing,
                           bal_action, bal_text, window, state)
-        decision = replace(decision, rows=tuple(rows), reason=rows[-1]["reason"])
+        # the window's reason is its last row's, the scaler's when the guardrails held it
+        reason = rows[0 if action == "declined" and component == "scaler" else -1]["reason"]
+        if verdict is not None and verdict.ineffective:  # its own row, after the window's
+            rows.append(audit_row(self.run_id, b, "scaler", self.scaler.name, INEFFECTIVE,
+                                  verdict.reason(), None, None, None, None, n, n, None,
+                                  ev.floor, verdict.effectiveness, verdict.hold_until))
+        decision = replace(decision, rows=tuple(rows), reason=reason)
+        if self.guard is not None:
+            if replayed and recorded.guard is not None:
+                self.guard.state = GuardState.from_json(recorded.guard)  # as first decided
+            elif version is not None and not balanced:
+                self.guard.expect(window.index, n, after.parallelism, ev, window.lag)
 
         # record (state first: a re-executed batch must find the scaler's decision) and
         # realize the new plan version
@@ -236,8 +269,9 @@ class ControlLoop:
             scaler_state = None
             if self.scaler is not None and scaling is not None:
                 scaler_state = self.scaler.state(scaling, rows[0]["reason"])
-            self.store.write_record(ControlRecord(b, window.index, version, sample,
-                                                  scaler_state))
+            self.store.write_record(ControlRecord(
+                b, window.index, version, sample, scaler_state,
+                self.guard.state.to_json() if self.guard is not None else None))
         if version is not None:
             who = self.policy_name if balanced else "scaler"
             text = bal_text if balanced else scale_text
@@ -332,4 +366,10 @@ def loop_from_config(cfg: Any, store: ControlStore, policy_name: str,
     scaler = ScalerStep(controller_from_config(cfg), forecaster, cfg.controller.window_s,
                         clock=clock) if cfg.planner.enabled else None
     return ControlLoop(store, LoopSettings.from_config(cfg), policy, policy_name, scaler,
-                       realizer, run_id, clock)
+                       realizer, run_id, clock, guard_from_config(cfg))
+
+
+def guard_from_config(cfg: Any) -> ScalingGuard | None:
+    """The scaler's guardrails from ``[planner]`` (None when every one is off)."""
+    settings = GuardSettings.from_config(cfg)
+    return ScalingGuard(settings) if settings.active else None

@@ -290,6 +290,15 @@ class ScalerStep:
                   f"following the path planned from {self.plan_source or 'an earlier forecast'}")
         return replace(d, reason=f"{note}{source}; {d.reason}")
 
+    def held(self, since_change: int | None) -> None:
+        """The loop's guardrails kept N against the decision just made: the scaler's
+        windows since its last change go on from ``since_change`` (its value before that
+        decision), so its cooldown does not start from a change that never happened."""
+        s = self.scaler
+        cooldown = int(s.cooldown_windows or 0)
+        since = cooldown if since_change is None else since_change
+        s.since_change_ = min(since + 1, cooldown)
+
     def keep(self, index: int, engines_now: int, reason: str) -> ScalingDecision:
         return ScalingDecision(window=index, policy=self.name, engines_before=engines_now,
                                proposed=engines_now, engines_after=engines_now, reason=reason)

@@ -40,13 +40,16 @@ class ScalerState:
 @dataclass(frozen=True)
 class ControlRecord:
     """What one window's end left behind (key: the batch that closed the window): the plan
-    version it put in force (None: no change), and with a scaler its sample and state."""
+    version it put in force (None: no change), and with a scaler its sample and state and
+    the guardrails' state."""
 
     batch_id: int
     window: int
     plan_version: int | None = None
     sample: WindowSample | None = None
     scaler: ScalerState | None = None
+    # the guardrails' state after the window (keyshift.control.guard.GuardState as JSON)
+    guard: str | None = None
 
 
 class ControlStore(Protocol):

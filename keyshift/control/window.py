@@ -50,6 +50,9 @@ class WindowStats:
     # the last windows' histograms, oldest first, for a policy that learns from them (CLB's
     # covariance); the simulator keeps them, the job hands none
     history: np.ndarray | None = None
+    # records of the input topic not yet read when the window closed (the job's Kafka lag);
+    # None where no driver measures one (a model's window). The guard judges scale-outs on it
+    lag: float | None = None
 
     @classmethod
     def empty(cls, index: int, groups: int, first_batch: int = 0) -> WindowStats:

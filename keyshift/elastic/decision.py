@@ -68,9 +68,14 @@ class ScalingDecision:
     expected_cost: float | None = None
     cost_std: float | None = None
     planner_ms: float | None = None
+    # why the control loop's guardrails kept N (keyshift.control.guard): a scale-out in the
+    # cool-off after an ineffective one, a scale-in waiting out its delay; '' = not held
+    held: str = ""
 
     @property
     def action(self) -> str:
+        if self.held and self.proposed == self.engines_before:
+            return "declined"
         if self.proposed > self.engines_before:
             return "scale_out"
         if self.proposed < self.engines_before:

@@ -1,0 +1,179 @@
+"""The scaler's guardrails (keyshift.control.guard), pure: a scale-out that cannot help is
+caught, further scale-out is held for the cool-off, a scale-in is delayed and merged, and
+no change exceeds planner.max_step. Driven through the one control loop."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from keyshift.control import (
+    ControlLoop,
+    GuardSettings,
+    GuardState,
+    LoopSettings,
+    MemoryControlStore,
+    ScalerStep,
+    ScalingGuard,
+    WindowStats,
+)
+from keyshift.elastic.baselines import ThresholdScaler
+from keyshift.elastic.decision import ScalingDecision
+from keyshift.elastic.scaler import Scaler
+from keyshift.plan import Plan
+
+GROUPS, WINDOW_S, TUPLES = 64, 10.0, 10_000.0
+
+
+def hot_key_loads(share: float) -> np.ndarray:
+    """One key group holds ``share`` of every window; the rest spread evenly."""
+    loads = np.full(GROUPS, TUPLES * (1 - share) / (GROUPS - 1))
+    loads[0] = TUPLES * share
+    return loads
+
+
+def loop_with(scaler: Scaler, guard: ScalingGuard | None, engines: int = 4,
+              store: MemoryControlStore | None = None) -> ControlLoop:
+    step = ScalerStep(scaler, None, WINDOW_S, keep_on_error=False)
+    loop = ControlLoop(store or MemoryControlStore(), LoopSettings(window_s=WINDOW_S), None,
+                       "kg", step, guard=guard)
+    loop.start(Plan.hashed(GROUPS, engines))
+    return loop
+
+
+def run(loop: ControlLoop, loads: np.ndarray, windows: int, lat_s: float, first: int = 0,
+        lags=None):
+    out = []
+    for j in range(first, first + windows):
+        w = WindowStats.measured(j, loads, float(loads.sum()), lat_s, j * WINDOW_S)
+        w.lag = None if lags is None else lags[j - first]
+        out.append(loop.step(w))
+    return out
+
+
+def guard(**kw) -> ScalingGuard:
+    return ScalingGuard(GuardSettings(**{"effectiveness": 0.1, "check_windows": 2,
+                                         "cooloff_windows": 6, **kw}))
+
+
+def test_one_hot_key_scale_out_is_ineffective_within_three_windows_and_held() -> None:
+    # the busiest engine (the hot group's) runs at 60% of 10,000 tuples x 2 ms / 10 s =
+    # 120% whatever N: the 80/40 rule scales out every window
+    loads, lat = hot_key_loads(0.6), 0.002
+    unguarded = run(loop_with(ThresholdScaler(max_engines=16), None), loads, 12, lat)
+    assert [d.after.parallelism for d in unguarded][-1] == 16  # climbs to engines.max
+
+    loop = loop_with(ThresholdScaler(max_engines=16), guard())
+    ds = run(loop, loads, 14, lat)
+    assert ds[0].action == "scale_out" and ds[0].after.parallelism == 5
+    # the first scale-out did help a little: it moved the light groups off the hot
+    # engine (69.5% -> 60% of the input); the next ones cannot lower 60%
+    caught = [d for d in ds if d.verdict is not None and d.verdict.ineffective]
+    assert caught and caught[0].window <= 2  # within three windows of the first scale-out
+    v = caught[0].verdict
+    assert v.effectiveness < 0.1 and v.share_after == pytest.approx(0.6)
+    assert f"ineffective scale-out {v.expectation.engines_before} -> " in v.reason()
+    (row,) = [r for r in caught[0].rows if r["action"] == "ineffective"]
+    assert row["effectiveness"] == v.effectiveness and row["hold_until_window"] == v.hold_until
+    assert v.hold_until == caught[0].window + 1 + 6
+    # held for the cool-off: N stays, every held window says why, as declined
+    n = caught[0].after.parallelism
+    held = [d for d in ds if caught[0].window < d.window and d.window + 1 < v.hold_until]
+    assert len(held) == 5 and all(d.after.parallelism == n for d in held)
+    assert all(d.action == "declined" and "held until window" in d.reason for d in held)
+    assert n <= 6  # against 16 without the guard
+    # after the cool-off the scaler may try again, and is judged again at once
+    later = [d for d in ds if d.window + 1 >= v.hold_until]
+    assert later[0].action == "scale_out"
+    assert any(d.verdict is not None and d.verdict.ineffective for d in later[1:3])
+
+
+def test_a_scale_out_that_spreads_the_load_is_effective() -> None:
+    loads = np.full(GROUPS, TUPLES / GROUPS)
+    loop = loop_with(ThresholdScaler(max_engines=6), guard())
+    ds = run(loop, loads, 4, lat_s=0.0036)  # 90% on every engine at 4, 72% at 5
+    assert ds[0].after.parallelism == 5
+    (v,) = [d.verdict for d in ds if d.verdict is not None]
+    assert not v.ineffective and v.effectiveness > 0.9
+    assert not any(r["action"] == "ineffective" for d in ds for r in d.rows)
+
+
+def test_a_lag_that_does_not_fall_makes_it_ineffective() -> None:
+    """Even spread but the backlog keeps growing after the scale-out (the bottleneck is
+    elsewhere): judged on the lag at the last checked window."""
+    loads = np.full(GROUPS, TUPLES / GROUPS)
+
+    class Once(Scaler):
+        name = "once"
+
+        def _propose(self, window, engines_now, observed, forecast):
+            return (5 if window == 1 else engines_now), "test", {}
+
+    loop = loop_with(Once(max_engines=8), guard())
+    ds = run(loop, loads, 3, lat_s=0.001, lags=[5000.0, 6000.0, 7000.0])
+    assert ds[0].after.parallelism == 5
+    v = ds[2].verdict
+    assert v is not None and v.ineffective and v.lag_after == 7000.0
+    assert "lag 5000 -> 7000 records" in v.reason()
+
+
+def test_scale_in_is_delayed_and_merged_and_a_scale_out_drops_it() -> None:
+    asks = iter([3, 2, 3, 2, 4, 4, 3, 3, 3])
+
+    class Asks(Scaler):
+        name = "asks"
+
+        def _propose(self, window, engines_now, observed, forecast):
+            return next(asks), "asked", {}
+
+    loop = loop_with(Asks(max_engines=8), guard(effectiveness=0.0, scale_down_windows=3))
+    ds = run(loop, np.full(GROUPS, 10.0), 9, lat_s=0.001)
+    n = [d.after.parallelism for d in ds]
+    # windows 0-2 ask 3, 2, 3: held; window 3 asks 2 after 3 windows: the largest asked (3)
+    assert n[:3] == [4, 4, 4] and all("scale-in to" in d.reason for d in ds[:3])
+    assert n[3] == 3 and "largest count asked (3)" in ds[3].reason
+    # 4 (= N+1) is a scale-out: realized, any pending scale-in dropped
+    assert n[4] == 4 and n[5] == 4
+    assert n[6:] == [4, 4, 4] and ds[6].action == "declined"
+
+
+def test_no_change_exceeds_max_step() -> None:
+    class Jump(Scaler):
+        name = "jump"
+
+        def _propose(self, window, engines_now, observed, forecast):
+            return (16 if window < 3 else 1), "jump", {}
+
+    loop = loop_with(Jump(max_engines=16, max_step=2), guard(effectiveness=0.0,
+                                                             scale_down_windows=2))
+    ds = run(loop, np.full(GROUPS, 10.0), 10, lat_s=0.001)
+    counts = [4] + [d.after.parallelism for d in ds]
+    assert max(abs(a - b) for a, b in zip(counts, counts[1:])) <= 2
+    assert counts[2] == 8 and counts[-1] < 8  # 4 -> 6 -> 8, then in by at most 2
+
+
+def test_guard_state_survives_a_restart() -> None:
+    """The cool-off is in the control record: a restarted loop still holds."""
+    store = MemoryControlStore()
+    loads, lat = hot_key_loads(0.6), 0.002
+    loop = loop_with(ThresholdScaler(max_engines=16), guard(), store=store)
+    ds = run(loop, loads, 3, lat)
+    hold = next(d.verdict for d in ds if d.verdict and d.verdict.ineffective).hold_until
+    again = loop_with(ThresholdScaler(max_engines=16), guard(), store=store)
+    again.start(Plan.hashed(GROUPS, 4), batch_id=3)
+    assert again.guard.state.hold_until == hold
+    d = run(again, loads, 1, lat, first=3)[0]
+    assert d.action == "declined" and d.after.parallelism == ds[-1].after.parallelism
+
+
+def test_settings_and_state_round_trip() -> None:
+    with pytest.raises(ValueError, match=r"planner.effectiveness: must be in \[0, 1\)"):
+        GuardSettings(effectiveness=1.0)
+    with pytest.raises(ValueError, match="planner.effectiveness_windows"):
+        GuardSettings(check_windows=0)
+    g = guard()
+    g.state = GuardState(hold_until=7, held_by="x", down_since=2, down_target=3)
+    assert GuardState.from_json(g.state.to_json()) == g.state
+    assert GuardState.from_json(None) == GuardState()
+    held = ScalingDecision(1, "t", 4, 4, 4, "r", held="why")
+    assert held.action == "declined"
