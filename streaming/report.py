@@ -98,6 +98,9 @@ def summarize(tables: RunTables, cfg: Config, run_id: str, wall_s: float | None 
         # when the first of them was decided, in seconds after the first batch started
         "first_scale_s": (round((scaled.decided_at.min() - m.window_start.min())
                                 .total_seconds(), 1) if len(scaled) and len(m) else None),
+        # scale-outs judged ineffective (keyshift.control.guard; each held further scale-out
+        # for a cool-off): their decisions rows, action 'ineffective', say why
+        "ineffective_scalings": int((d.action == "ineffective").sum()) if len(d) else 0,
         "warehouse": cfg.warehouse_uri,  # a remote one (s3a://...) has no local path
     }
 
