@@ -180,7 +180,7 @@ def test_kafka_keeps_its_log_dirs_and_cluster_id(compose: dict) -> None:
 
 def test_long_running_services_have_healthchecks(compose: dict) -> None:
     for name, service in compose["services"].items():
-        if name == "airflow-init":  # runs once and exits
+        if name in ("airflow-init", "kafka-init"):  # run once and exit
             continue
         check = service.get("healthcheck", {}).get("test")
         assert check and check[0] in ("CMD", "CMD-SHELL"), name
@@ -189,8 +189,10 @@ def test_long_running_services_have_healthchecks(compose: dict) -> None:
     # the job starts once what it needs is healthy, not merely started
     needs = compose["services"]["keyshift-stream"]["depends_on"]
     assert {k: v["condition"] for k, v in needs.items()} == {
-        "kafka": "service_healthy", "spark-master": "service_healthy",
+        "kafka-init": "service_completed_successfully", "spark-master": "service_healthy",
         "mlflow": "service_healthy"}
+    assert compose["services"]["kafka-init"]["depends_on"] == {
+        "kafka": {"condition": "service_healthy"}}
 
 
 # -- live metrics: the stream serves them, Prometheus scrapes them, Grafana shows them --------
@@ -296,3 +298,93 @@ def test_dockerfile_installs_cpu_only_torch_at_the_pinned_version() -> None:
     pins = (DOCKER.parent / "constraints.txt").read_text()
     assert f"\ntorch=={version}\n" in pins, "TORCH_VERSION differs from constraints.txt"
     assert re.search(r"psycopg2-binary==\d+\.\d+\.\d+", text), "pin the Postgres driver"
+
+
+# -- issue 28 point 2: a stack that runs as written ------------------------------------------
+
+def _command(service: dict, env: dict[str, str] | None = None) -> list[str]:
+    return [_interpolate(a, env or {}) for a in service["command"]]
+
+
+def test_mlflow_allows_the_host_header_the_other_containers_send(compose: dict) -> None:
+    """MLflow 3 answers 403 to a Host it does not allow (default: localhost, private IPs);
+    the containers ask for ``mlflow:5000`` (their tracking URI), other hosts for
+    ``MLFLOW_HOST:5000``. Checked with MLflow's own matcher."""
+    from urllib.parse import urlparse
+
+    from mlflow.server.security_utils import is_allowed_host_header
+
+    for env in ({}, {"MLFLOW_HOST": "ml.example.net"}):
+        cmd = _command(compose["services"]["mlflow"], env)
+        allowed = cmd[cmd.index("--allowed-hosts") + 1].split(",")
+        uri = load_config(env=_keyshift_env(compose["services"]["keyshift-stream"],
+                                            env)).mlflow_tracking_uri
+        assert is_allowed_host_header(allowed, urlparse(uri).netloc), (uri, allowed)
+        assert is_allowed_host_header(allowed, "localhost:5000")
+        assert not is_allowed_host_header(allowed, "attacker.example:5000")
+        assert "--cors-allowed-origins" in cmd
+    # one more name, as .env.example says: a leading comma
+    cmd = _command(compose["services"]["mlflow"], {"MLFLOW_ALLOWED_HOSTS": ",ui.example:5000"})
+    assert is_allowed_host_header(cmd[cmd.index("--allowed-hosts") + 1].split(","),
+                                  "ui.example:5000")
+
+
+def test_mlflow_serves_the_artifacts_every_host_reads(compose: dict) -> None:
+    cmd = compose["services"]["mlflow"]["command"]
+    assert "--serve-artifacts" in cmd and "--artifacts-destination" in cmd
+    assert "--default-artifact-root" not in cmd  # the server's own: mlflow-artifacts:/
+    for name, service in compose["services"].items():  # keyshift lets the server choose
+        assert "KEYSHIFT_MLFLOW__ARTIFACT_ROOT" not in (service.get("environment") or {}), name
+
+
+def _cores_max(service: dict, env: dict[str, str] | None = None) -> int:
+    return load_config(env=_keyshift_env(service, env)).spark.cores_max
+
+
+def test_the_stream_job_and_airflow_tasks_fit_on_the_workers_together(compose: dict) -> None:
+    """Without spark.cores.max the stream job takes every core of the standalone cluster and
+    each Airflow task's job waits 120 s for an executor, then fails. The stream's cap plus
+    two tasks' (the retrain's asset starts the baselines; maintenance may overlap) fit in
+    the workers' cores, with the defaults and with .env.example's values."""
+    services = compose["services"]
+    example = dict(line.split("=", 1) for line in (DOCKER / ".env.example").read_text()
+                   .splitlines() if line and not line.startswith("#"))
+    for env in ({}, example):
+        workers = [s for n, s in services.items() if n.startswith("spark-worker")]
+        total = sum(int(_interpolate(w["environment"]["SPARK_WORKER_CORES"], env))
+                    for w in workers)
+        stream = _cores_max(services["keyshift-stream"], env)
+        task = _cores_max(services["airflow-scheduler"], env)  # LocalExecutor: tasks run here
+        assert stream > 0 and task > 0, "spark.cores.max unset: the first job takes all"
+        assert stream + 2 * task <= total, (stream, task, total)
+        executor = load_config(env=_keyshift_env(services["keyshift-stream"], env)).spark
+        assert task % executor.executor_cores == 0 and stream % executor.executor_cores == 0
+    for name in ("airflow-apiserver", "airflow-dag-processor", "airflow-init"):
+        assert _cores_max(services[name]) == _cores_max(services["airflow-scheduler"]), name
+
+
+def test_a_topic_init_creates_the_streams_topic_before_the_stream_starts(compose: dict) -> None:
+    from keyshift.cli import build_parser
+
+    init = compose["services"]["kafka-init"]
+    cmd = init["command"]
+    args = build_parser(cmd[1]).parse_args(cmd[1:])
+    assert (args.action, args.topic_action) == ("topic", "create")
+    cfg = load_config(env=_keyshift_env(init))
+    stream = compose["services"]["keyshift-stream"]["command"]
+    topic = stream[stream.index("--topic") + 1]
+    assert (args.name or cfg.kafka.topic) == topic
+    assert args.partitions is None and cfg.kafka.partitions == 8  # kafka.partitions
+    assert init["restart"] == "no"
+
+
+def test_the_stream_service_runs_the_engine_scaler(compose: dict) -> None:
+    cmd = compose["services"]["keyshift-stream"]["command"]
+    assert "--planner" in cmd
+
+
+def test_the_image_installs_no_dev_extras() -> None:
+    text = (DOCKER / "Dockerfile").read_text()
+    extras = re.search(r'"\.\[([\w,]+)\]"', text).group(1).split(",")
+    assert "dev" not in extras and "all" not in extras, extras
+    assert {"spark", "models", "airflow"} <= set(extras)
