@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from keyshift.config import Config, load_config
+from keyshift.control.once import decide_once
 from keyshift.jobs.history import (
     DayRange,
     HistoryError,
@@ -90,7 +91,7 @@ def compute_baselines(
             window = Window(history.loads.mean(axis=0), history.state, history.loads)
         else:
             window = Window(history.loads.sum(axis=0), history.state)
-        decision = make_policy(name, **params.get(name, {})).decide(start, window)
+        decision = decide_once(make_policy(name, **params.get(name, {})), start, window, name)
         out.append(
             BaselinePlan(
                 policy=name,

@@ -24,6 +24,7 @@ import numpy as np
 
 from keyshift.cli import UsageError, add_json_options, json_indent
 from keyshift.commands.json_request import key_name, read_request
+from keyshift.control.once import decide_once
 from keyshift.plan import Plan
 from keyshift.policies import PolicyInputError, Window, policy_class, policy_names
 
@@ -174,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
     plan, window, params = parse_request(doc)
     policy, ignored = build_policy(args.policy, params)
     try:
-        decision = policy.decide(plan, window)
+        decision = decide_once(policy, plan, window, args.policy)
     except PolicyInputError as exc:
         raise UsageError(str(exc)) from None
     except (TypeError, ValueError, OverflowError) as exc:  # a parameter of the wrong type

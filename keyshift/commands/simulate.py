@@ -245,11 +245,18 @@ def policy_params(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
-def build_policy(name: str, pairs: list[str]):
+def build_policy(name: str, pairs: list[str], cfg: Any = None):
+    """The policy by name; with ``cfg``, its parameters from ``[controller]`` as the job's
+    loop takes them (:func:`keyshift.control.policy_params`), under ``--policy-param``."""
     from keyshift.policies import PolicyInputError, make_policy
 
     try:
-        return make_policy(name, **policy_params(pairs))
+        defaults: dict[str, Any] = {}
+        if cfg is not None:
+            from keyshift.control import policy_params as from_config
+
+            defaults = from_config(cfg, name)
+        return make_policy(name, **{**defaults, **policy_params(pairs)})
     except PolicyInputError as exc:  # "policy: unknown policy ..." or a parameter's field
         raise UsageError(f"--{exc}" if exc.field == "policy" else f"--policy: {exc}") from None
     except ValueError as exc:
@@ -290,6 +297,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _plain(args: argparse.Namespace) -> int:
     from keyshift.config import load_config
+    from keyshift.control import LoopSettings
     from keyshift.experiments.report import (
         markdown_table,
         report_dir,
@@ -310,7 +318,11 @@ def _plain(args: argparse.Namespace) -> int:
     groups = args.groups or cfg.groups.count
     window = args.window or 1.0
     tick = args.tick or window / 10.0
-    policy = build_policy(args.policy or "kg", args.policy_param)
+    # the job's loop on the same config: the policy's [controller] parameters, min_gain,
+    # mode and θ (the papers' scenarios keep their own setups)
+    policy = build_policy(args.policy or "kg", args.policy_param, cfg)
+    control = LoopSettings(window_s=window, min_gain=float(cfg.controller.min_gain),
+                           mode=cfg.controller.mode, theta=float(cfg.controller.theta))
     try:
         if args.trace:
             workload = TraceWorkload(args.trace, groups, args.speedup or 1.0, args.rate)
@@ -338,12 +350,16 @@ def _plain(args: argparse.Namespace) -> int:
             rebalance_every=args.rebalance_every or 1,
             pause_s_per_state=1e-5 if args.pause_per_state is None else args.pause_per_state,
         )
-        sim = Simulator(workload, policy, sim_cfg, seed=args.seed)
+        sim = Simulator(workload, policy, sim_cfg, seed=args.seed, control=control)
         result = sim.run(duration, progress=show_progress(args))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    declined = sum(1 for d in result.decisions if d["action"] == "declined")
+    recommended = sum(1 for d in result.decisions
+                      if not d["applied"] and d["action"] not in ("none", "declined"))
     summary = {"policy": args.policy or "kg", "engines": engines, "groups": groups,
-               **result.summary()}
+               "mode": control.mode, "min_gain": control.min_gain,
+               "declined": declined, "recommended": recommended, **result.summary()}
     if args.report_dir:
         out = report_dir(args.report_dir, "simulate")
         time_series_plots(out, "simulate", {summary["policy"]: result}, window)
@@ -353,8 +369,8 @@ def _plain(args: argparse.Namespace) -> int:
         emit(args, summary)
     else:
         keys = ["processed", "missed", "throughput_mean", "rstd_mean", "rstd_p95", "imbalance",
-                "rebalances", "moved_groups", "migration_pause_s", "latency_p50_s",
-                "latency_p95_s", "engine_seconds", "wall_s"]
+                "rebalances", "declined", "recommended", "moved_groups", "migration_pause_s",
+                "latency_p50_s", "latency_p95_s", "engine_seconds", "wall_s"]
         print(markdown_table(["metric", "value"], [[k, summary[k]] for k in keys]))
         if "report_dir" in summary:
             print(f"\nplots: {summary['report_dir']}")

@@ -8,35 +8,29 @@ is the same as in the replay. Misses are the simulator's (a tuple older than one
 Eq. 1–2). The control loop (:class:`keyshift.control.ControlLoop`, as in the Spark job)
 decides at each window's end from its statistics: the scaler first, realized by the loop's
 scale mechanics; otherwise the balancing policy (default DLB-H) with the ``min_gain`` veto.
-:class:`SimulatorDriver` is the simulator's adapter: it realizes the loop's plans with
-``Simulator.switch_plan``. Moved groups pause ``pause_s`` real seconds per migration
+:class:`keyshift.sim.driver.SimulatorDriver` is the simulator's adapter (the same one a
+simulation under a policy uses): it hands the loop the simulator's windows and realizes the
+loop's plans in the simulator. Moved groups pause ``pause_s`` real seconds per migration
 (they used to be off because a scale-out during a pause crashed the simulator, fixed since,
 see tests/test_sim.py::test_scale_out_while_a_migration_is_paused).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import numpy as np
 
-from keyshift.control import (
-    ControlDecision,
-    ControlLoop,
-    Forecaster,
-    MemoryControlStore,
-    WindowStats,
-    loop_from_config,
-)
 from keyshift.elastic.cost import Costs
 from keyshift.elastic.decision import Observation, ScalingDecision
 from keyshift.elastic.errors import ElasticInputError
 from keyshift.elastic.replay import ReplayResult, idle_window, scaler_loop
 from keyshift.elastic.scaler import ForecastFn, Scaler
 from keyshift.sim import SimConfig, Simulator, SyntheticWorkload, ZipfKeys
-from keyshift.sim.result import WindowStats as SimWindowStats
+from keyshift.sim.driver import SimulatorDriver
 from keyshift.sim.workload import Schedule
+
+__all__ = ["SimulatorDriver", "run_in_simulator"]
 
 
 def run_in_simulator(
@@ -93,7 +87,7 @@ def run_in_simulator(
     decisions: list[ScalingDecision] = []
     window = idle_window(groups)
     for j in range(n):
-        d = driver.loop.step(window)
+        d = driver.decide(window)
         decisions.append(d.scaling)
         changes[j] = d.after.parallelism != d.before.parallelism
         stats, window = driver.run_window()
@@ -109,38 +103,3 @@ def run_in_simulator(
         latency=np.full(n, lat_s), cost=cost, changes=changes, window_s=window_s,
         decisions=decisions, planner_ms=planner_ms,
     )
-
-
-class SimulatorDriver:
-    """The simulator's adapter of the control loop: runs one simulator window, hands the
-    loop its :class:`~keyshift.control.WindowStats`, and realizes the loop's plans."""
-
-    def __init__(self, sim: Simulator, lat_s: float, window_s: float,
-                 loop: ControlLoop | None = None) -> None:
-        self.sim = sim
-        self.lat_s = lat_s
-        self.window_s = window_s
-        self.loop = loop
-
-    def run_window(self) -> tuple[SimWindowStats, WindowStats]:
-        """One simulator window and the loop's view of it, measured as the job measures
-        (In = the tuples routed to the engines, the sum of the group loads; Lat the engines'
-        per-tuple seconds; the window's histogram and state sizes)."""
-        stats = self.sim.step_window()
-        loads = self.sim.window_loads
-        return stats, WindowStats.measured(stats.index, loads, float(loads.sum()), self.lat_s,
-                                           stats.index * self.window_s, self.sim.state.copy())
-
-    @classmethod
-    def from_config(cls, sim: Simulator, cfg, policy: str, lat_s: float,
-                    forecaster: Forecaster | None = None, clock=time.time) -> SimulatorDriver:
-        """A driver whose loop is built from a keyshift config exactly as the Spark job's
-        (:func:`keyshift.control.loop_from_config`); started on the simulator's plan."""
-        driver = cls(sim, lat_s, float(cfg.controller.window_s))
-        driver.loop = loop_from_config(cfg, MemoryControlStore(), policy, forecaster,
-                                       realizer=driver, clock=clock)
-        driver.loop.start(sim.plan)
-        return driver
-
-    def realize(self, decision: ControlDecision) -> None:
-        self.sim.switch_plan(decision.after, decision.reason)

@@ -89,23 +89,32 @@ class SimResult:
         self.windows.append(stats)
 
     def add_decision(
-        self, t: float, decision: Decision, engines_before: int, state_total: float = 0.0
+        self, t: float, decision: Decision, engines_before: int, state_total: float = 0.0,
+        action: str = "rebalance", applied: bool = True,
     ) -> None:
+        """The balancer's decision of one window and the control loop's ``action`` on it.
+        Not ``applied`` (declined by a veto, or only recommended): nothing moved, the
+        balance after is the balance before, and ``proposed_groups`` is what the policy
+        wanted to move."""
         info = {
             k: v for k, v in decision.info.items() if isinstance(v, int | float | str | bool)
         }
+        after = decision.after if applied else decision.before
         self.decisions.append(
             {
                 "t": t,
-                "moved_groups": len(decision.moves),
-                "moved_state": decision.moves.total_state,
+                "action": action,
+                "applied": applied,
+                "moved_groups": len(decision.moves) if applied else 0,
+                "moved_state": decision.moves.total_state if applied else 0.0,
+                "proposed_groups": len(decision.moves),
                 "state_total": state_total,
                 "rstd_before": decision.before.rstd,
-                "rstd_after": decision.after.rstd,
+                "rstd_after": after.rstd,
                 "var_before": decision.before.var,
-                "var_after": decision.after.var,
+                "var_after": after.var,
                 "engines_before": engines_before,
-                "engines_after": decision.plan.parallelism,
+                "engines_after": decision.plan.parallelism if applied else engines_before,
                 "elapsed_ms": decision.elapsed_ms,
                 "info": info,
             }

@@ -1,4 +1,5 @@
-"""The cluster simulator: N engines, their queues and key-group state, driven by a policy.
+"""The cluster simulator: N engines, their queues and key-group state, driven by a policy
+through the control loop.
 
 Discrete time in ticks of ``tick_s``. Every tick: the workload's arrivals per key group are
 routed through the current plan (moved groups that are still paused go to a migration
@@ -6,9 +7,11 @@ buffer instead), the source is admitted (or throttled under back-pressure), ever
 serves its capacity FIFO (:mod:`keyshift.sim.queues`), and queues age. Every statistic
 window (``window_s``) the simulator records the window's metrics, updates each group's state
 size, lets an optional controller hook change the engine count, and every
-``rebalance_every`` windows hands the window (histogram Y_t, state d, history) to the policy
-under test through :meth:`Policy.decide` — the very same call the streaming controller makes —
-and applies the decision.
+``rebalance_every`` windows hands the window (histogram Y_t, state d, history) to the control
+loop through its driver (:mod:`keyshift.sim.driver`): the same
+:meth:`keyshift.control.ControlLoop.step` the Spark job makes, with the policy under test as
+its balancer, its ``min_gain`` veto, ``recommend`` mode and records. The driver applies
+what the loop realizes.
 
 Migration (dlb §3.3): the moved groups pause for ``pause_fixed_s + pause_s_per_state ·
 Σ state moved``; their tuples are buffered (aging, never dropped) and join the new engine's
@@ -21,10 +24,10 @@ tick's arrivals itself, from its own view of the stream so far, as the paper's p
 does; its window decisions still update the plan (the engine that keeps each group).
 
 Elasticity: :meth:`Simulator.set_engines` changes the number of live engines between
-windows (a controller hook passed to :meth:`run` is called after every window). With
-``policy=None`` the simulator decides nothing itself: the control loop
-(:mod:`keyshift.control`, driven by :mod:`keyshift.elastic.sim_bridge`) decides and
-:meth:`Simulator.switch_plan` realizes its plans.
+windows (a controller hook passed to :meth:`run` is called after every window; the loop
+adopts the plan it made). With ``policy=None`` the simulator has no loop of its own: a
+driver outside it steps one (:mod:`keyshift.elastic.sim_bridge`, with a scaler) and
+realizes its plans.
 """
 
 from __future__ import annotations
@@ -33,17 +36,21 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from keyshift.errors import FieldError
 from keyshift.metrics import load_variance, rstd
 from keyshift.plan import Plan
-from keyshift.policies.base import Decision, Policy, Window
+from keyshift.policies.base import Decision, Policy
+from keyshift.sim.driver import SimulatorDriver
 from keyshift.sim.queues import CohortQueues
 from keyshift.sim.result import SimResult, WindowStats
 from keyshift.sim.workload import Workload
+
+if TYPE_CHECKING:
+    from keyshift.control import LoopSettings
 
 
 class SimError(FieldError):
@@ -167,6 +174,9 @@ class Simulator:
 
     ``plan`` defaults to KG over ``config.engines`` (``Plan.hashed``). Use :meth:`run`
     for a whole experiment, or :meth:`step_window` to drive it window by window.
+    ``control`` are the loop's settings (:class:`keyshift.control.LoopSettings`; default:
+    Δ = ``config.window_s``, ``min_gain`` off, ``act``); ``sim.driver.loop`` is the loop, its
+    store the decisions' records.
     """
 
     def __init__(
@@ -176,6 +186,7 @@ class Simulator:
         config: SimConfig | None = None,
         plan: Plan | None = None,
         seed: int = 0,
+        control: LoopSettings | None = None,
     ) -> None:
         self.config = config or SimConfig()
         self.workload = workload
@@ -203,6 +214,8 @@ class Simulator:
         self.result = SimResult(tick_s=cfg.tick_s, window_s=cfg.window_s)
         self._split: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._router = policy.router(p) if policy is not None else None
+        self.driver = SimulatorDriver.for_policy(self, policy, control) \
+            if policy is not None else None
 
     # ---- engines ---------------------------------------------------------------------
     def _grow_rates(self, engines: int) -> None:
@@ -312,7 +325,7 @@ class Simulator:
 
     # ---- one window ------------------------------------------------------------------
     def step_window(self, hook: Hook | None = None) -> WindowStats:
-        """Simulate one statistic window, then let the hook and the policy act."""
+        """Simulate one statistic window, then let the hook and the control loop act."""
         cfg = self.config
         p = self.workload.groups
         n = self.plan.engines
@@ -356,9 +369,8 @@ class Simulator:
         self.result.add_window(stats)
         if hook is not None:
             hook(self, stats)
-        due = self.policy is not None and self.windows_done % cfg.rebalance_every == 0
-        if due and (cfg.trigger_rstd <= 0 or stats.rstd > cfg.trigger_rstd):
-            self.rebalance(y)
+        if self.driver is not None:
+            self.driver.after_window(stats)
         return stats
 
     def _remember(self, y: np.ndarray) -> None:
@@ -384,16 +396,9 @@ class Simulator:
         return self._recent[-seen:].copy()
 
     # ---- decisions and migrations ----------------------------------------------------
-    def rebalance(self, loads: np.ndarray | None = None) -> Decision:
-        """Ask the policy about the last window and apply what it decides."""
-        y = self._recent[-1] if loads is None else loads
-        window = Window(loads=y, state=self.state, history=self.history())
-        decision = self.policy.decide(self.plan, window)
-        self.apply(decision)
-        return decision
-
     def apply(self, decision: Decision) -> None:
-        """Switch to the decision's plan; moved groups pause and buffer (dlb §3.3).
+        """Switch to the decision's plan (the control loop's realization of a balancer's
+        decision, :mod:`keyshift.sim.driver`); moved groups pause and buffer (dlb §3.3).
 
         Two optional ``info`` entries extend the plan for policies that split a group over
         engines (PKG): ``routing = {"groups", "engines", "share"}`` sends ``share`` of each
@@ -404,9 +409,6 @@ class Simulator:
         """
         old = self.plan
         new = decision.plan
-        self.result.add_decision(
-            self.now, decision, self.plan.parallelism, float(self.state.sum())
-        )
         self._split = _split_routing(decision.info.get("routing"), new)
         if new is old:
             return
@@ -443,6 +445,11 @@ class Simulator:
         )
         self._batch_of_group[moved] = bid
         self.result.add_migration(len(moved), moved_state, pause_s)
+
+    def set_routing(self, routing: Any) -> None:
+        """New split shares for the plan in force (see :meth:`apply`): a splitting policy's
+        decision that moved no group's main engine."""
+        self._split = _split_routing(routing, self.plan)
 
     @property
     def window_loads(self) -> np.ndarray:
