@@ -75,6 +75,7 @@ from .faults import kill_during, kill_point
 from .heartbeat import Heartbeat
 from .migration import Migration, record
 from .staging import StagedAppends
+from .storage_watch import StorageWatch
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -162,36 +163,45 @@ class StreamJob:
         self.topic = options.topic or cfg.kafka.topic
         self.checkpoint = cfg.checkpoint_uri(self.run_id)
         self.state_uri = cfg.engine_state_uri(self.run_id)
-        per_window = max(1, round(cfg.controller.window_s / self.trigger_s))
-        self.appends = RunAppends(spark, cfg, self.run_id)
-        self.log = ControlLog(spark, cfg, self.run_id, appends=self.appends)
-        self.controller = Controller(cfg, self.run_id, options.policy, self.groups, self.engines,
-                                     per_window, self.log, options.policy_params)
+        self.per_window = max(1, round(cfg.controller.window_s / self.trigger_s))
         self.totals = Totals()
         self.on_batch = on_batch
-        self.per_window = per_window
-        # dc / wc: the groups' loads of the open window, and the split made from the last one
-        self._window_loads: tuple[int, np.ndarray] | None = None
-        self._split: tuple[tuple[int, int], tuple[int, ...]] | None = None
-        self._caches: dict[int, str] = {}  # engine → cache id its last task reported
         self._salts: dict[int, list[int]] = {}  # slots → a key per engine (see _placement)
-        # the routing frame of the plan in force: ((plan version, slots), frame)
-        self._route: tuple[tuple[int, int], DataFrame] | None = None
         self.run_uri = cfg.runs_uri(self.run_id)  # the run's files by Delta
-        # the run's bookkeeping rows wait here for one commit per interval
-        self.staging = StagedAppends(spark, f"{self.run_uri}/staged", self.appends,
-                                     cfg.warehouse.commit_interval_s)
-        self.appends.staging = self.staging
         self._idle: threading.Timer | None = None  # commits the staged rows when input stops
-        self._recovered = False
         self._lock = threading.Lock()
         self._batch_lock = threading.Lock()
         self._stopping = threading.Event()
         self.query: StreamingQuery | None = None
+        # waits out a warehouse that refuses writes, and says so (streaming/storage_watch.py)
+        self.storage_watch = StorageWatch(cfg.warehouse_uri, cfg.warehouse.outage_s)
         # says when the job waits for a broker that went away, and when it is back
         self.broker_watch = BrokerWatch(cfg.kafka.bootstrap)
         # says the job is alive (keyshift status) until it stops; streaming/heartbeat.py
         self.heartbeat = Heartbeat(self.run_uri, self.trigger_s)
+        self._watching = False
+        self._new_attempt()
+
+    def _new_attempt(self) -> None:
+        """What one attempt of the query keeps and a restart in place starts afresh, as a
+        restarted process would (:meth:`ride_out`): the appends, the controller, the staging
+        and the per-window caches."""
+        spark, cfg, options = self.spark, self.cfg, self.opt
+        self.appends = RunAppends(spark, cfg, self.run_id)
+        self.log = ControlLog(spark, cfg, self.run_id, appends=self.appends)
+        self.controller = Controller(cfg, self.run_id, options.policy, self.groups, self.engines,
+                                     self.per_window, self.log, options.policy_params)
+        # dc / wc: the groups' loads of the open window, and the split made from the last one
+        self._window_loads: tuple[int, np.ndarray] | None = None
+        self._split: tuple[tuple[int, int], tuple[int, ...]] | None = None
+        self._caches: dict[int, str] = {}  # engine → cache id its last task reported
+        # the routing frame of the plan in force: ((plan version, slots), frame)
+        self._route: tuple[tuple[int, int], DataFrame] | None = None
+        # the run's bookkeeping rows wait here for one commit per interval
+        self.staging = StagedAppends(spark, f"{self.run_uri}/staged", self.appends,
+                                     cfg.warehouse.commit_interval_s, watch=self.storage_watch)
+        self.appends.staging = self.staging
+        self._recovered = False
 
     # -- query ------------------------------------------------------------------------
     def source(self) -> DataFrame:
@@ -255,9 +265,47 @@ class StreamJob:
             .trigger(**trigger)
             .start()
         )
-        self.broker_watch.start()
-        self.heartbeat.start()
+        if not self._watching:  # a restart in place keeps the watches it has
+            self._watching = True
+            self.broker_watch.start()
+            self.heartbeat.start()
         return self.query
+
+    def ride_out(self, error: BaseException | str,
+                 stop: threading.Event | None = None) -> BaseException | str | None:
+        """After the query failed with ``error``: while it is the warehouse's and the outage
+        is younger than ``warehouse.outage_s``, wait and start the query again in place
+        (None: it runs again). A restart in place is exactly a restarted process's recovery
+        (:mod:`keyshift.streaming.storage_watch` says why); it fails fast while the
+        warehouse still refuses writes (the start marker), and tries again after a backoff.
+        Otherwise returns the failure to report: ``error``, or a restart's own."""
+        while self.storage_watch.failed(error):
+            self.storage_watch.pause(stop)
+            if stop is not None and stop.is_set():
+                return error
+            self._abandon()
+            try:
+                self._new_attempt()
+                self.start()
+                return None
+            except Exception as exc:  # noqa: BLE001 -- the outage goes on, or a new cause
+                error = exc
+        return error
+
+    def _abandon(self) -> None:
+        """Let go of a failed attempt: its idle commit, its commit behind the stream (the
+        files stay staged; the next attempt commits them by row key), its query."""
+        if self._idle is not None:
+            self._idle.cancel()
+        try:
+            self.staging.wait()
+        except Exception:  # noqa: BLE001 -- what it found is found again by the next attempt
+            pass
+        try:
+            if self.query is not None and self.query.isActive:
+                self.query.stop()
+        except Exception:  # noqa: BLE001 -- a query that failed may be half gone
+            pass
 
     def stop(self, timeout_s: float = 300.0) -> None:
         """Stop between micro-batches: let the running batch finish, refuse the next one.
@@ -323,9 +371,11 @@ class StreamJob:
         with self._batch_lock:
             t0 = time.perf_counter()
             if self.staging.pending:
-                self.staging.commit()
+                # a commit is safe to repeat (rows land once by key): wait out an outage
+                self.storage_watch.call(self.staging.commit)
             with self._lock:
                 self.totals.stop_commit_s += time.perf_counter() - t0
+            self.storage_watch.resumed()
 
     def _flush_when_idle(self) -> None:
         """If no batch follows within a trigger interval (the input has paused; Spark runs
@@ -340,7 +390,8 @@ class StreamJob:
                     if self.staging.pending:
                         self.staging.commit()
                 except Exception as exc:  # the next batch or stop() retries; say why
-                    say(f"keyshift: bookkeeping rows not committed yet ({exc})")
+                    if not self.storage_watch.failed(exc):  # an outage is said once there
+                        say(f"keyshift: bookkeeping rows not committed yet ({exc})")
                 finally:
                     self._batch_lock.release()
 
@@ -355,6 +406,7 @@ class StreamJob:
                 raise JobStopping(f"batch {batch_id} not started: the job is stopping; "
                                   "a restart with the same run id takes it")
             self._process_batch(df, batch_id)
+            self.storage_watch.resumed()  # a batch went through: an outage is over
             kill_point("after_batch", batch_id)
 
     # -- one micro-batch --------------------------------------------------------------

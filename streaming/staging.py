@@ -45,6 +45,8 @@ from keyshift.lakehouse.logs import say
 from keyshift.lakehouse.storage import filesystem, write_atomically
 from keyshift.schemas import SCHEMA_VERSION, table
 
+from .storage_watch import StorageWatch, storage_failure
+
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import SparkSession
@@ -208,6 +210,8 @@ def read_staged(uri: str, fs: Any = None, path: str | None = None) -> pa.Table:
     except FileNotFoundError:
         raise _damaged(uri, "missing (listed, then gone)") from None
     except (pa.ArrowException, OSError) as exc:  # cut short, torn, or a byte that breaks it
+        if storage_failure(exc) is not None:  # the storage refused the read: not damage
+            raise
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         first = re.sub(r"^Could not open Parquet input source '[^']*': ", "", first)
         first = first.split(". ")[0][:60]
@@ -240,7 +244,8 @@ class StagedAppends:
     """The staged bookkeeping of one run: put rows, ask whether a commit is due, commit."""
 
     def __init__(self, spark: SparkSession, root: str, appends: RunAppends,
-                 interval_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+                 interval_s: float, clock: Callable[[], float] = time.monotonic,
+                 watch: StorageWatch | None = None) -> None:
         self.spark = spark
         self.root = root
         self.appends = appends
@@ -250,6 +255,10 @@ class StagedAppends:
         self.last_commit: dict[str, float] = {}  # table → seconds, of the latest commit
         self._behind: threading.Thread | None = None  # a commit running behind the stream
         self._damaged: StagedFileError | None = None  # what that commit found damaged
+        # tables whose last commit failed: it may have appended its rows and failed to delete
+        # their files (a warehouse gone read-only in between), so the next one goes by key
+        self._unsure: set[str] = set()
+        self.watch = watch  # the job's storage watch: an outage is said there, once
 
     # -- staging ----------------------------------------------------------------------
     def put(self, name: str, rows: Sequence[Mapping[str, Any]], batch_id: int) -> int:
@@ -343,7 +352,8 @@ class StagedAppends:
                 self._damaged = exc
             except Exception as exc:  # the files stay: retried when due again, or at stop
                 self._since.setdefault(before - 1, float("-inf"))
-                say(f"keyshift: bookkeeping rows not committed yet ({exc}); trying again")
+                if self.watch is None or not self.watch.failed(exc):
+                    say(f"keyshift: bookkeeping rows not committed yet ({exc}); trying again")
 
         self._behind = threading.Thread(target=run, name="keyshift-staged-commit", daemon=True)
         self._behind.start()
@@ -368,7 +378,13 @@ class StagedAppends:
     def _timed(self, name: str, batches: Mapping[int, list[str]]) -> int:
         t0 = time.perf_counter()
         try:
-            return self._commit(name, batches)
+            done = self._commit(name, batches)
+        except BaseException:
+            self._unsure.add(name)
+            raise
+        else:
+            self._unsure.discard(name)
+            return done
         finally:
             self.last_commit[name] = round(time.perf_counter() - t0, 3)
 
@@ -381,9 +397,10 @@ class StagedAppends:
         uris = [u for _, us in sorted(batches.items()) for u in us]
         self.check(uris)  # every file whole before Spark reads it: none is left out silently
         df = self.spark.read.schema(table(name).ddl()).parquet(*uris)
-        if any(self.appends.may_exist(b) for b in batches):
+        if name in self._unsure or any(self.appends.may_exist(b) for b in batches):
             # a predecessor may have committed some of these rows (it died before deleting
-            # their files, or a batch it began is running again): append only the others
+            # their files, or a batch it began is running again), or a commit of this
+            # process that failed did before its delete failed: append only the others
             key = list(ROW_KEY[name])
             have = (self.spark.read.format("delta").load(cfg.table_path(name))
                     .where(F.col(key[0]) == self.appends.run_id).select(*key))

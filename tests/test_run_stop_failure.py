@@ -16,6 +16,7 @@ import pytest
 
 from keyshift.streaming.commands import run as run_cmd
 from keyshift.streaming.job import JobOptions, StreamJob, Totals
+from keyshift.streaming.storage_watch import StorageWatch
 
 QUERY_ERROR = (
     "[FOREACH_BATCH_USER_FUNCTION_ERROR] An error occurred in the user provided function in "
@@ -80,6 +81,8 @@ def fake_job(tmp_path: Path, query_error: str | None, commit_fails: bool) -> Str
     job._idle = None
     job._lock, job._batch_lock = threading.Lock(), threading.Lock()
     job._stopping = threading.Event()
+    # warehouse.outage_s = 0: these runs stop at the first refused write, as before
+    job.storage_watch = StorageWatch("/wh", 0.0)
     return job
 
 
@@ -154,3 +157,36 @@ def test_stop_job_returns_the_stop_failure_as_one_line(tmp_path, failed):
     job = fake_job(tmp_path, failed, commit_fails=True)
     said = run_cmd.stop_job(job)
     assert said.startswith("PermissionError") and "\n" not in said
+
+
+def test_a_storage_outage_shorter_than_outage_s_is_ridden_out(tmp_path, monkeypatch):
+    """Issue 26 item 3: the query fails on a read-only warehouse; the job says once that it
+    waits, starts the query again in place (a restart's recovery) while the warehouse still
+    refuses the start, and goes on when it answers; the run ends clean."""
+    said: list[str] = []
+    job = fake_job(tmp_path, QUERY_ERROR, commit_fails=False)
+    job.storage_watch = StorageWatch("/wh", 60.0, say=said.append, first_pause_s=0.0)
+    attempts: list[int] = []
+    monkeypatch.setattr(job, "_new_attempt", lambda: None)
+
+    def start():
+        attempts.append(1)
+        if len(attempts) < 3:  # the start marker's write is refused twice
+            raise OSError(30, "Read-only file system", "/wh/_runs/ro/started")
+        job.query = _Query(None)  # this attempt runs to its end (availableNow)
+        job.storage_watch.resumed()  # what its first batch does
+
+    monkeypatch.setattr(job, "start", start)
+    ending = run_cmd.wait_and_stop(job, None, lambda *a: None)
+    assert ending.failed is None and ending.stop_failed is None and len(attempts) == 3
+    assert [x.split(" (")[0] for x in said] == ["keyshift: waiting for the warehouse at /wh",
+                                                 said[1]]
+    assert said[1].startswith("keyshift: the warehouse at /wh answers again")
+
+
+def test_a_logic_error_is_not_ridden_out(tmp_path, monkeypatch):
+    job = fake_job(tmp_path, "ValueError: a bug in the operator", commit_fails=False)
+    job.storage_watch = StorageWatch("/wh", 60.0, say=lambda s: pytest.fail(s))
+    monkeypatch.setattr(job, "start", lambda: pytest.fail("restarted on a logic error"))
+    ending = run_cmd.wait_and_stop(job, None, lambda *a: None)
+    assert ending.failed == "ValueError: a bug in the operator"

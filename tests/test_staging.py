@@ -228,3 +228,40 @@ def test_commit_interval_is_checked_and_comes_from_the_environment() -> None:
     assert cfg.warehouse.commit_interval_s == 0.0
     with pytest.raises(ConfigError, match="commit_interval_s"):
         load_config(env={"KEYSHIFT_WAREHOUSE__COMMIT_INTERVAL_S": "-1"})
+
+
+@pytest.mark.integration
+def test_a_commit_that_failed_after_its_append_lands_once_when_tried_again(
+        spark, spark_config, tmp_path) -> None:
+    """Issue 26 item 3: the warehouse goes read-only between a commit's append and the
+    deletion of its files, in a process past its first batch (whose appends go blind): the
+    commit fails, and the same process's next commit of those files appends by row key."""
+    import errno
+
+    from keyshift.lakehouse.delta import RunAppends, ensure_tables
+
+    cfg = spark_config.model_copy(update={"warehouse": spark_config.warehouse.model_copy(
+        update={"root": str(tmp_path / "wh")})})
+    ensure_tables(spark, cfg, ["metrics"])
+    root = str(tmp_path / "wh" / "_runs" / "r" / "staged")
+    appends = RunAppends(spark, cfg, "r")
+    appends.fresh = True
+    st = StagedAppends(spark, root, appends, interval_s=0)
+    appends.staging = st
+    for b in (0, 1, 2):
+        appends.begin(b)
+        appends.defer("metrics", [_metrics(b)], b)
+    assert not appends.may_exist(1)  # a blind append, unless the commit knows better
+    delete = st._delete
+
+    def read_only(uris):
+        raise OSError(errno.EROFS, "Read-only file system", uris[0])
+
+    st._delete = read_only
+    with pytest.raises(OSError, match="Read-only"):
+        st.commit()
+    st._delete = delete
+    st.commit()
+    rows = spark.read.format("delta").load(cfg.table_path("metrics")).collect()
+    assert sorted(r.batch_id for r in rows) == [0, 1, 2]
+    assert st.files() == {}

@@ -220,10 +220,12 @@ def wait_and_stop(job, duration: float | None, say) -> Ending:
     """Run until the query ends (availableNow), the duration passes, or Ctrl-C / SIGTERM,
     then stop between batches (:meth:`StreamJob.stop`); a second Ctrl-C leaves at once.
 
-    The stop commits the staged bookkeeping; when that fails (a warehouse gone read-only
-    fails the query first, then this commit) its failure is kept apart (:func:`stop_job`),
-    so the query's failure, the first cause, is the one reported."""
-    query = job.query
+    A query that fails because the warehouse refuses writes is started again in place once
+    the warehouse answers, for up to ``warehouse.outage_s`` (:meth:`StreamJob.ride_out`);
+    past that, or for any other failure, the run stops. The stop commits the staged
+    bookkeeping; when that fails (a warehouse gone read-only fails the query first, then
+    this commit) its failure is kept apart (:func:`stop_job`), so the query's failure, the
+    first cause, is the one reported."""
     stop = threading.Event()
     why: list[int] = []
 
@@ -237,15 +239,23 @@ def wait_and_stop(job, duration: float | None, say) -> Ending:
     deadline = time.monotonic() + duration if duration else None
     failed = None
     try:
-        while not stop.wait(0.5):
-            if query.exception() is not None:
+        while True:
+            query = job.query
+            while not stop.wait(0.5):
+                if query.exception() is not None:
+                    break
+                if not query.isActive or (deadline is not None
+                                          and time.monotonic() >= deadline):
+                    break
+            # read after the loop too: a query that failed between the two checks above is
+            # inactive with its exception set, and is a failure, not an end
+            if query.exception() is None:
                 break
-            if not query.isActive or (deadline is not None and time.monotonic() >= deadline):
-                break
-        # read after the loop too: a query that failed between the two checks above is
-        # inactive with its exception set, and is a failure, not an end
-        if query.exception() is not None:
-            failed = str(query.exception())
+            left = job.ride_out(str(query.exception()), stop)
+            if left is None:  # started again after a storage outage: wait on the new query
+                continue
+            failed = str(left)
+            break
         if stop.is_set():
             say("stopping after the current batch ...")
         stop_failed = stop_job(job)
