@@ -87,7 +87,7 @@ def run_in_simulator(
     decisions: list[ScalingDecision] = []
     window = idle_window(groups)
     for j in range(n):
-        d = driver.decide(window)
+        d = driver.step(window)
         decisions.append(d.scaling)
         changes[j] = d.after.parallelism != d.before.parallelism
         stats, window = driver.run_window()

@@ -117,7 +117,7 @@ class SimulatorDriver:
     def after_window(self, stats: SimWindowStats) -> ControlDecision | None:
         """What :meth:`Simulator.step_window` calls after a window and its hook."""
         self.follow(stats.index)
-        return self.decide(self.measure(stats)) if self.due(stats) else None
+        return self.step(self.measure(stats)) if self.due(stats) else None
 
     def follow(self, batch_id: int) -> None:
         """Adopt a plan the simulator switched outside the loop after ``batch_id``."""
@@ -128,7 +128,7 @@ class SimulatorDriver:
             return
         self.loop.adopt(plan, batch_id, "simulator", "switched outside the loop")
 
-    def decide(self, window: WindowStats) -> ControlDecision:
+    def step(self, window: WindowStats) -> ControlDecision:
         """Step the loop on ``window``; the balancer's decision goes into the result."""
         d = self.loop.step(window)
         b = d.balancing
