@@ -1,9 +1,12 @@
 """docs/design.md's rule: the arrows point down. Importing every module of the pure core must not
-load Spark, Airflow, torch, MLflow, Kafka or any layer below keyshift/."""
+load Spark, Airflow, torch, MLflow, Kafka or any layer below keyshift/. And one control loop:
+only the policies, the loop and the papers' experiment tables call a policy's ``decide``."""
 
+import ast
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 FORBIDDEN = ["pyspark", "delta", "airflow", "torch", "gpytorch", "mlflow", "kafka",
              "models", "streaming", "jobs", "lakehouse", "examples", "dags"]
@@ -39,3 +42,36 @@ def test_the_batch_layer_does_not_import_the_speed_layer():
             found += [f"{path.name}: {n}" for n in names
                       if n.startswith(("keyshift.streaming", "streaming"))]
     assert found == []
+
+
+ROOT = Path(__file__).resolve().parents[1]
+ALLOWED = ("keyshift/policies/", "keyshift/control/", "keyshift/experiments/")
+PRODUCT = ("keyshift", "streaming", "jobs", "models", "lakehouse", "dags", "examples")
+
+
+def decide_calls(path: Path) -> list[int]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return [node.lineno for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "decide"]
+
+
+def test_only_the_policies_the_loop_and_the_experiments_call_decide() -> None:
+    """Issue 25 item 2. Every other module asks the control loop (keyshift.control.ControlLoop
+    through its driver, or keyshift.control.once.decide_once for a one-off answer), so the
+    job, the simulator and the replays decide alike; bench/ and tests/ measure and test the
+    policies themselves and are not product code."""
+    found = []
+    for top in PRODUCT:
+        for path in sorted((ROOT / top).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            if rel.startswith(ALLOWED):
+                continue
+            found += [f"{rel}:{line}" for line in decide_calls(path)]
+    assert found == []
+
+
+def test_the_scan_finds_a_call(tmp_path: Path) -> None:
+    f = tmp_path / "m.py"
+    f.write_text("def f(p, plan, w):\n    return p.decide(plan, w)\n")
+    assert decide_calls(f) == [2]
