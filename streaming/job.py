@@ -75,7 +75,7 @@ from .faults import kill_during, kill_point
 from .heartbeat import Heartbeat
 from .migration import Migration, record
 from .staging import StagedAppends
-from .storage_watch import StorageWatch
+from .storage_watch import StorageWatch, storage_failure
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -278,11 +278,13 @@ class StreamJob:
         (None: it runs again). A restart in place is exactly a restarted process's recovery
         (:mod:`keyshift.streaming.storage_watch` says why); it fails fast while the
         warehouse still refuses writes (the start marker), and tries again after a backoff.
-        Otherwise returns the failure to report: ``error``, or a restart's own."""
+        Otherwise returns the failure to report: the query's (the first cause) when the
+        outage outlasted ``outage_s``, a restart's own when it failed for another reason."""
+        first = error
         while self.storage_watch.failed(error):
             self.storage_watch.pause(stop)
             if stop is not None and stop.is_set():
-                return error
+                return first
             self._abandon()
             try:
                 self._new_attempt()
@@ -290,7 +292,7 @@ class StreamJob:
                 return None
             except Exception as exc:  # noqa: BLE001 -- the outage goes on, or a new cause
                 error = exc
-        return error
+        return first if storage_failure(error) is not None else error
 
     def _abandon(self) -> None:
         """Let go of a failed attempt: its idle commit, its commit behind the stream (the
