@@ -116,8 +116,9 @@ def report(result: dict[str, Any]) -> str:
         for which, m in models.items():
             metrics = m.get("metrics", {})
             moved = "moved" if m.get("champion_moved") else "kept"
+            label = f"v{m['version']}" if m.get("version") else "no new version"
             parts.append(
-                f"{which} {m.get('name')} v{m.get('version')} ({m.get('kernel')}): "
+                f"{which} {m.get('name')} {label} ({m.get('kernel')}): "
                 f"CC {metrics.get('cc', float('nan')):.3f}, RMSE {metrics.get('rmse', float('nan')):.4g}"
                 f" on the held-out tail; champion {moved} ({m.get('reason')})"
             )

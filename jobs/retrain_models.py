@@ -6,8 +6,9 @@ alias moves only when the new version beats the current one on the same held-out
 (that rule lives in :func:`keyshift.models.training.train_and_register`; this job feeds it).
 
 Three outcomes an operator can tell apart: ``trained`` (new versions registered);
-``skipped`` with the reason (an empty range or too little history — a quiet night, not a
-failure, and never a model fitted on nothing); or an exception whose message names the
+``skipped`` with the reason (an empty range, too little history, or every new model ties its
+champion — a quiet night, not a failure, never a model fitted on nothing nor a copy
+registered); or an exception whose message names the
 missing table or the unreachable tracking store. The tracking store is checked *before*
 Spark reads and the GPs train, so a broken MLflow costs seconds, not a training run.
 
@@ -143,6 +144,11 @@ def run(
     if isinstance(result, dict) and result.get("skipped"):
         return {**summary, "status": "skipped", "reason": str(result["skipped"]),
                 "models": result}
+    models = result.get("models") or {}
+    if models and not any(m.get("registered") for m in models.values()):
+        # nothing new: no version, so no asset event (Airflow: the task is skipped)
+        return {**summary, "status": "skipped", "models": result,
+                "reason": "; ".join(f"{w}: {m['reason']}" for w, m in models.items())}
     return {**summary, "status": "trained", "models": result}
 
 

@@ -25,6 +25,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlparse
 
 import mlflow
 import numpy as np
@@ -119,10 +120,22 @@ def _first_line(exc: BaseException) -> str:
 
 
 def ensure_experiment(client: MlflowClient, cfg: Config, name: str = EXPERIMENT) -> str:
-    """The experiment's id, created with its artifacts under ``cfg.mlflow_artifact_root``."""
+    """The experiment's id; a new experiment's artifacts go where every reader reaches them.
+
+    With a tracking *server* (http/https) and no ``mlflow.artifact_root``, the server
+    chooses (with ``--serve-artifacts``: ``mlflow-artifacts:/``, uploads and downloads
+    proxied by the server): a local folder would exist only on the host that trained, and
+    the stream job or a task on another host could not load the champion. A local store
+    keeps them under ``cfg.mlflow_artifact_root``; a configured root with a scheme
+    (``s3://``, ``mlflow-artifacts:/``) is passed as it is."""
     found = client.get_experiment_by_name(name)
     if found is not None:
         return found.experiment_id
+    configured = cfg.mlflow.artifact_root
+    if len(urlparse(configured).scheme) > 1:  # a URI, not a path (nor C:)
+        return client.create_experiment(name, artifact_location=configured)
+    if not configured and urlparse(cfg.mlflow_tracking_uri).scheme in ("http", "https"):
+        return client.create_experiment(name)
     root = cfg.mlflow_artifact_root
     root.mkdir(parents=True, exist_ok=True)
     return client.create_experiment(name, artifact_location=root.as_uri())

@@ -7,6 +7,11 @@ lower than the current champion's RMSE on the SAME tail (the champion is re-scor
 compared through numbers it logged on other data). A champion that cannot be loaded any more
 loses to any new version. The registered model is exactly the one that was scored (fitted on
 the head); serving adds the windows since then through ``add_observations``.
+
+A new model that *ties* the champion (the same RMSE on the same tail, e.g. a rerun on the same
+history) is not registered: it would be a copy under a new number, and a night that produced
+nothing new must not look like one that did (the retrain's asset event starts the baselines).
+The run still records its metrics, plots and the decision.
 """
 
 from __future__ import annotations
@@ -55,11 +60,20 @@ def _champion_decision(cfg: Config, client, which: str, new_rmse: float,
     except RegistryError as exc:
         return {"move": True, "previous": current, "champion_rmse": None,
                 "reason": f"current {cfg.mlflow.alias} v{current} unreadable: {exc}"}
+    if ties(new_rmse, champion_rmse):
+        return {"move": False, "tie": True, "previous": current, "champion_rmse": champion_rmse,
+                "reason": f"new RMSE {new_rmse:.6g} ties v{current}'s {champion_rmse:.6g} on "
+                          "the same held-out tail: no new version"}
     better = new_rmse < champion_rmse
     verdict = "beats" if better else "does not beat"
     return {"move": better, "previous": current, "champion_rmse": champion_rmse,
             "reason": f"new RMSE {new_rmse:.6g} {verdict} v{current}'s {champion_rmse:.6g} "
                       "on the same held-out tail"}
+
+
+def ties(new_rmse: float, champion_rmse: float, rel: float = 1e-9) -> bool:
+    """Equal up to float noise: the same fit scored twice differs in the last bits only."""
+    return abs(new_rmse - champion_rmse) <= rel * max(abs(new_rmse), abs(champion_rmse), 1e-300)
 
 
 def train_and_register(
@@ -131,11 +145,21 @@ def train_and_register(
                 mlflow.log_metrics({f"{which}_hp_{k}": v
                                     for k, v in gp.hyperparameters().items()})
                 name = model_name(cfg, which)
-                version = log_forecaster(gp, which, name, X[cut:])
                 decision = _champion_decision(cfg, client, which, held_out["rmse"],
                                               X[cut:], y[cut:])
                 if decision["champion_rmse"] is not None:
                     mlflow.log_metric(f"{which}_champion_rmse", decision["champion_rmse"])
+                entry = {"name": name, "metrics": held_out, "kernel": gp.kernel_,
+                         "profile_stat": gp.profile_stat_,
+                         "champion_moved": bool(decision["move"]),
+                         "previous_champion": decision["previous"],
+                         "champion_rmse": decision["champion_rmse"],
+                         "reason": decision["reason"]}
+                mlflow.set_tag(f"{which}.champion", decision["reason"])
+                if decision.get("tie"):
+                    summary["models"][which] = {**entry, "version": None, "registered": False}
+                    continue
+                version = log_forecaster(gp, which, name, X[cut:])
                 if decision["move"]:
                     client.set_registered_model_alias(name, cfg.mlflow.alias, version)
                 client.set_model_version_tag(name, version, "holdout_rmse",
@@ -146,17 +170,6 @@ def train_and_register(
                     which, gp.feature_names, X[:cut, TIMESTAMP_COLUMN],
                     X[cut:, TIMESTAMP_COLUMN], held_out, gp.kernel_, source,
                     decision["reason"]))
-                mlflow.set_tag(f"{which}.champion", decision["reason"])
-                summary["models"][which] = {
-                    "name": name,
-                    "version": version,
-                    "metrics": held_out,
-                    "kernel": gp.kernel_,
-                    "profile_stat": gp.profile_stat_,
-                    "champion_moved": bool(decision["move"]),
-                    "previous_champion": decision["previous"],
-                    "champion_rmse": decision["champion_rmse"],
-                    "reason": decision["reason"],
-                }
+                summary["models"][which] = {**entry, "version": version, "registered": True}
     return summary
 

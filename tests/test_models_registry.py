@@ -58,11 +58,23 @@ def test_train_register_champion_and_load(cfg, tmp_path):
     assert rate["version"] == "2" and rate["champion_moved"]
     assert rate["champion_rmse"] > rate["metrics"]["rmse"]
 
-    # the same data again ties with the champion: the alias stays where it is
+    # the same data again ties with the champion: no new version (a copy under a new
+    # number would look like a night that produced something), the alias stays
     third = train_and_register(_metrics(), cfg, kernel="ard", iters=8)
-    assert third["models"]["input_rate"]["version"] == "3"
-    assert not third["models"]["input_rate"]["champion_moved"]
-    assert third["models"]["input_rate"]["previous_champion"] == "2"
+    for which in ("input_rate", "latency"):
+        m = third["models"][which]
+        assert m["version"] is None and not m["registered"] and not m["champion_moved"], m
+        assert m["previous_champion"] == "2" and "ties v2" in m["reason"]
+        assert m["champion_rmse"] == pytest.approx(m["metrics"]["rmse"], rel=1e-9)
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=cfg.mlflow_tracking_uri,
+                          registry_uri=cfg.mlflow_tracking_uri)
+    for name in (cfg.mlflow.input_rate_model, cfg.mlflow.latency_model):
+        assert sorted(int(v.version) for v in
+                      client.search_model_versions(f"name='{name}'")) == [1, 2], name
+    run = client.get_run(third["run_id"])  # the night is still on record, with the decision
+    assert "ties v2" in run.data.tags["input_rate.champion"]
 
     champion = load_champion(cfg, "input_rate")
     assert champion.version == "2"
