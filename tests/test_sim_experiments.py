@@ -33,6 +33,18 @@ def test_dlb_short_run(capsys: pytest.CaptureFixture[str], tmp_path: Path, ks_ho
     assert (tmp_path / "dlb_loads_KG.png").exists()
 
 
+def test_dlb_with_the_jobs_min_gain_declines_the_hot_keys_shuffles(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, ks_home: Path) -> None:
+    """The simulator decides through the job's loop: with controller.min_gain the moves
+    that would not lower the busiest engine are declined, so DLB-H rebalances less."""
+    argv = ("--scenario", "dlb", "--runs", "DLB-H", "--duration", "120", "--low-s", "20",
+            "--high-s", "100", "--report-dir", str(tmp_path))
+    free = scenario(capsys, *argv)["runs"]["DLB-H"]
+    vetoed = scenario(capsys, *argv, "--min-gain", "0.05")["runs"]["DLB-H"]
+    assert 0 < vetoed["rebalances"] < free["rebalances"]
+    assert "min_gain 0.05" in (tmp_path / "dlb.md").read_text()
+
+
 def test_elb_clb_short_run(capsys: pytest.CaptureFixture[str], tmp_path: Path,
                            ks_home: Path) -> None:
     out = scenario(capsys, "--scenario", "elb-clb", "--ns", "5", "--windows", "4",
@@ -50,6 +62,7 @@ def test_elb_clb_short_run(capsys: pytest.CaptureFixture[str], tmp_path: Path,
     [
         (["--scenario", "dlb", "--runs", "XYZ"], "runs"),
         (["--scenario", "dlb", "--theta", "abc"], "--theta"),
+        (["--scenario", "dlb", "--min-gain", "1.5"], "min-gain"),
         (["--scenario", "elb-clb", "--ns", "0"], "ns"),
         (["--scenario", "elb-clb", "--policies", "FOO"], "policies"),
     ],
