@@ -4,8 +4,10 @@ collect (:class:`WindowStats`) → evaluate (:class:`Evaluation`) → decide (th
 the balancer, then the vetoes) → realize (a :class:`Realizer`, the store's new plan version)
 → record (:class:`ControlStore`: typed state, and the ``decisions`` audit log that is never
 read back). :meth:`ControlLoop.step` is the whole loop; the Spark job
-(``keyshift.streaming.controller``), the simulator (``keyshift.elastic.sim_bridge``) and the elastic
-replay (``keyshift.elastic.replay``) drive it through thin adapters. See docs/architecture.md.
+(``keyshift.streaming.controller``), the simulator (``keyshift.sim.driver``, also under the
+elastic bridge) and the replays (``keyshift.elastic.replay``, ``keyshift.sim.calibrate``)
+drive it through thin adapters, and nothing else calls a policy (a one-off answer:
+``keyshift.control.once``). See docs/architecture.md.
 """
 
 from keyshift.control.decision import (
