@@ -28,6 +28,26 @@ def test_plain_run_prints_the_contract(capsys: pytest.CaptureFixture[str], ks_ho
     assert out["rebalances"] == 0  # KG never moves
 
 
+def test_a_plain_run_decides_with_the_jobs_controller_settings(
+        capsys: pytest.CaptureFixture[str], ks_home: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The simulation's loop is the job's on the same config (issue 25 item 2): the default
+    min_gain declines DLB-H's shuffles under a hot key, 0 lets them through, and recommend
+    mode moves nothing and says what it would have done."""
+    argv = ("--policy", "dlb-h", "--zipf", "1.5", "--engines", "4", "--groups", "64",
+            "--duration", "30")
+    vetoed = run_json(capsys, *argv)
+    assert vetoed["mode"] == "act" and vetoed["min_gain"] == 0.05
+    assert vetoed["declined"] > 0
+    monkeypatch.setenv("KEYSHIFT_CONTROLLER__MIN_GAIN", "0")
+    free = run_json(capsys, *argv)
+    assert free["declined"] == 0 and free["rebalances"] > vetoed["rebalances"]
+    monkeypatch.setenv("KEYSHIFT_CONTROLLER__MODE", "recommend")
+    shown = run_json(capsys, *argv)
+    assert shown["rebalances"] == 0 and shown["moved_groups"] == 0
+    assert shown["recommended"] > 0
+
+
 def test_trace_replay_scaled(capsys: pytest.CaptureFixture[str], tmp_path: Path,
                              ks_home: Path) -> None:
     trace = tmp_path / "t.csv"
