@@ -42,6 +42,7 @@ from keyshift.plan import Plan
 from keyshift.policies import JOB_KINDS, PolicyInputError, PolicyKind, make_policy, policy_info
 
 from .control_store import ControlLog
+from .events import events_of, publisher_for
 from .scaling import JobForecaster
 
 
@@ -82,6 +83,9 @@ class Controller:
         self._window_end: float | None = None  # wall time the last window closed
         self.decide_s = 0.0
         self.last_decision: ControlDecision | None = None
+        # every decision also as a JSON event on [events] topic (off when ""); a broker
+        # that is away never stops the job (keyshift.streaming.events)
+        self.events = publisher_for(cfg, say=_say)
 
     @property
     def scaler(self):
@@ -156,9 +160,22 @@ class Controller:
         w.last_batch = batch_id
         w.span_s = self._span(w)
         self._window = WindowStats.empty(w.index + 1, self.groups, batch_id + 1)
-        self.last_decision = self.loop.step(w)
+        self.last_decision = d = self.loop.step(w)
+        if self.events is not None:
+            self.events.publish(events_of(d.rows, self.run_id, d.window, d.realized))
         self.decide_s = time.perf_counter() - t0
         return self.last_decision
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Send the scaling events still buffered (up to ``timeout_s``) and stop their thread."""
+        if self.events is not None:
+            self.events.close(timeout_s)
+
+
+def _say(line: str) -> None:
+    from keyshift.lakehouse.logs import say
+
+    say(f"keyshift: {line}")
 
 
 __all__ = ["ControlLog", "Controller", "ControllerError",

@@ -330,6 +330,7 @@ class StreamJob:
             self.flush()
         finally:
             self.heartbeat.stop()  # stopped (even if its JVM went first): no longer alive
+            self.controller.close()  # sends the scaling events still buffered (events.py)
 
     def _cores(self) -> int:
         """Cores the engine stage's tasks share: N of local[N], else the executors' total."""

@@ -55,7 +55,17 @@ METRICS: dict[str, tuple[str, str]] = {
         "counter", "state bytes moved with them (psi, the state movement)"),
     "keyshift_decisions_total": (
         "counter", ("controller decisions at window ends, by action (none, rebalance, "
-                    "scale_out, scale_in, declined)")),
+                    "scale_out, scale_in, declined; a scale-out judged ineffective is "
+                    "keyshift_ineffective_scalings_total)")),
+    "keyshift_ineffective_scalings_total": (
+        "counter", ("scale-outs judged ineffective (keyshift.control.guard): the busiest "
+                    "engine's share of the input or the lag fell by less than "
+                    "planner.effectiveness of what the scale-out expected; each holds "
+                    "further scale-out for planner.ineffective_cooloff_windows windows")),
+    "keyshift_scaling_events_total": (
+        "counter", ("scaling events sent to [events] topic (keyshift.streaming.events), by "
+                    "outcome: sent, or dropped (the buffer full while the broker was away, "
+                    "or left at stop)")),
     "keyshift_kafka_lag_records": (
         "gauge", ("records in the topic not yet read, summed over partitions: the topic's end "
                   "offsets at the scrape minus the end offsets of the last batch (Spark's "
@@ -118,6 +128,8 @@ class Families:
         self.moved_groups = counter("keyshift_moved_groups_total")
         self.moved_bytes = counter("keyshift_moved_state_bytes_total")
         self.decisions = counter("keyshift_decisions_total", (*RUN, "action"))
+        self.ineffective = counter("keyshift_ineffective_scalings_total")
+        self.scaling_events = counter("keyshift_scaling_events_total", (*RUN, "outcome"))
         self.lag = gauge("keyshift_kafka_lag_records")
         self.input_rate = gauge("keyshift_window_input_events_per_second")
         self.forecast_error = gauge("keyshift_forecast_error")
@@ -156,6 +168,10 @@ class LiveMetrics:
         self._duration = f.duration.labels(r)
         self._migrations, self._moved_groups = f.migrations.labels(r), f.moved_groups.labels(r)
         self._moved_bytes = f.moved_bytes.labels(r)
+        self._ineffective = f.ineffective.labels(r)
+        self._events_seen = {"sent": 0, "dropped": 0}
+        for outcome in self._events_seen:
+            f.scaling_events.labels(r, outcome)
         for action in ("none", "rebalance", "scale_out", "scale_in", "declined"):
             f.decisions.labels(r, action)
 
@@ -196,6 +212,9 @@ class LiveMetrics:
         self._seen_decision = decision
         f, r = self.families, self.run_id
         f.decisions.labels(r, decision.action).inc()
+        verdict = getattr(decision, "verdict", None)
+        if verdict is not None and verdict.ineffective:
+            self._ineffective.inc()
         ev = getattr(decision, "evaluation", None)
         if ev is None:
             return
@@ -203,6 +222,17 @@ class LiveMetrics:
             f.input_rate.labels(r).set(ev.input_rate)
         if ev.forecast_error is not None:
             f.forecast_error.labels(r).set(ev.forecast_error)
+
+    def observe_events(self, publisher: Any) -> None:
+        """The run's scaling-event publisher (None: ``[events] topic`` off): what it sent and
+        dropped since the last look."""
+        if publisher is None:
+            return
+        for outcome, seen in self._events_seen.items():
+            now = int(getattr(publisher, outcome))
+            if now > seen:
+                self.families.scaling_events.labels(self.run_id, outcome).inc(now - seen)
+                self._events_seen[outcome] = now
 
     def observe_progress(self, progress: Mapping[str, Any] | None) -> None:
         """Spark's ``query.lastProgress``: where the last batch ended in the topic, and the lag
@@ -239,6 +269,7 @@ class LiveMetrics:
         """Everything after one micro-batch of ``job`` (a :class:`keyshift.streaming.job.StreamJob`)."""
         self.observe_batch(report)
         self.observe_decision(getattr(job.controller, "last_decision", None))
+        self.observe_events(getattr(job.controller, "events", None))
         query = getattr(job, "query", None)
         if query is not None:
             try:

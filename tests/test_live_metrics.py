@@ -117,6 +117,32 @@ def test_each_decision_is_counted_once_by_action() -> None:
     assert _value(live, "keyshift_window_input_events_per_second") == 150.0  # not 10,500 / 10 s
 
 
+def test_ineffective_scalings_are_counted_once_each() -> None:
+    """A verdict that a scale-out did not help (keyshift.control.guard) counts once; an
+    effective one does not."""
+    live = LiveMetrics("r-ineffective", window_s=10.0)
+    assert _value(live, "keyshift_ineffective_scalings_total") == 0  # exists at 0
+    bad = _decision("declined")
+    bad.verdict = SimpleNamespace(ineffective=True)
+    good = _decision("scale_out")
+    good.verdict = SimpleNamespace(ineffective=False)
+    for d in (bad, bad, good, _decision("none")):
+        live.observe_decision(d)
+    assert _value(live, "keyshift_ineffective_scalings_total") == 1
+
+
+def test_scaling_events_sent_and_dropped_are_counted_by_outcome() -> None:
+    live = LiveMetrics("r-events", window_s=10.0)
+    publisher = SimpleNamespace(sent=3, dropped=0)
+    live.observe_events(None)  # [events] topic off
+    live.observe_events(publisher)
+    publisher.sent, publisher.dropped = 5, 2
+    live.observe_events(publisher)
+    live.observe_events(publisher)  # nothing new
+    assert _value(live, "keyshift_scaling_events_total", outcome="sent") == 5
+    assert _value(live, "keyshift_scaling_events_total", outcome="dropped") == 2
+
+
 def test_runs_in_one_registry_are_kept_apart_by_run_id() -> None:
     families = Families(CollectorRegistry())
     a, b = LiveMetrics("a", families), LiveMetrics("b", families)
