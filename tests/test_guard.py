@@ -225,4 +225,6 @@ def test_in_the_simulator_one_hot_key_is_caught_within_three_windows() -> None:
     # after the cool-off one more try, judged ineffective again at once: 7 engines at most
     # in 12 windows against 15
     assert max(d.after.parallelism for d in ds) <= n + 1
-    assert sum(d.verdict is not None and d.verdict.ineffective for d in ds) == 2
+    again = [d.verdict for d in ds if d.verdict is not None and d.verdict.ineffective]
+    assert len(again) == 2
+    assert again[1].hold_until - again[1].window - 1 == 2 * 6  # the cool-off doubles

@@ -16,7 +16,8 @@ it). keyshift's own version, on what the control loop measures per window:
   spreads over engines) and the input lag to fall. Over the next ``check_windows`` windows
   the share (their mean) and the lag (at the last one) are measured; achieved / expected
   below ``effectiveness`` on either is an *ineffective* scaling: recorded with its numbers
-  and the reason, and no scale-out is realized for ``cooloff_windows`` windows. A scaler
+  and the reason, and no scale-out is realized for ``cooloff_windows`` windows (doubled
+  with each ineffective verdict in a row, reset by an effective one). A scaler
   that asks for more engines before the verdict (it sees the same pressure) gets it at
   once, on the share of the windows so far: a hot key is caught one window after the
   scale-out instead of after a climb to ``engines.max``.
@@ -42,6 +43,9 @@ from .evaluate import Evaluation
 from .window import WindowStats
 
 INEFFECTIVE = "ineffective"
+MAX_DOUBLINGS = 6
+"""The cool-off after k ineffective verdicts in a row is cooloff_windows · 2^(k−1), at most
+2^6 times: a scaler that keeps asking is asked less and less often, never never again."""
 LAG_FLOOR = 0.1
 """A lag below this fraction of a window's input is noise, not a backlog to judge on."""
 
@@ -153,6 +157,7 @@ class GuardState:
     held_by: str = ""  # the ineffective verdict's reason, for the held decisions
     down_since: int | None = None  # window of the first pending scale-in request
     down_target: int | None = None  # the largest count asked for since
+    strikes: int = 0  # ineffective verdicts in a row (each doubles the cool-off)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -210,8 +215,12 @@ class ScalingGuard:
         if not ratios:  # nothing measurable (an idle stretch): no verdict
             return None
         achieved = min(ratios)
-        hold = window + 1 + s.cooloff_windows if achieved < s.effectiveness else None
+        strikes = self.state.strikes + 1 if achieved < s.effectiveness else 0
+        hold = None
+        if strikes:  # the cool-off doubles with each ineffective verdict in a row
+            hold = window + 1 + s.cooloff_windows * 2 ** min(strikes - 1, MAX_DOUBLINGS)
         self.last = Verdict(window, e, share_after, lag_after, achieved, s.effectiveness, hold)
+        self.state = replace(self.state, strikes=strikes)
         if self.last.ineffective:
             self.state = replace(self.state, hold_until=hold, held_by=self.last.reason())
         return self.last
