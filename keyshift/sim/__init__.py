@@ -1,5 +1,6 @@
 """The cluster simulator (pure numpy, deterministic per seed): engines, queues, key-group
-state and migrations, driven by the same policy objects the streaming job uses.
+state and migrations, decided by the streaming job's own control loop
+(:mod:`keyshift.sim.driver`) with the same policy objects.
 
 Entry points: :class:`Simulator` (``run`` / ``step_window`` / ``set_engines``),
 :class:`SimConfig`, and the workloads in :mod:`keyshift.sim.workload`. See docs/simulator.md.
