@@ -228,3 +228,22 @@ def test_in_the_simulator_one_hot_key_is_caught_within_three_windows() -> None:
     again = [d.verdict for d in ds if d.verdict is not None and d.verdict.ineffective]
     assert len(again) == 2
     assert again[1].hold_until - again[1].window - 1 == 2 * 6  # the cool-off doubles
+
+
+def test_the_planner_keys_are_checked_and_make_the_guard() -> None:
+    from keyshift.config import ConfigError, load_config
+    from keyshift.control import guard_from_config
+
+    with pytest.raises(ConfigError, match="planner.effectiveness: Input should be less than 1"):
+        load_config(env={}, planner={"effectiveness": 1.0})
+    with pytest.raises(ConfigError, match="planner.scale_down_delay_windows"):
+        load_config(env={"KEYSHIFT_PLANNER__SCALE_DOWN_DELAY_WINDOWS": "-1"})
+    with pytest.raises(ConfigError, match="planner.effectiveness_windows"):
+        load_config(env={}, planner={"effectiveness_windows": 0})
+    g = guard_from_config(load_config(env={}))
+    assert g is not None and g.settings == GuardSettings(0.1, 2, 6, 0)
+    off = load_config(env={}, planner={"effectiveness": 0.0})
+    assert guard_from_config(off) is None
+    on = load_config(env={}, planner={"effectiveness": 0.0, "scale_down_delay_windows": 3,
+                                      "ineffective_cooloff_windows": 1})
+    assert guard_from_config(on).settings == GuardSettings(0.0, 2, 1, 3)
