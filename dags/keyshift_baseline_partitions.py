@@ -7,11 +7,15 @@ demand with params (``{"engines": 8, "days": 3}``). Scheduling only: the work is
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from airflow.sdk import Asset, Param, dag, get_current_context, task
 
-from keyshift.jobs.airflow_tasks import MODELS_ASSET_URI, default_args, job_timeout
+from keyshift.jobs.airflow_tasks import (
+    MODELS_ASSET_URI,
+    PAUSED_NOTE,
+    REPORT_TIMEOUT,
+    default_args,
+    job_timeout,
+)
 
 MODELS = Asset(MODELS_ASSET_URI)
 
@@ -20,7 +24,6 @@ MODELS = Asset(MODELS_ASSET_URI)
     dag_id="keyshift_baseline_partitions",
     description="Offline LPTF and CLB plans on the key-load history, with expected RSTD",
     schedule=[MODELS],
-    start_date=datetime(2026, 1, 1, tzinfo=UTC),
     catchup=False,
     max_active_runs=1,
     default_args=default_args(),
@@ -32,7 +35,7 @@ MODELS = Asset(MODELS_ASSET_URI)
         "to": Param(None, type=["null", "string"], format="date",
                     description="last day (UTC); empty: the day before the run"),
     },
-    doc_md=__doc__,
+    doc_md=__doc__ + PAUSED_NOTE,
 )
 def keyshift_baseline_partitions():
     @task(execution_timeout=job_timeout("baselines_timeout_min"))
@@ -44,7 +47,7 @@ def keyshift_baseline_partitions():
         p = ctx["params"]
         return baselines(run_date, p["days"], p["engines"], p["to"])
 
-    @task
+    @task(execution_timeout=REPORT_TIMEOUT)
     def report(result: dict) -> str:
         from keyshift.jobs.airflow_tasks import report as summarise
 

@@ -9,11 +9,16 @@ on another range or with one kernel instead of the best of all.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from airflow.sdk import Asset, Param, dag, get_current_context, task
 
-from keyshift.jobs.airflow_tasks import MODELS_ASSET_URI, default_args, job_timeout
+from keyshift.jobs.airflow_tasks import (
+    MODELS_ASSET_URI,
+    PAUSED_NOTE,
+    REPORT_TIMEOUT,
+    default_args,
+    job_timeout,
+    nightly,
+)
 
 MODELS = Asset(MODELS_ASSET_URI)
 
@@ -21,8 +26,7 @@ MODELS = Asset(MODELS_ASSET_URI)
 @dag(
     dag_id="keyshift_nightly_retrain",
     description="Refit GP(input rate) and GP(latency) on the metrics history; MLflow champion",
-    schedule="0 2 * * *",
-    start_date=datetime(2026, 1, 1, tzinfo=UTC),
+    schedule=nightly("0 2 * * *"),
     catchup=False,
     max_active_runs=1,
     default_args=default_args(),
@@ -38,7 +42,7 @@ MODELS = Asset(MODELS_ASSET_URI)
                                     "held-out days of the training tail, a|b chooses "
                                     "among those"),
     },
-    doc_md=__doc__,
+    doc_md=__doc__ + PAUSED_NOTE,
 )
 def keyshift_nightly_retrain():
     @task(outlets=[MODELS], execution_timeout=job_timeout("retrain_timeout_min"))
@@ -50,7 +54,7 @@ def keyshift_nightly_retrain():
         p = ctx["params"]
         return retrain(run_date, p["days"], p["to"], p["kernel"])
 
-    @task
+    @task(execution_timeout=REPORT_TIMEOUT)
     def report(result: dict) -> str:
         from keyshift.jobs.airflow_tasks import report as summarise
 

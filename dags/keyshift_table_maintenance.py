@@ -9,19 +9,22 @@ keep files longer. Scheduling only: the work is ``keyshift.jobs.table_maintenanc
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 from airflow.sdk import Param, dag, get_current_context, task
 
-from keyshift.jobs.airflow_tasks import default_args, job_timeout
+from keyshift.jobs.airflow_tasks import (
+    PAUSED_NOTE,
+    REPORT_TIMEOUT,
+    default_args,
+    job_timeout,
+    nightly,
+)
 from keyshift.schemas import TABLES
 
 
 @dag(
     dag_id="keyshift_table_maintenance",
     description="Compact (OPTIMIZE) and vacuum keyshift's Delta tables",
-    schedule="0 4 * * *",  # after the nightly retrain (02:00) and the baselines it triggers
-    start_date=datetime(2026, 1, 1, tzinfo=UTC),
+    schedule=nightly("0 4 * * *"),  # after the nightly retrain (02:00) and the baselines it triggers
     catchup=False,
     max_active_runs=1,
     default_args=default_args(),
@@ -34,7 +37,7 @@ from keyshift.schemas import TABLES
                                  description="VACUUM retention; empty: "
                                              "warehouse.vacuum_retention_hours"),
     },
-    doc_md=__doc__,
+    doc_md=__doc__ + PAUSED_NOTE,
 )
 def keyshift_table_maintenance():
     @task(execution_timeout=job_timeout("maintenance_timeout_min"))
@@ -44,7 +47,7 @@ def keyshift_table_maintenance():
         p = get_current_context()["params"]
         return maintenance(p["tables"], p["retention_hours"])
 
-    @task
+    @task(execution_timeout=REPORT_TIMEOUT)
     def report(result: dict) -> str:
         import logging
 

@@ -138,6 +138,25 @@ MODELS_ASSET_URI = "keyshift://models/champions"
 #: The report tasks only turn a job's summary into one line: a few minutes are plenty.
 REPORT_TIMEOUT = timedelta(minutes=5)
 
+#: Appended to every keyshift DAG's docs (its page in the UI): the first thing a new user
+#: of Airflow meets is a run that stays queued.
+PAUSED_NOTE = """
+**First use:** Airflow creates a DAG *paused*. A run triggered while it is paused waits,
+queued, until it is unpaused: the toggle beside the DAG's name in the UI, or
+`airflow dags unpause DAG_ID` (with `keyshift airflow env`'s variables). Unpausing starts no
+run for nights already missed; the first scheduled run is the next one on the clock.
+"""
+
+
+def nightly(cron: str) -> Any:
+    """The schedule of a nightly DAG: ``cron`` in UTC, and no run for a time already past
+    when the DAG first appears or is first unpaused (``run_immediately=False``, and no
+    ``start_date``, which would make Airflow run the latest missed time at once even with
+    ``catchup=False``)."""
+    from airflow.sdk import CronTriggerTimetable
+
+    return CronTriggerTimetable(cron, timezone="UTC", run_immediately=False)
+
 
 def job_timeout(key: str) -> timedelta:
     """A job task's ``execution_timeout`` from ``[airflow] <key>`` (minutes): a hung Spark
@@ -158,14 +177,15 @@ def log_failure(context: Any) -> None:
 
 
 def default_args() -> dict[str, Any]:
-    """Owner, retries with exponential back-off (2 min × 2ⁿ, at most 30 min), the failure
-    line and a report-sized timeout; the job tasks set their own ``execution_timeout``."""
+    """Owner, retries with exponential back-off (2 min × 2ⁿ, at most 30 min) and the failure
+    line. No ``execution_timeout``: each task sets its own (a job's from ``[airflow]``, a
+    report's :data:`REPORT_TIMEOUT`); one here is what the DAG's details page shows, and a
+    5 minutes there beside a 3 h retrain misleads."""
     return {
         "owner": "keyshift",
         "retries": 2,
         "retry_delay": timedelta(minutes=2),
         "retry_exponential_backoff": 2.0,
         "max_retry_delay": timedelta(minutes=30),
-        "execution_timeout": REPORT_TIMEOUT,
         "on_failure_callback": log_failure,
     }
