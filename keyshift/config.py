@@ -265,6 +265,11 @@ class PlannerConfig(_Section):
     mc: float = Field(1.0, ge=0)
     ec: float = Field(1.0, ge=0)
     rc: float = Field(10.0, ge=0)
+    # fixed: rc (and controller.min_gain) as configured; learned: fitted on the run's measured
+    # migrations (keyshift.elastic.reconfiguration), the configured values as the prior worth
+    # rc_prior_changes changes
+    rc_source: Literal["fixed", "learned"] = "fixed"
+    rc_prior_changes: float = Field(3.0, ge=0)
     theta1: float = Field(0.0, ge=0)
     theta2: float = Field(0.0, ge=0)
     min_engines: int = Field(0, ge=0)

@@ -288,6 +288,23 @@ TABLES: dict[str, TableSchema] = {
         "the control loop's typed state per window end (read back on restart; "
         "decisions is the human-readable log and is never read back)",
     ),
+    "migration_costs": TableSchema(
+        "migration_costs", 1,
+        _RUN + (
+            _c("batch_id", "BIGINT", False, "the batch that realized the migration"),
+            _c("groups", "INT", False, "key groups moved"),
+            _c("bytes", "BIGINT", False, "state bytes moved"),
+            _c("pause_s", "DOUBLE", False, "seconds the migration added to its batch"),
+            _c("rate", "DOUBLE", False, "input events/s while it ran"),
+            _c("scale", "BOOLEAN", False, "it changed the engine count (else a rebalance)"),
+            _c("engines_before", "INT", True),
+            _c("engines_after", "INT", True),
+            _c("missed", "DOUBLE", True, "events the pause made late (the job: pause_s x rate)"),
+            _c("written_at", "TIMESTAMP", False),
+        ),
+        "each realized migration as measured, what the learned reconfiguration cost is "
+        "fitted on (keyshift.elastic.reconfiguration; read back on restart)",
+    ),
 }
 
 

@@ -6,7 +6,10 @@
   restart cut in two;
 * ``control_state``: one typed row per window end that changed the plan or ran the scaler
   (plan version put in force, the scaler's sample and state). This is what a restart reads;
-* ``decisions``: the audit log, appended once per window and never read here.
+* ``decisions``: the audit log, appended once per window and never read here;
+* ``migration_costs``: each realized migration as measured (groups, bytes, pause, input
+  rate), what the learned reconfiguration cost is fitted on
+  (:mod:`keyshift.elastic.reconfiguration`), read back on restart.
 
 In the job every write here is staged with the run's bookkeeping and committed once per
 ``warehouse.commit_interval_s`` (:mod:`keyshift.streaming.staging`); a restart commits what is staged
@@ -22,6 +25,7 @@ import numpy as np
 
 from keyshift.config import Config
 from keyshift.control import ControlRecord, ScalerState, WindowSample
+from keyshift.elastic.reconfiguration import MeasuredMigration
 from keyshift.lakehouse.delta import (
     RunAppends,
     ensure_tables,
@@ -36,6 +40,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 STATE_TABLE = "control_state"
+COST_TABLE = "migration_costs"
 
 
 class ControlLog:
@@ -50,6 +55,7 @@ class ControlLog:
         # looks before every append, so each row still lands once
         self.appends = appends if appends is not None else RunAppends(spark, cfg, run_id)
         self._state_ready = False
+        self._costs_ready = False
 
     def _ensure_state(self) -> None:
         """``control_state`` is the loop's own table: made on first use, whoever runs it."""
@@ -113,6 +119,25 @@ class ControlLog:
         """A window's rows (scaler, balancer) in one idempotent append; in the job, staged
         and committed with the run's other bookkeeping (keyshift.streaming.staging)."""
         self.appends.defer("decisions", rows, batch_id)
+
+    # -- measured migrations ------------------------------------------------------------------
+    def _ensure_costs(self) -> None:
+        if not self._costs_ready:
+            ensure_tables(self.spark, self.cfg, [COST_TABLE])
+            self._costs_ready = True
+
+    def migration_costs(self) -> list[MeasuredMigration]:
+        self._ensure_costs()
+        rows = read_run(self.spark, self.cfg, COST_TABLE, self.run_id).collect()
+        # a batch re-executed after a crash may have staged its row again: one per batch
+        by_batch = {int(r.batch_id): MeasuredMigration.of(r.asDict()) for r in rows}
+        return [by_batch[b] for b in sorted(by_batch)]
+
+    def write_migration_cost(self, m: MeasuredMigration) -> None:
+        self._ensure_costs()
+        row = {"run_id": self.run_id, **m.row(), "written_at": datetime.now(UTC)}
+        # appended now, not staged: migrations are rare, and the table is the loop's own
+        self.appends.append_rows(COST_TABLE, [row], m.batch_id)
 
 
 def row_of(run_id: str, r: ControlRecord) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from keyshift.elastic.decision import ScalingDecision
+from keyshift.elastic.reconfiguration import MeasuredMigration, ReconfigurationCost
 from keyshift.metrics import Balance, live_loads
 from keyshift.plan import Plan
 from keyshift.policies import Decision, Policy, Window, make_policy, policy_class
@@ -93,8 +94,11 @@ class ControlLoop:
                  policy_name: str, scaler: ScalerStep | None = None,
                  realizer: Realizer | None = None, run_id: str = "",
                  clock: Callable[[], float] = time.time,
-                 guard: ScalingGuard | None = None) -> None:
+                 guard: ScalingGuard | None = None,
+                 reconfiguration: ReconfigurationCost | None = None) -> None:
         self.store = store
+        # the learned RC and min_gain (keyshift.elastic.reconfiguration); None: as configured
+        self.reconfiguration = reconfiguration
         self.guard = guard if scaler is not None else None  # it guards the scaler
         self.settings = settings
         self.policy = policy
@@ -133,6 +137,21 @@ class ControlLoop:
         if self.guard is not None:
             guards = [r.guard for r in done if r.guard is not None]
             self.guard.state = GuardState.from_json(guards[-1] if guards else None)
+        if self.reconfiguration is not None:
+            self.reconfiguration.observe(self.store.migration_costs())
+
+    def measured_migration(self, m: MeasuredMigration) -> None:
+        """A realized migration as the driver measured it: kept in the store, and with a
+        learned reconfiguration cost the next windows plan with it."""
+        self.store.write_migration_cost(m)
+        if self.reconfiguration is not None:
+            self.reconfiguration.observe([m])
+
+    def min_gain(self) -> float:
+        """The balancer's least relative gain: learned, or ``controller.min_gain``."""
+        if self.reconfiguration is None:
+            return self.settings.min_gain
+        return self.reconfiguration.min_gain(self.settings.window_s)
 
     def plan_for(self, batch_id: int) -> Plan:
         """The plan that routes batch ``batch_id``."""
@@ -181,6 +200,10 @@ class ControlLoop:
                 per_engine = (live_loads(old.assignment, window.loads, old.live)
                               if window.loads.size and window.loads.sum() > 0 else None)
                 since = getattr(self.scaler.scaler, "since_change_", None)
+                if self.reconfiguration is not None and hasattr(self.scaler.scaler, "rc"):
+                    # the planner prices a change of N at what one costs now (Eq. 11's RC)
+                    self.scaler.scaler.rc = self.reconfiguration.rc(
+                        sample.in_tuples / s.window_s)
                 scaling = self.scaler.decide(window.index + 1, n, sample, per_engine)
                 if self.guard is not None:
                     guarded = self.guard.admit(scaling, window.index, n)
@@ -208,7 +231,7 @@ class ControlLoop:
                 balancing = self.policy.decide(old, Window(loads=window.loads, state=state,
                                                            history=window.history))
                 bal_text = balancer_reason(balancing)
-                veto = min_gain_veto(old, balancing.plan, window.loads, s.min_gain) \
+                veto = min_gain_veto(old, balancing.plan, window.loads, self.min_gain()) \
                     if balancing.changed else ""
                 if veto:
                     bal_action, bal_text = "declined", f"declined: {bal_text}; {veto}"
@@ -218,7 +241,7 @@ class ControlLoop:
             # imbalance above θ left as it is because no key-granular plan could do better
             # (keyshift.control.floor): the reason says so, naming the hot key group
             if bal_action in ("none", "declined") and ev.over_theta \
-                    and ev.floor.reached_by(ev.max_load, s.min_gain):
+                    and ev.floor.reached_by(ev.max_load, self.min_gain()):
                 bal_text = f"{bal_text}; {ev.floor.reason()}"
 
         # realize
@@ -366,7 +389,16 @@ def loop_from_config(cfg: Any, store: ControlStore, policy_name: str,
     scaler = ScalerStep(controller_from_config(cfg), forecaster, cfg.controller.window_s,
                         clock=clock) if cfg.planner.enabled else None
     return ControlLoop(store, LoopSettings.from_config(cfg), policy, policy_name, scaler,
-                       realizer, run_id, clock, guard_from_config(cfg))
+                       realizer, run_id, clock, guard_from_config(cfg),
+                       reconfiguration_from_config(cfg))
+
+
+def reconfiguration_from_config(cfg: Any) -> ReconfigurationCost | None:
+    """The learned reconfiguration cost when ``planner.rc_source = "learned"``."""
+    p = cfg.planner
+    if p.rc_source != "learned":
+        return None
+    return ReconfigurationCost(p.rc, p.mc, float(cfg.controller.min_gain), p.rc_prior_changes)
 
 
 def guard_from_config(cfg: Any) -> ScalingGuard | None:

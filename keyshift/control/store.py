@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from keyshift.elastic.reconfiguration import MeasuredMigration
 from keyshift.plan import Plan
 
 from .window import WindowSample
@@ -76,6 +77,12 @@ class ControlStore(Protocol):
     def write_decisions(self, rows: list[dict[str, Any]], batch_id: int) -> None:
         """Append a window's audit rows (``decisions``); idempotent per ``batch_id``."""
 
+    def migration_costs(self) -> list[MeasuredMigration]:
+        """This run's measured migrations (the learned reconfiguration cost's data)."""
+
+    def write_migration_cost(self, m: MeasuredMigration) -> None:
+        """Store a measured migration; idempotent per ``m.batch_id``."""
+
 
 class MemoryControlStore:
     """The store in memory: the simulator's, the replay's and the tests'. ``loads`` holds
@@ -88,6 +95,7 @@ class MemoryControlStore:
         self.state: dict[int, np.ndarray] = {}
         self.baselines: dict[tuple[str, int], Plan] = {}
         self._records: dict[int, ControlRecord] = {}
+        self._migrations: dict[int, MeasuredMigration] = {}
 
     def plans(self, groups: int) -> list[Plan]:
         return [p for p in self.plans_written if p.groups == groups]
@@ -117,3 +125,9 @@ class MemoryControlStore:
     def write_decisions(self, rows: list[dict[str, Any]], batch_id: int) -> None:
         if all(r["batch_id"] != batch_id for r in self.decisions):  # Delta's txn skip
             self.decisions.extend(rows)
+
+    def migration_costs(self) -> list[MeasuredMigration]:
+        return [self._migrations[b] for b in sorted(self._migrations)]
+
+    def write_migration_cost(self, m: MeasuredMigration) -> None:
+        self._migrations[m.batch_id] = m

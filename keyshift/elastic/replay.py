@@ -30,7 +30,12 @@ from keyshift.elastic.capacity import LatencyModel
 from keyshift.elastic.cost import Costs
 from keyshift.elastic.decision import Observation, ScalingDecision
 from keyshift.elastic.errors import ElasticInputError
+from keyshift.elastic.reconfiguration import MeasuredMigration, ReconfigurationCost
 from keyshift.elastic.scaler import ForecastFn, Scaler
+
+NOMINAL_GROUPS = 4096
+"""Key groups a change of N is counted to move in the replay, which has none (groups.count's
+default; a change from N to N' moves |N' − N| / max(N, N') of them, as a minimal plan does)."""
 
 
 @dataclass
@@ -66,7 +71,8 @@ class ReplayResult:
 
 def scaler_loop(scaler: Scaler, forecast: ForecastFn | None, window_s: float, sel: float,
                 initial_engines: int, groups: int, policy: str | None = None,
-                min_gain: float = 0.0, realizer=None) -> ControlLoop:
+                min_gain: float = 0.0, realizer=None,
+                reconfiguration: ReconfigurationCost | None = None) -> ControlLoop:
     """The control loop of an offline run, in memory: ``scaler`` (errors propagate: a bad
     experiment fails loudly) and, with ``policy``, the balancer on ``groups`` key groups."""
     from keyshift.plan import Plan
@@ -77,7 +83,7 @@ def scaler_loop(scaler: Scaler, forecast: ForecastFn | None, window_s: float, se
                       window_s, sel=sel, keep_on_error=False)
     loop = ControlLoop(MemoryControlStore(), LoopSettings(window_s=window_s, min_gain=min_gain),
                        None if policy is None else make_policy(policy), policy or "none",
-                       step, realizer)
+                       step, realizer, reconfiguration=reconfiguration)
     loop.start(Plan.hashed(groups, int(initial_engines)) if groups else
                Plan(np.zeros(0, dtype=np.int64), int(initial_engines)))
     return loop
@@ -101,9 +107,16 @@ def replay(
     pause_s: float = 0.0,
     sel: float = 1.0,
     seed: int = 0,
+    reconfiguration: ReconfigurationCost | None = None,
 ) -> ReplayResult:
     """Run ``scaler`` over the windows of ``in_tuples``; ``observe(j, obs)`` is called after
-    each window (the evaluation feeds its forecasters online from it)."""
+    each window (the evaluation feeds its forecasters online from it).
+
+    Every change of N is measured as the job measures a migration (the pause, the input
+    rate, the tuples the pause made miss: those a window without the pause would have
+    served) and handed to the loop, which keeps it in its store; with ``reconfiguration``
+    (the learned RC, :mod:`keyshift.elastic.reconfiguration`) the planner prices the next
+    changes with it."""
     in_tuples = np.asarray(in_tuples, dtype=np.float64)
     if in_tuples.ndim != 1 or not np.isfinite(in_tuples).all() or (in_tuples < 0).any():
         raise ElasticInputError("in_tuples", "must be a flat array of finite counts >= 0")
@@ -115,7 +128,8 @@ def replay(
     missed = np.empty(n)
     lat = np.empty(n)
     changes = np.zeros(n, dtype=bool)
-    loop = scaler_loop(scaler, forecast, window_s, sel, initial_engines, groups=0)
+    loop = scaler_loop(scaler, forecast, window_s, sel, initial_engines, groups=0,
+                       reconfiguration=reconfiguration)
     window = idle_window(0)
     decisions: list[ScalingDecision] = []
     for j in range(n):
@@ -129,6 +143,13 @@ def replay(
         out = sel * min(capacity, in_tuples[j])
         missed[j] = sel * in_tuples[j] - out
         engines[j] = current
+        if changes[j]:
+            before = d.before.parallelism
+            unpaused = sel * min(window_s * current / lat[j], in_tuples[j])
+            loop.measured_migration(MeasuredMigration(
+                j, round(NOMINAL_GROUPS * abs(current - before) / max(current, before)), 0,
+                pause_s, float(in_tuples[j]) / window_s, True, before, current,
+                missed=max(unpaused - out, 0.0)))
         window = WindowStats.measured(j, np.zeros(0), float(in_tuples[j]), float(lat[j]),
                                       j * window_s)
         if observe is not None:

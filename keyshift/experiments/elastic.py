@@ -45,6 +45,7 @@ from keyshift.elastic.capacity import LatencyModel
 from keyshift.elastic.controller import PathController
 from keyshift.elastic.cost import Costs, Forecast
 from keyshift.elastic.errors import ElasticInputError
+from keyshift.elastic.reconfiguration import ReconfigurationCost
 from keyshift.elastic.forecast import (
     EngineLatency,
     forecaster_names,
@@ -169,7 +170,17 @@ def evaluate_series(name: str, args: argparse.Namespace, progress=None) -> dict[
 
     t_test, y_test = t[n_train:stop], tuples[n_train:stop]
     results: dict[str, ReplayResult] = {}
+    learned_rc: dict[str, dict[str, Any]] = {}
+    runs = []  # (label, policy, learned RC or None)
     for policy in args.policies:
+        learned = policy.startswith("planner") and args.rc_source in ("learned", "both")
+        if not learned or args.rc_source == "both":
+            runs.append((policy, policy, None))
+        if learned:
+            label = f"{policy} (learned rc)" if args.rc_source == "both" else policy
+            runs.append((label, policy, ReconfigurationCost(args.rc, args.mc, 0.0,
+                                                             args.rc_prior_changes)))
+    for label, policy, reconfiguration in runs:
         rate_fc = copy.deepcopy(fitted)
 
         def forecast(j: int, horizon: int, rate_fc=rate_fc) -> Forecast:
@@ -187,7 +198,7 @@ def evaluate_series(name: str, args: argparse.Namespace, progress=None) -> dict[
             # The rises the history showed (what the monitor recorded, like the forecasters).
             scaler.fit_reserve(history.in_tuples, *(history_fc or ()))
         if in_sim:
-            results[policy] = run_in_simulator(
+            results[label] = run_in_simulator(
                 y_test, scaler, window_s, args.base_latency, costs, args.initial,
                 forecast=forecast if is_planner else None,
                 observe=observe if is_planner else None,
@@ -195,17 +206,21 @@ def evaluate_series(name: str, args: argparse.Namespace, progress=None) -> dict[
                 pause_s=args.pause_s if args.sim_pauses else 0.0,
             )
         else:
-            results[policy] = replay(
+            results[label] = replay(
                 y_test, scaler, truth, window_s, costs, initial_engines=args.initial,
                 forecast=forecast if is_planner else None,
                 observe=observe if is_planner else None,
-                pause_s=args.pause_s, seed=args.seed + 1,
+                pause_s=args.pause_s, seed=args.seed + 1, reconfiguration=reconfiguration,
             )
+            results[label].policy = label
+            if reconfiguration is not None:
+                learned_rc[label] = reconfiguration.summary(
+                    float(np.mean(y_test)) / window_s, window_s)
         if progress is not None:
-            progress(name, policy)
+            progress(name, label)
     return {"series": name, "window_s": window_s, "t": t_test, "in": y_test,
             "capacity_k": float(truth.rate(k)) * window_s, "results": results,
-            "lat_fit": lat_model.coef_, "train_windows": n_train}
+            "lat_fit": lat_model.coef_, "train_windows": n_train, "learned_rc": learned_rc}
 
 
 def summarise(ev: dict[str, Any]) -> list[dict[str, Any]]:
@@ -339,6 +354,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--mc", type=float, default=10.0, help="cost per missed tuple")
     g.add_argument("--ec", type=float, default=1.0, help="cost per engine-second")
     g.add_argument("--rc", type=float, default=300.0, help="cost per engine-count change")
+    g.add_argument("--rc-source", default="fixed", choices=["fixed", "learned", "both"],
+                   help="the planners' RC: fixed (--rc), learned from the measured migrations "
+                        "(pause x events/s missed x --mc, --rc as the prior; "
+                        "keyshift.elastic.reconfiguration), or both side by side")
+    g.add_argument("--rc-prior-changes", type=float, default=3.0,
+                   help="learned RC: the prior --rc weighs as this many measured changes")
     g.add_argument("--theta1", type=float, default=0.0, help="arc cost σ bound (0 off)")
     g.add_argument("--theta2", type=float, default=0.25, help="relative prediction error bound (0 off)")
     g.add_argument("--reserve-quantile", type=float, default=1.0,
@@ -406,6 +427,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise ElasticInputError("initial", f"need 1 <= initial <= max_engines, got {args.initial}, {args.max_engines}")
     if not 0 < args.train_frac < 1:
         raise ElasticInputError("train_frac", f"must be in (0, 1), got {args.train_frac}")
+    if args.rc_source != "fixed" and args.engine_model == "sim":
+        raise ElasticInputError("rc_source", "a learned RC needs --engine-model replay (the "
+                                "simulator's migrations are not measured yet)")
     if not 0 < args.peak_util:
         raise ElasticInputError("peak_util", f"must be > 0, got {args.peak_util}")
     names = list(SERIES) if args.series == "all" else [args.series]
@@ -428,6 +452,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             ev = evaluate_series(name, args, progress)
             rows.extend(summarise(ev))
             fits[name] = {"window_s": ev["window_s"], "train_windows": ev["train_windows"],
+                          "learned_rc": ev["learned_rc"],
                           "test_windows": int(ev["in"].size),
                           "latency_fit_s": {"a": ev["lat_fit"][0], "b_per_engine": ev["lat_fit"][1]}}
             plots.append(str(plot_series(ev, report)))
@@ -438,6 +463,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
            "engine_model": args.engine_model, "rows": rows, "series": fits,
            "planner_timing": timing, "plots": plots,
            "params": {k: getattr(args, k) for k in ("max_engines", "horizon", "mc", "ec", "rc",
+                                                   "rc_source", "rc_prior_changes",
                                                    "theta1", "theta2", "peak_util", "pause_s",
                                                    "reserve_quantile", "forecast_quantile",
                                                    "reserve_history")}}
