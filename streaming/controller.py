@@ -149,9 +149,11 @@ class Controller:
         assert self._window is not None, "recover() first"
         self._window.add_batch(batch_id, loads, state, engine_s, started)
 
-    def end_of_batch(self, batch_id: int) -> ControlDecision | None:
+    def end_of_batch(self, batch_id: int, lag: float | None = None) -> ControlDecision | None:
         """At a window's last batch: the loop's step (evaluate, decide, realize, record);
-        its decision, also kept as :attr:`last_decision`. None inside a window."""
+        its decision, also kept as :attr:`last_decision`. None inside a window. ``lag``:
+        records of the topic not read yet (:func:`progress_lag`), which the guardrails
+        judge a scale-out on besides the busiest engine's share."""
         if (batch_id + 1) % self.batches_per_window:
             return None
         assert self._window is not None
@@ -159,6 +161,7 @@ class Controller:
         w = self._window
         w.last_batch = batch_id
         w.span_s = self._span(w)
+        w.lag = lag
         self._window = WindowStats.empty(w.index + 1, self.groups, batch_id + 1)
         self.last_decision = d = self.loop.step(w)
         if self.events is not None:
@@ -172,6 +175,20 @@ class Controller:
             self.events.close(timeout_s)
 
 
+def progress_lag(query: Any) -> float | None:
+    """Records the query had not read when it planned its last reported batch (Spark's
+    ``latestOffset - endOffset``, :func:`keyshift.streaming.live_metrics.kafka_lag`): 0
+    while batches take all there is, growing while the job falls behind (batches capped at
+    ``spark.max_offsets_per_trigger``). None without a query or a progress report."""
+    from .live_metrics import kafka_lag
+
+    try:
+        lag = kafka_lag(query.lastProgress) if query is not None else None
+    except Exception:  # noqa: BLE001 -- a stopping query: no lag this window
+        return None
+    return None if lag is None else float(lag)
+
+
 def _say(line: str) -> None:
     from keyshift.lakehouse.logs import say
 
@@ -179,4 +196,4 @@ def _say(line: str) -> None:
 
 
 __all__ = ["ControlLog", "Controller", "ControllerError",
-           "policy_params"]
+           "policy_params", "progress_lag"]

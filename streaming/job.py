@@ -58,7 +58,7 @@ from keyshift.policies.hot_split import hot_groups, splitting_policy
 from keyshift.schemas import SCHEMA_VERSION
 
 from .broker_watch import BrokerWatch
-from .controller import Controller, ControlLog
+from .controller import Controller, ControlLog, progress_lag
 from .engines import (
     DEAD,
     ENGINE_INPUT,
@@ -606,7 +606,7 @@ class StreamJob:
             def control() -> None:
                 nonlocal controller_s
                 t_ctl = time.perf_counter()
-                self.controller.end_of_batch(batch_id)
+                self.controller.end_of_batch(batch_id, lag=progress_lag(self.query))
                 controller_s = time.perf_counter() - t_ctl
                 kill_point("controller", batch_id)
 

@@ -136,3 +136,65 @@ def test_decisions_reach_a_real_broker_and_read_back(platform_config) -> None:
     assert [e for _, e in got] == expected  # one partition per run: in order
     assert {k for k, _ in got} == {b"run-hot"}
     assert any(e["kind"] == "ineffective" for _, e in got)
+
+
+def test_the_job_hands_the_window_its_lag() -> None:
+    from types import SimpleNamespace
+
+    from engines_support import MemoryControlLog
+
+    from keyshift.streaming.controller import Controller, progress_lag
+
+    progress = {"sources": [{"endOffset": {"t": {"0": 10, "1": 5}},
+                             "latestOffset": {"t": {"0": 30, "1": 5}}}]}
+    assert progress_lag(SimpleNamespace(lastProgress=progress)) == 20.0
+    assert progress_lag(None) is None and progress_lag(SimpleNamespace(lastProgress=None)) is None
+
+    class Stopping:
+        @property
+        def lastProgress(self):
+            raise RuntimeError("query stopped")
+
+    assert progress_lag(Stopping()) is None
+    cfg = load_config(env={}, groups={"count": GROUPS})
+    c = Controller(cfg, "run-lag", "kg", GROUPS, 2, 1, MemoryControlLog())
+    c.recover(0)
+    seen = []
+    c.loop.step = lambda w: seen.append(w.lag) or None  # what the loop is handed
+    c.collect(0, np.ones(GROUPS), np.zeros(GROUPS))
+    c.end_of_batch(0, lag=20.0)
+    assert seen == [20.0]
+
+
+@pytest.mark.integration
+def test_the_jobs_controller_publishes_its_decisions(platform_config) -> None:
+    """The job's adapter (streaming/controller.py, in-memory store, no Spark) with
+    [events] topic set: its window decisions reach the real broker; close() flushes."""
+    from engines_support import MemoryControlLog
+    from kafka import KafkaConsumer
+
+    from keyshift.streaming.controller import Controller
+
+    topic = f"scaling-job-{uuid.uuid4().hex[:8]}"
+    cfg = platform_config.model_copy(update={"events": platform_config.events.model_copy(
+        update={"topic": topic})})
+    c = Controller(cfg, "run-job", "dlb-h", GROUPS, 4, 1, MemoryControlLog())
+    c.recover(0)
+    skewed = 100.0 / np.arange(1, GROUPS + 1)  # imbScore 29 % > θ 15 %: DLB-H rebalances
+    decisions = []
+    for b in range(3):
+        c.collect(b, skewed, np.ones(GROUPS))
+        decisions.append(c.end_of_batch(b))
+    c.close(timeout_s=30)
+    assert c.events.dropped == 0
+    expected = [e for d in decisions for e in events_of(d.rows, "run-job", d.window,
+                                                       d.realized)]
+    assert any(e["kind"] == "rebalance" for e in expected)
+    consumer = KafkaConsumer(topic, bootstrap_servers=cfg.kafka.bootstrap,
+                             auto_offset_reset="earliest", consumer_timeout_ms=10000)
+    try:
+        got = [json.loads(m.value) for m in consumer]
+    finally:
+        consumer.close()
+    assert [(e["kind"], e["batch_id"], e["plan_version"]) for e in got] == \
+        [(e["kind"], e["batch_id"], e["plan_version"]) for e in expected]
