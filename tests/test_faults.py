@@ -7,8 +7,10 @@ its own, so that stopping that broker disturbs no other test.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -42,8 +44,9 @@ def own_broker(tmp_path, spark_config):
 class Run:
     """``keyshift run`` in a subprocess, its stderr lines collected as they come."""
 
-    def __init__(self, cfg, topic: str, run_id: str, *extra: str) -> None:
-        env = job_env(cfg)
+    def __init__(self, cfg, topic: str, run_id: str, *extra: str,
+                 env: dict[str, str] | None = None) -> None:
+        env = job_env(cfg, **(env or {}))
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "keyshift.cli", "run", "--app", "wordcount", "--topic",
              topic, "--engines", "2", "--run-id", run_id, "--available-now", "--json", *extra],
@@ -109,11 +112,15 @@ def test_broker_down_mid_run_is_said_and_loses_nothing(own_broker, spark) -> Non
 
 def test_sigkill_at_random_points_of_a_batch_then_restart_gives_the_reference(
         spark, platform_config, tmp_path) -> None:
-    """Ten kill points drawn at random (seed printed; KEYSHIFT_FAULT_SEED replays one), each
-    a phase of a batch (keyshift.streaming.faults), hit one after the other by restarts of the same
-    run: DLB-H with migrations on a skew that shifts, so kills land before, during and after
-    engines, migrations, the controller and the writes. The restarted run ends with every
-    record once and exactly the complex events of one uninterrupted operator."""
+    """Ten SIGKILLs drawn at random (seed printed; KEYSHIFT_FAULT_SEED replays one), each
+    hitting a restart of the same run: five at a phase of a batch
+    (keyshift.streaming.faults), four at a random wall-clock time, 0-6 s after that
+    restart's first batch line (wherever the job is then: a batch's middle, its Delta
+    commits, the staged commit behind the stream, Spark's checkpoint between batches), and
+    one at a random time of a restart's start-up (its recovery). DLB-H with migrations on a
+    skew that shifts, so kills land before, during and after engines, migrations, the
+    controller and the writes. The restarted run ends with every record once and exactly the
+    complex events of one uninterrupted operator."""
     import random
 
     from engines_support import job_config, outputs, reference
@@ -123,9 +130,16 @@ def test_sigkill_at_random_points_of_a_batch_then_restart_gives_the_reference(
     seed = int(os.environ.get("KEYSHIFT_FAULT_SEED", random.SystemRandom().randrange(10**6)))
     print(f"kill points drawn with KEYSHIFT_FAULT_SEED={seed}")
     rng = random.Random(seed)
-    points = sorted(((rng.randrange(0, 12), rng.choice(PHASES)) for _ in range(10)))
+    phases = sorted(((rng.randrange(0, 14), rng.choice(PHASES)) for _ in range(5)))
+    # a draw is ("phase", "phase@batch") or ("clock", seconds after the first batch line);
+    # ("start", seconds after the process started) kills during start-up and recovery
+    draws: list[tuple[str, str | float]] = [("phase", f"{p}@{b}") for b, p in phases]
+    for _ in range(4):
+        draws.insert(rng.randrange(len(draws) + 1), ("clock", round(rng.uniform(0, 6), 2)))
+    draws.insert(rng.randrange(len(draws) + 1), ("start", round(rng.uniform(2, 15), 2)))
+    print(f"draws: {draws}")
     cfg = job_config(platform_config, policy="dlb-h", theta=10.0)
-    total, bad = 1500, 4
+    total, bad = 1800, 4
     topic = new_topic(cfg.kafka.bootstrap)
     events = produce_events(cfg.kafka.bootstrap, topic, "wordcount", total,
                             skew="zipf:0.2@0,1.5@300", keys=300, malformed=bad)
@@ -133,26 +147,40 @@ def test_sigkill_at_random_points_of_a_batch_then_restart_gives_the_reference(
     env = job_env(cfg)
     log = tmp_path / "job.log"
 
-    def run(fault: str | None) -> int:
+    def run(kind: str | None = None, at: str | float | None = None) -> int:
         with open(log, "a") as out:
-            out.write(f"\n=== {fault or 'no fault'} ===\n")
+            out.write(f"\n=== {kind or 'no fault'} {at if at is not None else ''} ===\n")
+        start = log.stat().st_size
         proc = subprocess.Popen(
             [sys.executable, "-m", "keyshift.cli", "run", "--app", "wordcount", "--policy",
              "dlb-h", "--run-id", run_id, "--topic", topic, "--engines", "4",
              "--max-offsets", "100", "--params", '{"window_s": 1.0}', "--available-now"],
-            env={**env, **({ENV: fault} if fault else {})}, stdout=open(log, "a"),
+            env={**env, **({ENV: at} if kind == "phase" else {})}, stdout=open(log, "a"),
             stderr=subprocess.STDOUT, start_new_session=True)  # its own group: killpg
+        if kind in ("clock", "start"):
+            began = time.monotonic()
+            while proc.poll() is None and kind == "clock":
+                with open(log, "rb") as f:
+                    f.seek(start)
+                    if any(x.startswith(b"batch ") for x in f.read().splitlines()):
+                        break
+                if time.monotonic() - began > 600:
+                    break
+                time.sleep(0.2)
+            time.sleep(float(at))
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
         return proc.wait(timeout=900)
 
     killed = []
-    for batch, phase in points:
-        rc = run(f"{phase}@{batch}")
+    for kind, at in draws:
+        rc = run(kind, at)
         assert rc in (0, -9), log.read_text()[-3000:]
         if rc == -9:
-            killed.append(f"{phase}@{batch}")
-    assert run(None) == 0, log.read_text()[-3000:]
+            killed.append(f"{kind} {at}")
+    assert run() == 0, log.read_text()[-3000:]
     print(f"killed at {killed}")
-    assert len(killed) >= 5, (points, killed)  # most points fall inside the input
+    assert len(killed) >= 6, (draws, killed)  # most draws fall inside the input
 
     metrics = table_rows(spark, cfg, "metrics", run_id)
     batch_ids = [r.batch_id for r in metrics]
@@ -167,13 +195,14 @@ def test_sigkill_at_random_points_of_a_batch_then_restart_gives_the_reference(
                                                     {"window_s": 1.0})
 
 
-def test_an_unwritable_table_mid_run_stops_cleanly_and_a_restart_resumes(
+def test_an_unwritable_table_past_outage_s_stops_cleanly_and_a_restart_resumes(
         spark, platform_config, tmp_path) -> None:
     """After the first batch, ``events_out``'s log directory becomes a regular file (the test
-    runs as root, so file modes would not stop a write): the batch that appends to it fails,
-    the job stops with one line naming the table's path and how to resume, and once the
-    table is back a restart of the same run id ends with every record once and the complex
-    events of one uninterrupted operator."""
+    runs as root, so file modes would not stop a write) and stays one: the batch that appends
+    to it fails, the job says once that it waits for the warehouse, tries again for
+    ``warehouse.outage_s`` (5 s here), then stops with one line naming the table's path and
+    how to resume; once the table is back a restart of the same run id ends with every
+    record once and the complex events of one uninterrupted operator."""
     from engines_support import outputs, reference
 
     cfg = platform_config.model_copy(update={"home": str(tmp_path / "home")})
@@ -182,14 +211,18 @@ def test_an_unwritable_table_mid_run_stops_cleanly_and_a_restart_resumes(
     events = produce_events(cfg.kafka.bootstrap, topic, "wordcount", total, skew="zipf:1.0",
                             keys=200)
     args = ["--max-offsets", "200", "--params", '{"window_s": 1.0}']
-    broken = Run(cfg, topic, "unwritable", *args)
+    broken = Run(cfg, topic, "unwritable", *args, env={"KEYSHIFT_WAREHOUSE__OUTAGE_S": "5"})
     assert broken.wait_for("batch ", 300), "\n".join(broken.lines[-40:])
     log_dir = cfg.warehouse_path / "events_out" / "_delta_log"
     assert log_dir.is_dir(), cfg.table_path("events_out")
     log_dir.rename(log_dir.with_name("_delta_log.aside"))
     log_dir.write_text("not a directory")
     broken.proc.wait(timeout=600)
+    broken._reader.join(timeout=10)
     assert broken.proc.returncode not in (0, None)
+    waits = [x for x in broken.lines if x.startswith("keyshift: waiting for the warehouse")]
+    assert len(waits) == 1 and "5 s" in waits[0], broken.lines
+    assert not any("answers again" in x for x in broken.lines)
     said = [x for x in broken.lines if x.startswith("keyshift run:")]
     assert len(said) == 1 and "events_out" in said[0] and "--run-id" in said[0], broken.lines
     assert not any(x.lstrip().startswith(("at org.apache", "Traceback")) for x in broken.lines)
@@ -203,3 +236,130 @@ def test_an_unwritable_table_mid_run_stops_cleanly_and_a_restart_resumes(
     assert sum(r.events_in for r in metrics) == total
     assert outputs(spark, cfg, "unwritable") == reference("wordcount", events,
                                                           cfg.groups.count, {"window_s": 1.0})
+
+
+@pytest.fixture()
+def tmpfs_home(tmp_path):
+    """A runtime home whose warehouse is a 256 MiB tmpfs of its own, which a test can make
+    read-only or fill up (the tests run as root: file modes stop no write). Skipped where
+    this machine does not let the test mount one."""
+    home = tmp_path / "home"
+    warehouse = home / "warehouse"
+    warehouse.mkdir(parents=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m", "tmpfs", str(warehouse)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"no tmpfs for the warehouse: {done.stderr.strip()}")
+    try:
+        yield home
+    finally:
+        subprocess.run(["mount", "-o", "remount,rw", str(warehouse)], capture_output=True)
+        subprocess.run(["umount", "-l", str(warehouse)], capture_output=True)
+
+
+def _remount(warehouse, mode: str) -> None:
+    """``mount -o remount,<mode>``; a read-only remount waits while a file is open for
+    writing (EBUSY), as an operator's would."""
+    deadline = time.monotonic() + 60
+    while True:
+        done = subprocess.run(["mount", "-o", f"remount,{mode}", str(warehouse)],
+                              capture_output=True, text=True)
+        if done.returncode == 0:
+            return
+        assert time.monotonic() < deadline, done.stderr
+        time.sleep(0.05)
+
+
+class _Full:
+    """The warehouse's filesystem filled to its last byte, and kept full while it lasts (what
+    the job deletes meanwhile, a staged file or a temporary one, is taken again at once), as
+    with another writer on the same volume; :meth:`end` deletes the filler."""
+
+    def __init__(self, warehouse) -> None:
+        self.filler = warehouse / ".filler"
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._keep_full, daemon=True)
+
+    def _top_up(self, f) -> None:
+        for size in (1 << 20, 4096, 512):
+            try:
+                while True:
+                    f.write(b"\0" * size)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC, exc
+
+    def _keep_full(self) -> None:
+        with open(self.filler, "ab", buffering=0) as f:
+            while not self._stop.wait(0.05):
+                self._top_up(f)
+
+    def begin(self) -> None:
+        with open(self.filler, "wb", buffering=0) as f:
+            self._top_up(f)
+        self._thread.start()
+
+    def end(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self.filler.unlink()
+
+
+def _outage_mid_run(spark, platform_config, home, run_id: str, begin, end) -> list[str]:
+    """``keyshift run`` over 1,500 events in batches of 100; after the first batch the
+    warehouse fails (``begin``) for 20 s, then is back (``end``). The job must say once that
+    it waits (while the outage lasts) and once that it goes on, end with exit 0, every record
+    once (batch ids unique in metrics, key loads once per batch, group and engine) and the
+    complex events of one uninterrupted operator. Returns the job's stderr lines."""
+    from engines_support import outputs, reference
+
+    cfg = platform_config.model_copy(update={"home": str(home)})
+    total = 1500
+    topic = new_topic(cfg.kafka.bootstrap)
+    events = produce_events(cfg.kafka.bootstrap, topic, "wordcount", total, skew="zipf:1.0",
+                            keys=200)
+    job = Run(cfg, topic, run_id, "--max-offsets", "100", "--params", '{"window_s": 1.0}')
+    assert job.wait_for("batch ", 300), "\n".join(job.lines[-40:])
+    begin()
+    began = time.monotonic()
+    try:
+        waited = job.wait_for("keyshift: waiting for the warehouse", 20)
+        while time.monotonic() - began < 20:
+            time.sleep(0.2)
+    finally:
+        end()
+    summary = job.finish()
+    assert waited, "\n".join(job.lines[-40:])  # said while the warehouse was still out
+    waits = [x for x in job.lines if x.startswith("keyshift: waiting for the warehouse")]
+    backs = [x for x in job.lines if "answers again" in x]
+    print("\n".join([*waits, *backs]))
+    assert len(waits) == 1 and len(backs) == 1, job.lines
+    assert job.lines.index(waits[0]) < job.lines.index(backs[0])
+    assert not any(x.startswith("keyshift run:") for x in job.lines), job.lines
+    assert summary["failed"] is False
+
+    metrics = table_rows(spark, cfg, "metrics", run_id)
+    assert len({r.batch_id for r in metrics}) == len(metrics), "a batch was recorded twice"
+    assert sum(r.events_in for r in metrics) == total
+    loads = [(r.batch_id, r.group, r.engine) for r in table_rows(spark, cfg, "key_loads", run_id)]
+    assert loads and len(loads) == len(set(loads))
+    got = outputs(spark, cfg, run_id)
+    assert got and got == reference("wordcount", events, cfg.groups.count, {"window_s": 1.0})
+    return job.lines
+
+
+def test_a_read_only_warehouse_for_20_s_is_ridden_out(spark, platform_config, tmpfs_home):
+    """Issue 26 item 3: the warehouse's filesystem is remounted read-only for 20 s mid-run
+    (EROFS for the Delta appends, the engines' state, the staged rows, Spark's checkpoint)."""
+    warehouse = tmpfs_home / "warehouse"
+    lines = _outage_mid_run(spark, platform_config, tmpfs_home, "read-only",
+                            lambda: _remount(warehouse, "ro"),
+                            lambda: _remount(warehouse, "rw"))
+    assert "Read-only file system" in next(x for x in lines if "waiting for the warehouse" in x)
+
+
+def test_a_full_warehouse_for_20_s_is_ridden_out(spark, platform_config, tmpfs_home):
+    """Issue 26 item 3: the warehouse's filesystem is full to its last byte for 20 s mid-run
+    (ENOSPC), then the filler is deleted."""
+    full = _Full(tmpfs_home / "warehouse")
+    lines = _outage_mid_run(spark, platform_config, tmpfs_home, "full", full.begin, full.end)
+    assert "No space left on device" in next(x for x in lines if "waiting for the warehouse" in x)
