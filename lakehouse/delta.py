@@ -16,7 +16,9 @@ table's log and silently skips a write with a version it has seen; with Kafka of
 the Spark checkpoint that makes a restart count nothing twice.
 
 Spark is imported inside the functions that need a session, so the plan codec is usable
-(and testable) without one.
+(and testable) without one. The commands a person waits on (``keyshift status``, ``report``,
+``dead-letters``) read the same tables without a JVM through the read-only
+:mod:`keyshift.lakehouse.delta_arrow` (delta-rs), which checks the same contract.
 """
 
 from __future__ import annotations

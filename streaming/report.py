@@ -5,7 +5,9 @@ Everything here is read back from the warehouse (``metrics``, ``decisions``, ``m
 ``control_state``, ``events_out``) rather than from the job's memory, so the report of a run that was
 interrupted and restarted still tells the whole story, and any run can be reported, live or
 not: the rows a live job has staged but not committed yet are included
-(:func:`keyshift.streaming.runs.current`).
+(:func:`keyshift.streaming.runs.current`). The rows come from a :class:`~keyshift.streaming.runs.Rows`:
+read without Spark where the warehouse allows it (``keyshift report``), through the job's
+session otherwise (``keyshift demo``).
 """
 
 from __future__ import annotations
@@ -20,19 +22,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from keyshift.apps import TopK
-from keyshift.lakehouse.delta import read_run
-
-from .runs import current
 
 if TYPE_CHECKING:
     import pandas as pd
-    from pyspark.sql import SparkSession
 
     from keyshift.config import Config
 
-
-def _frame(spark: SparkSession, cfg: Config, name: str, run_id: str) -> pd.DataFrame:
-    return read_run(spark, cfg, name, run_id).toPandas()
+    from .runs import Rows
 
 
 @dataclass(frozen=True)
@@ -45,13 +41,13 @@ class RunTables:
     control: pd.DataFrame  # control_state: the scaler's observed and forecast In per window
 
     @classmethod
-    def read(cls, spark: SparkSession, cfg: Config, run_id: str) -> RunTables:
-        def rows(name: str) -> pd.DataFrame:
-            return current(spark, cfg, name, run_id).toPandas()
+    def read(cls, rows: Rows, run_id: str) -> RunTables:
+        def frame(name: str) -> pd.DataFrame:
+            return rows.frame(name, run_id)
 
-        return cls(rows("metrics").sort_values("batch_id"),
-                   rows("decisions").sort_values("batch_id"), rows("migrations"),
-                   rows("control_state").sort_values("batch_id"))
+        return cls(frame("metrics").sort_values("batch_id"),
+                   frame("decisions").sort_values("batch_id"), frame("migrations"),
+                   frame("control_state").sort_values("batch_id"))
 
 
 def summarize(tables: RunTables, cfg: Config, run_id: str, wall_s: float | None = None,
@@ -105,24 +101,24 @@ def summarize(tables: RunTables, cfg: Config, run_id: str, wall_s: float | None 
     }
 
 
-def report_run(spark: SparkSession, cfg: Config, run_id: str, folder: Path,
+def report_run(rows: Rows, cfg: Config, run_id: str, folder: Path,
                app: str | None = None, wall_s: float | None = None, records: int | None = None,
                extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Read the run, summarize it and write its report into ``folder``: the one way
     ``keyshift demo`` and ``keyshift report`` make a report. Returns the summary, with the
     report's path under ``report``; ``extra`` adds to the summary (the demo's own numbers)."""
-    tables = RunTables.read(spark, cfg, run_id)
+    tables = RunTables.read(rows, run_id)
     summary = summarize(tables, cfg, run_id, wall_s, records)
     summary.update(extra or {})
-    page = write_report(spark, cfg, run_id, tables, folder, summary, app)
+    page = write_report(rows, cfg, run_id, tables, folder, summary, app)
     summary["report"] = str(page)
     return summary
 
 
-def write_report(spark: SparkSession, cfg: Config, run_id: str, tables: RunTables,
+def write_report(rows: Rows, cfg: Config, run_id: str, tables: RunTables,
                  folder: Path, summary: dict[str, Any], app: str | None) -> Path:
-    """PNG plots and ``report.html`` in the run folder; returns the HTML path (``spark``
-    reads ``events_out`` for the click-stream app's top-k table)."""
+    """PNG plots and ``report.html`` in the run folder; returns the HTML path (``rows``
+    gives ``events_out`` for the click-stream app's top-k table)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -189,7 +185,7 @@ def write_report(spark: SparkSession, cfg: Config, run_id: str, tables: RunTable
     extra = ""
     floor = _floor_note(m, app, summary.get("policy"))
     if app == "clicks":
-        out = _frame(spark, cfg, "events_out", run_id)
+        out = rows.frame("events_out", run_id, ["detail"])
         top = TopK(10)
         top.update(json.loads(x)["pattern"] for x in out.detail)
         extra = _table(["pattern", "count"], top.top(), "Top-10 click patterns (top-k operator)")

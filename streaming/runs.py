@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from functools import reduce
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from keyshift.config import Config
 from keyshift.lakehouse.delta import read_table, table_exists
+from keyshift.lakehouse.delta_arrow import FastReadUnavailable, read_arrow
 from keyshift.lakehouse.storage import filesystem, read_if_exists
 from keyshift.schemas import table
 
@@ -27,8 +28,11 @@ from . import heartbeat
 from .staging import ROW_KEY, arrow_schema, is_staged
 
 if TYPE_CHECKING:
+    import pandas as pd
     import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
+
+T = TypeVar("T")
 
 LIST_KNOWN = 10  # run ids an "unknown run" message names
 
@@ -149,6 +153,92 @@ def current(spark: SparkSession, cfg: Config, name: str, run_id: str | None = No
     return reduce(lambda a, b: a.unionByName(b), frames)
 
 
+# --- rows without Spark --------------------------------------------------------------------
+
+
+def current_arrow(cfg: Config, name: str, run_id: str | None = None,
+                  columns: list[str] | None = None) -> pa.Table:
+    """:func:`current` without Spark: Delta's rows through delta-rs
+    (:mod:`keyshift.lakehouse.delta_arrow`) plus the staged ones, a row found in both taken
+    from Delta, all the contract's columns or the chosen ones (the others are not read);
+    :class:`~keyshift.lakehouse.delta_arrow.FastReadUnavailable` where delta-rs cannot read
+    the table."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    files = [p for (run, t), paths in _listing(cfg)[1].items()
+             if t == name and (run_id is None or run == run_id) for p in paths]
+    staged = _staged(cfg, name, files) if name in ROW_KEY else None  # before the snapshot
+    key = list(ROW_KEY.get(name, ()))
+    wanted = columns or table(name).names
+    read = wanted + [c for c in key if c not in wanted]
+    delta = read_arrow(cfg, name, run_id, read)
+    if staged is None or not staged.num_rows:
+        return delta.select(wanted)
+    if run_id is not None and "run_id" in staged.column_names:
+        staged = staged.filter(pc.equal(staged["run_id"], run_id))
+    if delta.num_rows and staged.num_rows:
+        # Arrow joins carry no list columns: join the keys only
+        index = staged.select(key).append_column(
+            "_row", pa.array(np.arange(staged.num_rows, dtype=np.int64)))
+        keep = index.join(delta.select(key), key, join_type="left anti")["_row"]
+        staged = staged.take(np.sort(keep.to_numpy()))  # in staged order
+    return pa.concat_tables([delta, staged.select(read).cast(delta.schema)]).select(wanted)
+
+
+class Rows(Protocol):
+    """Where the watching commands read a table's current rows from: without Spark
+    (:class:`ArrowRows`) where it can, else through a Spark session (:class:`SparkRows`).
+    Both give the same pandas frame: the contract's columns (or the chosen ones), a live
+    run's staged rows included, timestamps naive in UTC as Spark's ``toPandas`` gives them."""
+
+    def frame(self, name: str, run_id: str | None = None,
+              columns: list[str] | None = None, distinct: bool = False) -> pd.DataFrame: ...
+
+
+class ArrowRows:
+    """Rows read in this process through delta-rs: no JVM (issue 28 item 4)."""
+
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+
+    def frame(self, name: str, run_id: str | None = None,
+              columns: list[str] | None = None, distinct: bool = False) -> pd.DataFrame:
+        df = current_arrow(self.cfg, name, run_id, columns).to_pandas()
+        for col in df.columns:
+            if getattr(df[col].dtype, "tz", None) is not None:
+                df[col] = df[col].dt.tz_convert("UTC").dt.tz_localize(None)
+        return df.drop_duplicates(ignore_index=True) if distinct else df
+
+
+class SparkRows:
+    """Rows read through a Spark session (a remote warehouse, a table delta-rs refuses)."""
+
+    def __init__(self, spark: SparkSession, cfg: Config) -> None:
+        self.spark = spark
+        self.cfg = cfg
+
+    def frame(self, name: str, run_id: str | None = None,
+              columns: list[str] | None = None, distinct: bool = False) -> pd.DataFrame:
+        df = current(self.spark, self.cfg, name, run_id)
+        df = df.select(*columns) if columns else df
+        return (df.distinct() if distinct else df).toPandas()
+
+
+def answer(cfg: Config, compute: Callable[[Rows], T], log_level: str | None = None,
+           app_name: str = "keyshift-status") -> T:
+    """``compute`` on the warehouse's rows read without Spark; where that path cannot read
+    a table (:class:`FastReadUnavailable`), said in one line on stderr, again through Spark."""
+    from keyshift.lakehouse.logs import say
+
+    try:
+        return compute(ArrowRows(cfg))
+    except FastReadUnavailable as exc:
+        say(f"reading the warehouse with Spark (slower): {exc}")
+    return compute(SparkRows(open_spark(cfg, log_level, app_name), cfg))
+
+
 # --- the overview and one run's recent batches ----------------------------------------------
 
 
@@ -165,34 +255,61 @@ def _iso(micros: int | None) -> str | None:
     return datetime.fromtimestamp(micros / 1e6, UTC).isoformat(timespec="seconds")
 
 
-def overview(spark: SparkSession, cfg: Config, run_id: str | None = None,
+def _micros(ts: Any) -> int | None:
+    """A naive UTC timestamp of a frame as epoch microseconds (Spark's ``unix_micros``)."""
+    import pandas as pd
+
+    if ts is None or pd.isna(ts):
+        return None
+    return int(pd.Timestamp(ts).tz_localize("UTC").value // 1000)
+
+
+def _py(value: Any) -> Any:
+    """A frame's cell as JSON takes it: numpy numbers as Python's, a null (NaN, NaT) as None."""
+    import numpy as np
+    import pandas as pd
+
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return value
+    if value is None or pd.isna(value):
+        return None
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _last_by(df: pd.DataFrame, order: list[str]) -> pd.DataFrame:
+    """Each run's row that comes last by ``order`` (Spark's ``max_by``)."""
+    return df.sort_values(["run_id", *order], kind="stable").groupby("run_id").tail(1)
+
+
+def overview(rows: Rows, cfg: Config, run_id: str | None = None,
              now: float | None = None) -> list[dict[str, Any]]:
     """One object per run (or only ``run_id``'s), newest first: what ``keyshift status``
     shows. A run a job started that has no batch yet has ``batches`` 0."""
-    from pyspark.sql import functions as F
-
     now = time.time() if now is None else now
-    m = current(spark, cfg, "metrics", run_id).groupBy("run_id").agg(
-        F.count("*").alias("batches"),
-        F.min("batch_id").alias("first_batch"), F.max("batch_id").alias("last_batch"),
-        F.unix_micros(F.min("window_start")).alias("first_us"),
-        F.unix_micros(F.max("window_end")).alias("last_us"),
-        F.sum("events_in").alias("events_in"), F.sum("dead_letter").alias("dead_letters"),
-        F.sum("out_events").alias("complex_events"),
-        F.max_by("engines", "batch_id").alias("engines"),
-        F.max_by("policy", "batch_id").alias("policy"),
-        F.max_by("rstd", "batch_id").alias("rstd"))
-    d = current(spark, cfg, "decisions", run_id).groupBy("run_id").agg(F.max_by(
-        F.struct("batch_id", "component", "action", "reason"),
-        F.struct("batch_id", "decided_at")).alias("last"))
-    mig = (current(spark, cfg, "migrations", run_id).where(F.col("status") == "completed")
-           .groupBy("run_id").count())
-    metrics = {r.run_id: r.asDict() for r in m.collect()}
-    last = {r.run_id: r["last"].asDict() for r in d.collect()}
-    migrations = {r.run_id: r["count"] for r in mig.collect()}
+    m = rows.frame("metrics", run_id, ["run_id", "batch_id", "window_start", "window_end",
+                                       "events_in", "dead_letter", "out_events", "engines",
+                                       "policy", "rstd"])
+    metrics: dict[str, dict[str, Any]] = {}
+    if len(m):
+        g = m.groupby("run_id")
+        agg = g.agg(batches=("batch_id", "size"), first_batch=("batch_id", "min"),
+                    last_batch=("batch_id", "max"), first=("window_start", "min"),
+                    last=("window_end", "max"), events_in=("events_in", "sum"),
+                    dead_letters=("dead_letter", "sum"), complex_events=("out_events", "sum"))
+        latest = _last_by(m, ["batch_id"]).set_index("run_id")
+        for rid, r in agg.iterrows():
+            metrics[rid] = {**{k: _py(v) for k, v in r.items() if k not in ("first", "last")},
+                            "first_us": _micros(r["first"]), "last_us": _micros(r["last"]),
+                            **{k: _py(latest.at[rid, k]) for k in ("engines", "policy", "rstd")}}
+    d = rows.frame("decisions", run_id, ["run_id", "batch_id", "decided_at", "component",
+                                         "action", "reason"])
+    last = {r["run_id"]: {k: _py(r[k]) for k in ("batch_id", "component", "action", "reason")}
+            for _, r in _last_by(d, ["batch_id", "decided_at"]).iterrows()} if len(d) else {}
+    mig = rows.frame("migrations", run_id, ["run_id", "status"])
+    migrations = mig[mig.status == "completed"].groupby("run_id").size().to_dict()
     folders = _listing(cfg)[0]
     ids = set(metrics) | (folders if run_id is None else folders & {run_id})
-    apps = _apps(spark, cfg, ids)
+    apps = _apps(rows, cfg, ids)
     out = []
     for rid in ids:
         r = metrics.get(rid, {})
@@ -217,39 +334,38 @@ def overview(spark: SparkSession, cfg: Config, run_id: str | None = None,
     return out
 
 
-def _apps(spark: SparkSession, cfg: Config, ids: set[str]) -> dict[str, str]:
+def _apps(rows: Rows, cfg: Config, ids: set[str]) -> dict[str, str]:
     """Each run's operator: from the job's ``job.json`` in the run folder of this home, else
     from its complex events in ``events_out`` (the warehouse may be read from another host)."""
-    from pyspark.sql import functions as F
-
     apps = {}
     for rid in ids:
         try:
             apps[rid] = json.loads((cfg.run_dir(rid) / "job.json").read_text())["app"]
         except (OSError, ValueError, KeyError):
             pass
-    rest = sorted(ids - set(apps))
-    if rest and table_exists(spark, cfg, "events_out"):
-        rows = (read_table(spark, cfg, "events_out").where(F.col("run_id").isin(rest))
-                .groupBy("run_id").agg(F.max("app").alias("app")).collect())
-        apps.update({r.run_id: r.app for r in rows})
+    rest = ids - set(apps)
+    if rest:
+        one = next(iter(rest)) if len(rest) == 1 else None
+        out = rows.frame("events_out", one, ["run_id", "app"], distinct=True)
+        out = out[out.run_id.isin(rest)]
+        apps.update(out.groupby("run_id").app.max().to_dict())
     return apps
 
 
-def list_runs(spark: SparkSession, cfg: Config) -> list[dict[str, Any]]:
+def list_runs(rows: Rows, cfg: Config) -> list[dict[str, Any]]:
     """:func:`overview` of every run; none at all is a :class:`RunLookupError`."""
-    runs = overview(spark, cfg)
+    runs = overview(rows, cfg)
     if not runs:
         raise RunLookupError(_no_runs(cfg))
     return runs
 
 
-def find_run(spark: SparkSession, cfg: Config, run_id: str) -> dict[str, Any]:
+def find_run(rows: Rows, cfg: Config, run_id: str) -> dict[str, Any]:
     """The overview of one run that has batches; otherwise a :class:`RunLookupError` that
     names the known runs (an unknown id) or says that the run has no batch yet."""
-    found = overview(spark, cfg, run_id)
+    found = overview(rows, cfg, run_id)
     if not found:
-        known = [r["run_id"] for r in list_runs(spark, cfg)]
+        known = [r["run_id"] for r in list_runs(rows, cfg)]
         more = f" (and {len(known) - LIST_KNOWN} more)" if len(known) > LIST_KNOWN else ""
         raise RunLookupError(f"no run {run_id!r} in the warehouse at {cfg.warehouse_uri}; "
                              f"known runs, newest first: {', '.join(known[:LIST_KNOWN])}{more}")
@@ -261,23 +377,19 @@ def find_run(spark: SparkSession, cfg: Config, run_id: str) -> dict[str, Any]:
     return run
 
 
-def recent(spark: SparkSession, cfg: Config, run_id: str, last: int) -> dict[str, list]:
+def recent(rows: Rows, cfg: Config, run_id: str, last: int) -> dict[str, list]:
     """The run's last ``last`` batches and decisions, oldest first."""
-    from pyspark.sql import functions as F
-
-    batches = (current(spark, cfg, "metrics", run_id)
-               .orderBy(F.col("batch_id").desc()).limit(last)
-               .select("batch_id", F.unix_micros("window_end").alias("end_us"), "events_in",
-                       "dead_letter", "out_events", "batch_duration_s", "rstd", "engines",
-                       "plan_version").collect())
-    decisions = (current(spark, cfg, "decisions", run_id)
-                 .orderBy(F.col("batch_id").desc(), F.col("decided_at").desc()).limit(last)
-                 .select("batch_id", "component", "action", "reason", "rstd_before",
-                         "rstd_after", "moved_groups", "engines_before", "engines_after",
-                         "plan_version").collect())
-    rows = []
-    for r in reversed(batches):
-        row = r.asDict()
-        row["time"] = _iso(row.pop("end_us"))
-        rows.append(row)
-    return {"batches": rows, "decisions": [r.asDict() for r in reversed(decisions)]}
+    cols = ["batch_id", "events_in", "dead_letter", "out_events", "batch_duration_s", "rstd",
+            "engines", "plan_version"]
+    m = rows.frame("metrics", run_id, ["window_end", *cols])
+    batches = []
+    for _, r in m.sort_values("batch_id").tail(last).iterrows():
+        row = {"batch_id": _py(r["batch_id"]), "time": _iso(_micros(r["window_end"]))}
+        row.update({k: _py(r[k]) for k in cols[1:]})
+        batches.append(row)
+    dcols = ["batch_id", "component", "action", "reason", "rstd_before", "rstd_after",
+             "moved_groups", "engines_before", "engines_after", "plan_version"]
+    d = rows.frame("decisions", run_id, ["decided_at", *dcols])
+    decisions = [{k: _py(r[k]) for k in dcols} for _, r in
+                 d.sort_values(["batch_id", "decided_at"], kind="stable").tail(last).iterrows()]
+    return {"batches": batches, "decisions": decisions}

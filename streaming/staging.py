@@ -41,6 +41,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from keyshift.lakehouse.delta_arrow import arrow_schema, arrow_type  # noqa: F401 (staging's names)
 from keyshift.lakehouse.logs import say
 from keyshift.lakehouse.storage import filesystem, write_atomically
 from keyshift.schemas import SCHEMA_VERSION, table
@@ -95,29 +96,6 @@ def is_staged(name: str) -> bool:
 def stage_uri(root: str, name: str, batch_id: int, part: str) -> str:
     """Where batch ``batch_id``'s rows of table ``name`` from ``part`` are staged."""
     return f"{root}/{name}/b{batch_id:012d}-{part}.parquet"
-
-
-def arrow_type(ddl_type: str) -> pa.DataType:
-    """The Arrow type Spark reads back as the contract's DDL type (keyshift.schemas)."""
-    import pyarrow as pa
-
-    t = ddl_type.strip().upper()
-    if t.startswith("ARRAY<") and t.endswith(">"):
-        return pa.list_(arrow_type(t[6:-1]))
-    simple = {"STRING": pa.string(), "BIGINT": pa.int64(), "INT": pa.int32(),
-              "DOUBLE": pa.float64(), "BOOLEAN": pa.bool_(), "BINARY": pa.binary(),
-              "TIMESTAMP": pa.timestamp("us", tz="UTC")}
-    if t not in simple:
-        raise ValueError(f"no Arrow type for the contract type {ddl_type!r}")
-    return simple[t]
-
-
-def arrow_schema(name: str) -> pa.Schema:
-    """Table ``name``'s contract as an Arrow schema (every column nullable: Delta checks the
-    NOT NULL ones at commit)."""
-    import pyarrow as pa
-
-    return pa.schema([(c.name, arrow_type(c.type)) for c in table(name).columns])
 
 
 def stage_rows(root: str, name: str, batch_id: int, part: str,

@@ -186,10 +186,11 @@ def run(args: argparse.Namespace) -> int:
         if "error" in produced and not interrupted:
             raise UsageError(f"producer: {produced['error']}")
         from keyshift.streaming.report import report_run
+        from keyshift.streaming.runs import SparkRows
 
         vs_kg = kg_comparison(batch_records(job.run_dir / "batches.jsonl"), job.groups,
                               job.per_window, job.controller.plan_for)
-        summary = report_run(spark, cfg, run_id, job.run_dir, app, wall, job.totals.records, {
+        summary = report_run(SparkRows(spark, cfg), cfg, run_id, job.run_dir, app, wall, job.totals.records, {
             "app": app, "policy": policy, "planner": cfg.planner.enabled,
             "produced": produced.get("sent", 0), "run_dir": str(job.run_dir),
             "interrupted": interrupted, **({"seeded": seeded} if seeded else {}),

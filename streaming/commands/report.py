@@ -24,9 +24,9 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser(
         "report", help=SUMMARY,
         description="Read a run's rows from the Delta warehouse (a live run's not yet "
-        "committed ones too) and write report.html with its plots (imbalance, throughput, "
-        "batch duration, load per engine), decisions and migrations, and summary.json; "
-        "prints the report's path.",
+        "committed ones too; without Spark when the warehouse is on this machine's disk) "
+        "and write report.html with its plots (imbalance, throughput, batch duration, load "
+        "per engine), decisions and migrations, and summary.json; prints the report's path.",
     )
     p.add_argument("run_id", metavar="RUN_ID", help="the run (see `keyshift status`)")
     p.add_argument("--out", help="folder for the report and its plots "
@@ -44,24 +44,21 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--out: {folder} is a file; give a folder for the report")
     from keyshift.lakehouse.delta import TableSchemaError
     from keyshift.streaming.report import report_run
-    from keyshift.streaming.runs import (
-        RunLookupError,
-        check_warehouse,
-        find_run,
-        open_spark,
-    )
+    from keyshift.streaming.runs import RunLookupError, Rows, answer, check_warehouse, find_run
+
+    def write(rows: Rows) -> dict:
+        found = find_run(rows, cfg, args.run_id)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"--out: cannot create {folder}: {exc.strerror}") from None
+        return report_run(rows, cfg, args.run_id, folder, found["app"], extra={
+            "app": found["app"], "policy": found["policy"], "alive": found["alive"]})
 
     try:
         check_warehouse(cfg)
-        spark = open_spark(cfg, args.log_level, app_name="keyshift-report")
-        found = find_run(spark, cfg, args.run_id)
+        summary = answer(cfg, write, args.log_level, app_name="keyshift-report")
     except (RunLookupError, TableSchemaError) as exc:
         raise UsageError(str(exc)) from None
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"--out: cannot create {folder}: {exc.strerror}") from None
-    summary = report_run(spark, cfg, args.run_id, folder, found["app"], extra={
-        "app": found["app"], "policy": found["policy"], "alive": found["alive"]})
     print(json.dumps(summary) if args.json else summary["report"])
     return 0

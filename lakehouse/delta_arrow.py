@@ -1,0 +1,113 @@
+"""Reading the warehouse's Delta tables without a JVM: the read-only side door of
+:mod:`keyshift.lakehouse.delta` for the commands a person waits on.
+
+Why: ``keyshift status``, ``report`` and ``dead-letters`` read a few small tables, and starting
+Spark and Delta's JVM for that cost about two minutes on a busy 2-core machine (issue 28
+item 4). delta-rs (the ``deltalake`` package) replays the same Delta log (JSON commits,
+Parquet checkpoints) and reads the live Parquet files in-process, in well under a second. It
+reads what delta-spark 4.4 writes here: reader version 1 (no reader features), checkpoints
+every ``checkpointInterval`` commits, and the columns a later schema version added
+(``mergeSchema``), which are read as nulls in older files.
+
+Only reads come through here; every write stays with Spark in :mod:`keyshift.lakehouse.delta`,
+and both hand out exactly the contract's columns (:mod:`keyshift.schemas`). Where this module
+cannot answer, it raises :class:`FastReadUnavailable` and the caller takes the Spark path: a
+warehouse not on this machine's disk (``s3a:``, ``hdfs:``, ``abfss:`` are reached through the
+Hadoop configuration Spark holds), a table whose log delta-rs refuses (a reader feature it
+does not know), or an installation without ``deltalake``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from keyshift.config import Config
+from keyshift.schemas import SCHEMA_VERSION, table
+
+from .delta import TableSchemaError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+
+class FastReadUnavailable(RuntimeError):
+    """This warehouse or table cannot be read without Spark; the message says why."""
+
+
+def arrow_type(ddl_type: str) -> pa.DataType:
+    """The Arrow type Spark reads back as the contract's DDL type (keyshift.schemas)."""
+    import pyarrow as pa
+
+    t = ddl_type.strip().upper()
+    if t.startswith("ARRAY<") and t.endswith(">"):
+        return pa.list_(arrow_type(t[6:-1]))
+    simple = {"STRING": pa.string(), "BIGINT": pa.int64(), "INT": pa.int32(),
+              "DOUBLE": pa.float64(), "BOOLEAN": pa.bool_(), "BINARY": pa.binary(),
+              "TIMESTAMP": pa.timestamp("us", tz="UTC")}
+    if t not in simple:
+        raise ValueError(f"no Arrow type for the contract type {ddl_type!r}")
+    return simple[t]
+
+
+def arrow_schema(name: str) -> pa.Schema:
+    """Table ``name``'s contract as an Arrow schema (every column nullable: Delta checks the
+    NOT NULL ones at commit)."""
+    import pyarrow as pa
+
+    return pa.schema([(c.name, arrow_type(c.type)) for c in table(name).columns])
+
+
+def local_table(cfg: Config, name: str) -> Path:
+    """Table ``name``'s folder on this machine's disk; a remote warehouse cannot be read here."""
+    try:
+        return cfg.warehouse_path / name
+    except ValueError:
+        raise FastReadUnavailable(
+            f"the warehouse {cfg.warehouse_uri} is not on this machine's disk") from None
+
+
+def read_arrow(cfg: Config, name: str, run_id: str | None = None,
+               columns: list[str] | None = None) -> pa.Table:
+    """Table ``name``'s rows (of one run when ``run_id`` is given and the table has a
+    ``run_id`` column) in the contract's Arrow schema, or the chosen ``columns`` of it. A
+    table no job has written yet is empty; columns a later schema version added are null in
+    older rows; a table without a column of the first version is a :class:`TableSchemaError`
+    (the same checks as :func:`keyshift.lakehouse.delta.conform`)."""
+    import pyarrow as pa
+
+    schema = arrow_schema(name)
+    wanted = columns or schema.names
+    target = pa.schema([schema.field(c) for c in wanted])
+    folder = local_table(cfg, name)
+    if not (folder / "_delta_log").is_dir():
+        return target.empty_table()
+    try:
+        from deltalake import DeltaTable
+        from deltalake.exceptions import DeltaError
+    except ImportError:
+        raise FastReadUnavailable("the deltalake package is not installed (pip install "
+                                  "'keyshift[spark]')") from None
+
+    try:
+        dt = DeltaTable(str(folder))
+        have = set(dt.schema().to_arrow().names)
+        _check_columns(name, have, str(folder))
+        filters = ([("run_id", "=", run_id)]
+                   if run_id is not None and "run_id" in schema.names else None)
+        got = dt.to_pyarrow_table(columns=[c for c in wanted if c in have], filters=filters)
+    except DeltaError as exc:
+        raise FastReadUnavailable(f"{name}: delta-rs cannot read the table at {folder}: "
+                                  f"{str(exc).splitlines()[0] if str(exc) else exc!r}") from exc
+    for field in target:
+        if field.name not in got.column_names:  # written before the version that added it
+            got = got.append_column(field, pa.nulls(got.num_rows, field.type))
+    return got.select(target.names).cast(target)
+
+
+def _check_columns(name: str, have: set[str], path: str) -> None:
+    lost = [c.name for c in table(name).columns if c.since <= 1 and c.name not in have]
+    if lost:
+        raise TableSchemaError(
+            f"{name}: table at {path} lacks columns {', '.join(lost)} "
+            f"(schema version {SCHEMA_VERSION} expects {', '.join(table(name).names)})")
