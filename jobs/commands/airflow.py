@@ -105,6 +105,14 @@ def healthy(port: int, timeout_s: float = 2.0) -> bool:
         return False
 
 
+def paused_hint() -> str:
+    """What a first-time user needs before triggering: Airflow creates DAGs paused, and a run
+    triggered on a paused DAG sits queued without saying why."""
+    return ("DAGs start paused: a run you trigger waits, queued, until its DAG is unpaused "
+            "(the toggle beside its name in the UI, or: eval \"$(keyshift airflow env)\"; "
+            + "; ".join(f"airflow dags unpause {d}" for d in DAG_IDS) + ")")
+
+
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser("airflow", help=SUMMARY)
     cmd = p.add_subparsers(dest="airflow_command", metavar="ACTION", required=True)
@@ -212,7 +220,7 @@ def _serve(proc: subprocess.Popen, cfg: Config, port: int, timeout_s: float,
         time.sleep(1.0)
     password = read_password(cfg) or f"(see {password_file(cfg)})"
     print(f"Airflow UI: http://localhost:{port}\nlogin: {ADMIN} / {password}\n"
-          f"DAGs: {', '.join(DAG_IDS)}", flush=True)
+          f"DAGs: {', '.join(DAG_IDS)}\n{paused_hint()}", flush=True)
     if exit_when_ready:
         return 0
     print("Ctrl-C stops Airflow.", flush=True)
