@@ -219,6 +219,7 @@ def backtest(
     naive: list[np.ndarray] = []
     train_s = {name: 0.0 for name in chosen}
     kernels: dict[str, list[str]] = {}
+    cycles: dict[str, list[str]] = {}
     for k, start in enumerate(starts):
         lo = 0 if max_train is None else max(0, start - max_train)
         X_tr, y_tr, X_te = X[lo:start], values[lo:start], X[start:start + horizon]
@@ -233,6 +234,8 @@ def backtest(
             preds[name].append(model.predict(X_te))
             if getattr(model, "kernel_", None):
                 kernels.setdefault(name, []).append(model.kernel_)
+            if getattr(model, "cycle_", None):  # the GP's seasonal profile (issue 27)
+                cycles.setdefault(name, []).append(model.cycle_)
     y_te = values[starts[0]:starts[-1] + horizon]
     naive_mae = float(np.abs(np.concatenate(naive) - y_te).mean())
     results: dict[str, Any] = {}
@@ -245,6 +248,9 @@ def backtest(
         if name in kernels:  # the kernel of each origin, "ard+local ×3, ard ×2"
             results[name]["kernel"] = ", ".join(
                 f"{k} ×{n}" if n > 1 else k for k, n in Counter(kernels[name]).items())
+        if name in cycles:  # the profile's cycle of each origin, "weekly ×4, daily"
+            results[name]["cycle"] = ", ".join(
+                f"{c} ×{n}" if n > 1 else c for c, n in Counter(cycles[name]).items())
     return {
         "n_train": int(starts[0]),
         "n_test": int(len(y_te)),

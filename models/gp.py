@@ -94,7 +94,14 @@ from keyshift.models.gp_predictor import (
     PREDICTOR_PARTS,
     to_target_units,
 )
-from keyshift.models.seasonal import PROFILE_STATS, SlotProfile
+from keyshift.models.seasonal import (
+    CYCLES,
+    PROFILE_STATS,
+    SlotProfile,
+    choose_cycle,
+    regular_step,
+    resample,
+)
 
 KERNELS = ("ard", "ard+local", "ard+load", "ard+load+local", "ard+daily", "ard+weekly",
            "ard+daily+weekly")
@@ -447,6 +454,7 @@ class GPForecaster:
         seed: int = 0,
         threads: int = 1,
         profile_stat: str | None = None,
+        cycle: str = "auto",
     ) -> None:
         self.kernel = self.default_kernel if kernel is None else kernel
         self.profile_stat = self.default_profile_stat if profile_stat is None else profile_stat
@@ -460,12 +468,13 @@ class GPForecaster:
         self.hyper_points = hyper_points
         self.seed = seed
         self.threads = threads
+        self.cycle = cycle
 
     # -- parameters --------------------------------------------------------------------
     def get_params(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in
                 ("kernel", "method", "mean", "iters", "lr", "inducing", "max_train",
-                 "exact_max", "hyper_points", "seed", "threads", "profile_stat")}
+                 "exact_max", "hyper_points", "seed", "threads", "profile_stat", "cycle")}
 
     def _validate_params(self) -> list[str]:
         if self.method not in METHODS:
@@ -473,6 +482,7 @@ class GPForecaster:
         if self.mean not in MEANS:
             raise ModelInputError("mean", f"{self.mean!r} not one of {MEANS}")
         self._profile_stats()
+        self._cycles()
         checks = [("iters", 1), ("inducing", 2), ("exact_max", 2), ("hyper_points", 3),
                   ("threads", 1)]
         if self.max_train is not None:
@@ -492,6 +502,34 @@ class GPForecaster:
             raise ModelInputError("profile_stat", f"{self.profile_stat!r}: each of "
                                                   f"{PROFILE_STATS}, joined by '|'")
         return stats
+
+    def _cycles(self) -> list[str] | None:
+        """The profile's cycles to choose among: ``"auto"`` (None) is every one the history
+        supports, ``"a|b"`` those listed, one name that one."""
+        if self.cycle == "auto":
+            return None
+        names = list(dict.fromkeys(str(self.cycle).split("|")))
+        if any(c not in CYCLES for c in names):
+            raise ModelInputError("cycle", f"{self.cycle!r}: 'auto' or each of {CYCLES}, "
+                                           "joined by '|'")
+        return names
+
+    def _choose_profile_cycle(self, t: np.ndarray, y: np.ndarray, stat: str
+                              ) -> tuple[str, float | None, np.ndarray, np.ndarray]:
+        """The cycle of the seasonal profile (issue 27): the one among ``cycle`` whose
+        profile forecast the last week of the history best, day by day
+        (:func:`keyshift.models.seasonal.choose_cycle`), an irregular history resampled to a
+        regular grid first; with the slot length and the rows the profile is fitted on.
+
+        Before, a history of two weeks always took the weekly profile (168 hourly slots,
+        each from the three or four weeks that weigh most) and a shorter one the daily
+        profile, whatever the series; issue 27 reported the GP at 1.4x seasonal naive's MAE
+        on an hourly series of four months that repeats every week."""
+        step = regular_step(t)
+        if step is not None:
+            t, y = resample(t, y, step)
+        cycle, self.cycle_errors_ = choose_cycle(t, y, stat, self._cycles(), slot_s=step)
+        return cycle, step, t, y
 
     def _candidates(self) -> list[str]:
         """The kernels ``kernel`` names: ``"auto"`` is every one of KERNELS, ``"a|b"`` those
@@ -532,11 +570,15 @@ class GPForecaster:
         y_log = self._log(y)
         t = X[:, TIMESTAMP_COLUMN]
         profiles: list[SlotProfile | None] = [None]
+        self.cycle_, self.cycle_errors_ = None, {}
         if self.mean_.startswith("profile"):
             first, *others = self._profile_stats()
-            profiles = [SlotProfile.fit(t, y_log, stat=first)]
+            cycle, step, tp, yp = self._choose_profile_cycle(t, y_log, first)
+            self.cycle_ = cycle
+            profiles = [SlotProfile.fit(tp, yp, stat=first, cycle=cycle, slot_s=step)]
             if profiles[0].period_s > 0:  # without a cycle, one slot: no statistic to pick
-                profiles += [SlotProfile.fit(t, y_log, stat=stat) for stat in others]
+                profiles += [SlotProfile.fit(tp, yp, stat=stat, cycle=cycle, slot_s=step)
+                             for stat in others]
         self.method_ = ("exact" if self.method == "exact" or
                         (self.method == "auto" and X.shape[0] <= self.exact_max) else "sgpr")
         n, keep = X.shape[0], min(self.hyper_points, X.shape[0])
@@ -650,8 +692,9 @@ class GPForecaster:
         torch = _torch()
         t = X[:, TIMESTAMP_COLUMN]
         profile = (None if self._profile is None
-                   else SlotProfile.fit(t[:lo], y_log[:lo], period_s=self._profile.period_s,
-                                        stat=self._profile.stat))
+                   else SlotProfile.fit(t[:lo], y_log[:lo], stat=self._profile.stat,
+                                        cycle=self._profile.cycle_name,
+                                        slot_s=self._profile.slot_s))
         head = y_log[:lo] if profile is None else profile.standardise(t[:lo], y_log[:lo])
         self._condition_on(X[:lo], head)
         x_tail = torch.as_tensor(self._scaling.x(X[lo:hi]), dtype=torch.float64)
@@ -915,7 +958,8 @@ class GPForecaster:
             "y_mean": float(s.y_mean),
             "y_std": float(s.y_std),
             "profile": None if profile is None else {"period_s": float(profile.period_s),
-                                                     "slot_s": float(profile.slot_s)},
+                                                     "slot_s": float(profile.slot_s),
+                                                     "cycle": profile.cycle_name},
             "log_target": bool(self.log_target),
         }
         arrays = {"x_mean": s.x_mean, "x_std": s.x_std, "X": self._X,
@@ -989,7 +1033,8 @@ class GPForecaster:
             "y_mean": float(s.y_mean),
             "y_std": float(s.y_std),
             "profile": None if profile is None else {"period_s": float(profile.period_s),
-                                                     "slot_s": float(profile.slot_s)},
+                                                     "slot_s": float(profile.slot_s),
+                                                     "cycle": profile.cycle_name},
             "log_target": bool(self.log_target),
         }
         npz = io.BytesIO()
@@ -1091,7 +1136,7 @@ class GPForecaster:
                                    float(desc["y_std"]))
             gp._profile = None if profile is None else SlotProfile(
                 float(profile["period_s"]), float(profile["slot_s"]), arrays["profile_mean"],
-                arrays["profile_spread"])
+                arrays["profile_spread"], cycle=str(profile.get("cycle", "")))
             X, z = arrays["X"], arrays["y"]
             if X.ndim != 2 or X.shape[1] != len(cls.feature_names) or z.shape != (X.shape[0],):
                 raise ModelInputError("arrays.npz.X", f"shapes {X.shape} and {z.shape} do not "

@@ -10,9 +10,13 @@ z = (y − m_slot) / s_slot: a short-memory, roughly homoscedastic signal that a
 thousand rows captures well. Back in the target's units, mean = m + s·μ_z and std = s·σ_z, so
 the predictive interval widens at busy hours and narrows at quiet ones.
 
-The cycle is a week when the history covers two weeks (as seasonal naive's), else a day when
-it covers ``MIN_CYCLES`` days, else there is no cycle: one slot, whose mean is the current
-level of the series (simple exponential smoothing, its smoothing weight fitted on the
+Which cycle (issue 27): ``none``, ``daily``, ``weekly`` or ``daily+weekly`` (a daily shape plus
+one level per day of the week, 24 + 7 numbers an hourly series estimates from every day where
+the weekly profile's 168 slots each see one hour a week). :func:`choose_cycle` picks among
+those the history supports by forecasting its own last days with each (the GP's held-out
+blocks); without a choice the cycle is a week when the history covers two weeks (as seasonal
+naive's), else a day when it covers ``MIN_CYCLES`` days, else there is no cycle: one slot,
+whose mean is the current level of the series (simple exponential smoothing, its smoothing weight fitted on the
 one-step errors of the history). Under a day of history (NASA's one day at 5-minute bins, the
 Dublin AVL feed's hours) the all-history mean was the level the GP reverted to: it sat between
 the morning ramp and the afternoon, and the GP lost to the last value (MASE 1.02, 1.14); the
@@ -42,6 +46,11 @@ HALF_LIFE_CYCLES = 2.0
 between seasonal naive (the last cycle only) and the all-history mean (which lags level
 shifts: a season, a holiday period)."""
 _SMOOTH_SLOTS = 2  # the spread of a slot is pooled with this many neighbours on each side
+CYCLES = ("none", "daily", "weekly", "daily+weekly")
+_CYCLE_PERIOD_S = {"none": 0.0, "daily": DAY_S, "weekly": WEEK_S, "daily+weekly": WEEK_S}
+_NICE_STEPS_S = (1.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1200.0, 1800.0,
+                 3600.0, 7200.0, 10_800.0, 14_400.0, 21_600.0, 43_200.0, DAY_S)
+"""Steps an irregular series is resampled to (each divides a day, so slots line up with it)."""
 
 
 _ALPHAS = np.linspace(0.05, 1.0, 20)
@@ -92,10 +101,16 @@ class SlotProfile:
     mean: np.ndarray
     spread: np.ndarray
     stat: str = "mean"
+    cycle: str = ""  # one of CYCLES; "" (a stored profile of an older form): from period_s
+
+    @property
+    def cycle_name(self) -> str:
+        return self.cycle or {0.0: "none", DAY_S: "daily"}.get(float(self.period_s), "weekly")
 
     @classmethod
     def fit(cls, t: np.ndarray, y: np.ndarray, period_s: float | None = None,
-            half_life: float | None = HALF_LIFE_CYCLES, stat: str = "mean") -> SlotProfile:
+            half_life: float | None = HALF_LIFE_CYCLES, stat: str = "mean",
+            cycle: str | None = None, slot_s: float | None = None) -> SlotProfile:
         """Slot means and spreads of (t, y); with ``half_life`` (in cycles) a cycle's rows
         weigh 2^(−age / half_life), so the profile follows the level of the recent cycles.
 
@@ -104,17 +119,27 @@ class SlotProfile:
         mean by a quarter of its dip and leaves the median where the ordinary weeks are.
         Which of the two forecasts better depends on the series (the taxi's holidays are
         single days; the bikes' Christmas fortnight is a level the median ignores), so the
-        GP chooses on held-out blocks (:class:`keyshift.models.gp.GPForecaster`)."""
+        GP chooses on held-out blocks (:class:`keyshift.models.gp.GPForecaster`).
+
+        ``cycle`` (one of CYCLES) sets the period; ``daily+weekly`` is a weekly profile whose
+        slot means are the daily slot's plus the day of the week's level. ``slot_s`` pins the
+        slot length (default: the median spacing)."""
         if stat not in PROFILE_STATS:
             raise ValueError(f"stat: {stat!r} is not one of {PROFILE_STATS}")
+        if cycle is not None:
+            if cycle not in CYCLES:
+                raise ValueError(f"cycle: {cycle!r} is not one of {CYCLES}")
+            period_s = _CYCLE_PERIOD_S[cycle]
         t = np.asarray(t, dtype=np.float64)
         y = np.asarray(y, dtype=np.float64)
         span = float(t[-1] - t[0]) if t.size else 0.0
-        slot = float(np.median(np.diff(t))) if t.size > 1 else 1.0
+        slot = float(slot_s) if slot_s else (float(np.median(np.diff(t))) if t.size > 1 else 1.0)
         slot = slot if slot > 0 else 1.0
         if period_s is None:
             period_s = next((p for p, cycles in ((WEEK_S, 2), (DAY_S, MIN_CYCLES))
                              if span >= cycles * p and p >= slot), 0.0)
+        if cycle is None:
+            cycle = {0.0: "none", DAY_S: "daily", WEEK_S: "weekly"}.get(float(period_s), "")
         n_slots = max(int(round(period_s / slot)), 1) if period_s > 0 else 1
         probe = cls(float(period_s), slot, np.zeros(n_slots), np.ones(n_slots))
         idx = probe.slot(t)
@@ -122,7 +147,8 @@ class SlotProfile:
             level = smoothed_level(y)
             var = float(np.mean((y - level) ** 2))
             floor = max(float(y.std()) * 0.05, 1e-9)
-            return cls(0.0, slot, np.array([level]), np.array([max(np.sqrt(var), floor)]))
+            return cls(0.0, slot, np.array([level]), np.array([max(np.sqrt(var), floor)]),
+                       stat, "none")
         if half_life is not None and period_s > 0 and t.size:
             age = np.floor((t[-1] - t) / period_s)
             w = np.power(0.5, age / half_life)
@@ -134,6 +160,8 @@ class SlotProfile:
         mean = np.where(count > 0, total / np.where(count > 0, count, 1.0), overall)
         if stat == "median":
             mean = _weighted_medians(idx, y, w, mean)
+        if cycle == "daily+weekly" and n_slots > 1:
+            mean = _daily_plus_weekly(t, y, w, slot, n_slots, stat)
         sq = np.bincount(idx, weights=w * (y - mean[idx]) ** 2, minlength=n_slots)
         seen = np.bincount(idx, minlength=n_slots).astype(np.float64)
         if n_slots > 1:
@@ -147,7 +175,7 @@ class SlotProfile:
         var = np.where(seen > 1, sq / np.where(count > 0, count, 1.0) * seen / np.maximum(seen - 1, 1.0),
                        float(y.var()) if y.size else 1.0)
         floor = max(float(y.std()) * 0.05, 1e-9) if y.size else 1e-9
-        return cls(float(period_s), slot, mean, np.maximum(np.sqrt(var), floor), stat)
+        return cls(float(period_s), slot, mean, np.maximum(np.sqrt(var), floor), stat, cycle)
 
     def slot(self, t: np.ndarray) -> np.ndarray:
         return slot_index(t, self.period_s, self.slot_s, self.mean.size)
@@ -164,3 +192,118 @@ class SlotProfile:
 
     def as_tuple(self) -> tuple[float, float, np.ndarray, np.ndarray]:
         return self.period_s, self.slot_s, self.mean, self.spread
+
+
+def _slot_stat(idx: np.ndarray, y: np.ndarray, w: np.ndarray, n: int, stat: str,
+               empty: float) -> np.ndarray:
+    """Each of ``n`` slots' weighted mean (or median) of ``y``; ``empty`` where none fell."""
+    count = np.bincount(idx, weights=w, minlength=n)
+    total = np.bincount(idx, weights=w * y, minlength=n)
+    out = np.where(count > 0, total / np.where(count > 0, count, 1.0), empty)
+    return _weighted_medians(idx, y, w, out) if stat == "median" else out
+
+
+def _daily_plus_weekly(t: np.ndarray, y: np.ndarray, w: np.ndarray, slot: float,
+                       n_slots: int, stat: str) -> np.ndarray:
+    """Weekly slot means as the daily shape plus a level per day of the week (additive):
+    the day's shape from every day, the weekday's level from all of that weekday's slots."""
+    n_day = max(int(round(DAY_S / slot)), 1)
+    day_idx = np.floor(np.mod(t, DAY_S) / slot).astype(np.int64) % n_day
+    daily = _slot_stat(day_idx, y, w, n_day, stat, float(y.mean()))
+    resid = y - daily[day_idx]
+    weekday = np.floor(np.mod(t, WEEK_S) / DAY_S).astype(np.int64) % 7
+    level = _slot_stat(weekday, resid, w, 7, stat, 0.0)
+    start = np.arange(n_slots) * slot
+    return (daily[np.floor(np.mod(start, DAY_S) / slot).astype(np.int64) % n_day]
+            + level[np.floor(start / DAY_S).astype(np.int64) % 7])
+
+
+def supported_cycles(t: np.ndarray) -> list[str]:
+    """The cycles a history spanning ``t`` can estimate: a day needs ``MIN_CYCLES`` days, a
+    week two weeks (as seasonal naive's), each at least one slot long."""
+    t = np.asarray(t, dtype=np.float64)
+    span = float(t[-1] - t[0]) if t.size else 0.0
+    slot = float(np.median(np.diff(t))) if t.size > 1 else 0.0
+    out = ["none"]
+    if span >= MIN_CYCLES * DAY_S and slot <= DAY_S:
+        out.append("daily")
+    if span >= 2 * WEEK_S and slot <= DAY_S:
+        out += ["weekly", "daily+weekly"]
+    return out
+
+
+def cycle_blocks(t: np.ndarray, days: int = 7) -> list[tuple[int, int]]:
+    """Row ranges [lo, hi) of the last ``days`` whole days of ``t``, most recent first, each
+    forecast from the rows before it; fewer when they would take over half the history.
+    A week of them: five weekdays cannot tell a daily cycle from a weekly one."""
+    t = np.asarray(t, dtype=np.float64)
+    if t.size < 4:
+        return []
+    end = t[-1]
+    out = []
+    for d in range(days):
+        hi_t, lo_t = end - d * DAY_S, end - (d + 1) * DAY_S
+        lo = int(np.searchsorted(t, lo_t, side="right"))
+        hi = int(np.searchsorted(t, hi_t, side="right"))
+        if lo < t.size // 2 or hi - lo < 1:
+            break
+        out.append((lo, hi))
+    return out
+
+
+def choose_cycle(t: np.ndarray, y: np.ndarray, stat: str = "mean",
+                 cycles: list[str] | None = None, slot_s: float | None = None
+                 ) -> tuple[str, dict[str, float]]:
+    """The cycle whose profile, fitted on the rows before each of the last days
+    (:func:`cycle_blocks`), forecast those days with the least mean absolute error; with
+    the errors per cycle. Among ``cycles`` (default: :func:`supported_cycles`) the history
+    supports; when no day can be held out, weekly, else daily, else the first."""
+    t = np.asarray(t, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    possible = supported_cycles(t)
+    names = [c for c in (cycles or possible) if c in possible] or ["none"]
+    blocks = cycle_blocks(t)
+    if len(names) == 1 or not blocks:
+        # the rule without a choice: the longest plain cycle the history supports
+        return next((c for c in ("weekly", "daily") if c in names), names[0]), {}
+    errors: dict[str, float] = {}
+    for c in names:
+        err = []
+        for lo, hi in blocks:
+            p = SlotProfile.fit(t[:lo], y[:lo], stat=stat, cycle=c, slot_s=slot_s)
+            err.append(np.abs(y[lo:hi] - p.mean[p.slot(t[lo:hi])]))
+        errors[c] = float(np.mean(np.concatenate(err)))
+    return min(errors, key=errors.get), errors
+
+
+def regular_step(t: np.ndarray) -> float | None:
+    """None when ``t`` is evenly spaced (within 1 % of its median spacing); else the step of
+    ``_NICE_STEPS_S`` nearest (in ratio) to the median spacing, to resample to."""
+    t = np.asarray(t, dtype=np.float64)
+    if t.size < 3:
+        return None
+    d = np.diff(t)
+    med = float(np.median(d))
+    if med > 0 and np.all(np.abs(d - med) <= 0.01 * med):
+        return None
+    med = med if med > 0 else float(np.mean(d[d > 0])) if (d > 0).any() else 1.0
+    return min(_NICE_STEPS_S, key=lambda s: abs(np.log(s / med)))
+
+
+def resample(t: np.ndarray, y: np.ndarray, step_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """(t, y) on the regular grid of ``step_s`` (aligned to the epoch, so slots line up with
+    the day): the mean of the rows in each bin, bins without rows interpolated linearly.
+    An irregular history (a row per event batch, gaps, jitter) thus gives every slot of the
+    cycle its share of the history instead of the slot length its median spacing happens
+    to be."""
+    t = np.asarray(t, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    start = np.floor(t[0] / step_s) * step_s
+    idx = np.floor((t - start) / step_s).astype(np.int64)
+    n = int(idx[-1]) + 1
+    count = np.bincount(idx, minlength=n)
+    total = np.bincount(idx, weights=y, minlength=n)
+    grid = start + step_s * np.arange(n)
+    seen = count > 0
+    values = np.interp(grid, grid[seen], total[seen] / count[seen])
+    return grid, values

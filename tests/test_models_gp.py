@@ -422,3 +422,48 @@ def test_a_load_kernel_gp_reloads_and_keeps_conditioning_online(kernel):
     for model in (gp, clone):
         model.add_observations(X[100:110], lat[100:110])
     np.testing.assert_allclose(clone.predict(X[110:])[0], gp.predict(X[110:])[0], rtol=1e-6)
+
+
+# -- issue 27: the profile's cycle ---------------------------------------------------------
+
+def _weekly_hours(weeks: int, seed: int = 1):
+    from tests.test_models_seasonal import weekly_hours
+
+    return weekly_hours(weeks, seed)
+
+
+def test_a_weekly_rhythm_gets_a_weekly_profile_and_the_gp_beats_daily_seasonal_naive():
+    t, y = _weekly_hours(5)
+    cut = t.size - 48
+    X = rate_features(t)
+    gp = InputRateGP(kernel="ard", iters=10, hyper_points=200,
+                     profile_stat="mean").fit(X[:cut], y[:cut])
+    assert gp.cycle_ == "weekly" and gp._profile.period_s == 7 * 86_400.0
+    assert set(gp.cycle_errors_) == {"none", "daily", "weekly", "daily+weekly"}
+    mean, _ = gp.predict(X[cut:])
+    naive, _ = SeasonalNaive(season_s=86_400.0).fit(X[:cut], y[:cut]).predict(X[cut:])
+    naive_mae = np.abs(y[cut:] - naive).mean()
+    assert score(y[cut:], mean, naive_mae=naive_mae)["mase"] < 0.5
+    clone = GPForecaster.from_bytes(gp.to_bytes())  # the cycle survives the stored form
+    assert clone._profile.cycle_name == "weekly"
+    np.testing.assert_allclose(clone.predict(X[cut:])[0], mean, rtol=1e-6)
+
+
+def test_a_named_cycle_is_kept_and_an_unknown_one_refused():
+    t, y = _weekly_hours(3)
+    X = rate_features(t)
+    gp = InputRateGP(kernel="ard", iters=5, hyper_points=100, profile_stat="mean",
+                     cycle="daily").fit(X, y)
+    assert gp.cycle_ == "daily" and gp._profile.period_s == 86_400.0
+    with pytest.raises(ModelInputError, match="cycle"):
+        InputRateGP(cycle="monthly").fit(X, y)
+
+
+def test_irregular_timestamps_fit_an_hourly_profile():
+    t, y = _weekly_hours(4)
+    rng = np.random.default_rng(2)
+    keep = np.sort(rng.choice(t.size, int(t.size * 0.8), replace=False))
+    t_irr = t[keep] + rng.uniform(-600, 600, keep.size)
+    gp = InputRateGP(kernel="ard", iters=5, hyper_points=100,
+                     profile_stat="mean").fit(rate_features(t_irr), y[keep])
+    assert gp._profile.slot_s == 3600.0 and gp.cycle_ in ("weekly", "daily+weekly")

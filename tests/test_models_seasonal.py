@@ -63,3 +63,89 @@ def test_an_unknown_statistic_is_refused():
 
     with pytest.raises(ValueError, match="stat"):
         SlotProfile.fit(np.arange(10.0), np.ones(10), stat="mode")
+
+
+# -- issue 27: which cycle -----------------------------------------------------------------
+
+from keyshift.models.seasonal import (  # noqa: E402
+    DAY_S,
+    WEEK_S,
+    choose_cycle,
+    regular_step,
+    resample,
+    supported_cycles,
+)
+
+
+def weekly_hours(weeks: int = 10, seed: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Hours whose day differs by the day of the week: the peak moves from 09:00 on Monday
+    to 21:00 on Sunday and the weekend runs at a third to a half of the weekdays' level."""
+    rng = np.random.default_rng(seed)
+    t = 1_700_006_400.0 + 3600.0 * np.arange(24 * 7 * weeks)
+    hour = (t % DAY_S) / 3600.0
+    dow = (((t // DAY_S) + 3) % 7).astype(int)
+    peak = np.array([9, 10, 11, 12, 14, 19, 21])[dow]
+    level = np.array([1.0, 1.05, 1.1, 1.0, 1.2, 0.5, 0.35])[dow]
+    y = 200 * level * (0.4 + np.exp(-((hour - peak) ** 2) / 6)) + rng.normal(0, 6, t.size)
+    return t, y
+
+
+def test_a_weekly_rhythm_chooses_a_weekly_cycle_that_beats_daily_seasonal_naive():
+    t, y = weekly_hours()
+    cut = t.size - 24 * 7
+    cycle, errors = choose_cycle(t[:cut], y[:cut])
+    assert cycle == "weekly", errors
+    assert set(errors) == {"none", "daily", "weekly", "daily+weekly"}
+    profile = SlotProfile.fit(t[:cut], y[:cut], cycle=cycle)
+    forecast = profile.mean[profile.slot(t[cut:])]
+    daily_naive = np.resize(y[cut - 24:cut], t.size - cut)
+    mase = np.abs(y[cut:] - forecast).mean() / np.abs(y[cut:] - daily_naive).mean()
+    assert mase < 0.5
+
+
+def test_one_day_repeated_chooses_a_daily_cycle():
+    t, _ = weekly_hours(weeks=4)
+    hour = (t % DAY_S) / 3600.0
+    y = 100 + 50 * np.sin(2 * np.pi * hour / 24) + np.random.default_rng(3).normal(0, 5, t.size)
+    assert choose_cycle(t, y)[0] in ("daily", "daily+weekly")
+    assert choose_cycle(t, y, cycles=["none", "weekly"])[0] == "weekly"
+
+
+def test_daily_plus_weekly_is_the_daily_shape_plus_a_level_per_day():
+    t, _ = weekly_hours(weeks=3)
+    hour = (t % DAY_S) / 3600.0
+    weekday = ((t % WEEK_S) // DAY_S).astype(int)
+    y = 10.0 * hour + 100.0 * weekday  # exactly additive
+    profile = SlotProfile.fit(t, y, cycle="daily+weekly", half_life=None)
+    assert profile.period_s == WEEK_S and profile.cycle == "daily+weekly"
+    assert np.allclose(profile.mean[profile.slot(t)], y)
+
+
+def test_short_histories_support_only_the_cycles_they_cover():
+    t = 1_700_000_000.0 + 3600.0 * np.arange(24 * 10)
+    assert supported_cycles(t) == ["none", "daily"]
+    assert supported_cycles(t[:30]) == ["none"]
+    assert choose_cycle(t[:30], np.ones(30)) == ("none", {})
+
+
+def test_irregular_timestamps_are_resampled_to_a_regular_grid():
+    """Jittered, unevenly spaced rows (a row per 35-85 minutes): resampled to hours, the
+    weekly rhythm is found and the profile has 168 hourly slots."""
+    t, y = weekly_hours(weeks=8)
+    rng = np.random.default_rng(5)
+    t_irr = np.cumsum(rng.uniform(2100, 5100, int(t.size * 0.9))) + t[0]
+    y_irr = np.interp(t_irr, t, y)
+    step = regular_step(t_irr)
+    assert step == 3600.0 and regular_step(t) is None
+    grid, values = resample(t_irr, y_irr, step)
+    assert np.all(np.diff(grid) == 3600.0) and np.isfinite(values).all()
+    cycle, _ = choose_cycle(grid, values, slot_s=step)
+    assert cycle == "weekly"
+    assert SlotProfile.fit(grid, values, cycle=cycle, slot_s=step).mean.size == 168
+
+
+def test_an_unknown_cycle_is_refused():
+    import pytest
+
+    with pytest.raises(ValueError, match="cycle"):
+        SlotProfile.fit(np.arange(10.0), np.ones(10), cycle="monthly")
