@@ -33,6 +33,7 @@ import json
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -43,11 +44,13 @@ import numpy as np
 from keyshift.apps import event_schema, make_operator
 from keyshift.config import Config
 from keyshift.control import policy_params
+from keyshift.elastic.reconfiguration import MeasuredMigration
 from keyshift.groups import spark_group_expr_sql
 from keyshift.lakehouse.delta import RunAppends, concurrently
 from keyshift.lakehouse.logs import say
 from keyshift.lakehouse.storage import read_if_exists, write_atomically
 from keyshift.metrics import Balance, live_loads
+from keyshift.plan import Plan
 from keyshift.policies import (
     PolicyInputError,
     check_operator,
@@ -195,6 +198,9 @@ class StreamJob:
         self._window_loads: tuple[int, np.ndarray] | None = None
         self._split: tuple[tuple[int, int], tuple[int, ...]] | None = None
         self._caches: dict[int, str] = {}  # engine → cache id its last task reported
+        # engine-stage seconds of the last batches that moved nothing: a migration's pause is
+        # its batch's beyond their median (keyshift.elastic.reconfiguration)
+        self._calm_engines_s: deque[float] = deque(maxlen=20)
         # the routing frame of the plan in force: ((plan version, slots), frame)
         self._route: tuple[tuple[int, int], DataFrame] | None = None
         # the run's bookkeeping rows wait here for one commit per interval
@@ -657,6 +663,11 @@ class StreamJob:
         # the metrics row is staged with the run's other bookkeeping (keyshift.streaming.staging):
         # batch_duration_s then covers all of the batch's own writes, and a restarted
         # driver on any host finds the row beside the warehouse
+        if len(migration):
+            self._measure_migration(batch_id, migration, prev, plan, moved, engines_s,
+                                    metrics["input_rate"])
+        elif not split:
+            self._calm_engines_s.append(engines_s)
         t_metrics = time.perf_counter()
         metrics["batch_duration_s"] = time.perf_counter() - t0
         self.appends.defer("metrics", [metrics], batch_id)
@@ -693,6 +704,18 @@ class StreamJob:
         if self.on_batch is not None:
             self.on_batch(BatchReport(batch_id, valid, dead, outs, bal.rstd, plan.parallelism,
                                       plan.version, len(migration), moved, duration))
+
+    def _measure_migration(self, batch_id: int, migration: Migration, prev: Plan, plan: Plan,
+                           moved: int, engines_s: float, rate: float) -> None:
+        """The migration as the control loop learns from it: moved groups and bytes, its
+        pause (the engine stage's seconds beyond the median of the last batches that moved
+        nothing: reading and installing the moved state) and the input rate meanwhile; kept
+        in the control store, and with ``planner.rc_source = "learned"`` the planner's RC and
+        the balancer's min_gain follow it (keyshift.elastic.reconfiguration)."""
+        calm = float(np.median(self._calm_engines_s)) if self._calm_engines_s else engines_s
+        self.controller.loop.measured_migration(MeasuredMigration(
+            batch_id, len(migration), int(moved), max(engines_s - calm, 0.0), float(rate),
+            prev.parallelism != plan.parallelism, prev.parallelism, plan.parallelism))
 
     def _output_writes(self, result: DataFrame, batch_id: int, outs: int,
                        dead: int) -> list[Callable[[], None]]:
