@@ -199,6 +199,8 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=60)
     ap.add_argument("--kernel", default=DEFAULT_KERNEL,
                     help="the GP's kernel, or several joined by '|' (default %(default)s)")
+    ap.add_argument("--max-train", type=int, default=None, metavar="N",
+                    help="at most N rows before each origin for every model (default: all)")
     ap.add_argument("--json", metavar="FILE", help="also write every score as JSON")
     args = ap.parse_args()
     import torch
@@ -219,8 +221,10 @@ def main() -> int:
         factories = {**default_models(gp_iters=args.iters, kernel=args.kernel),
                      **NAIVES}
         r = backtest(t, y, origins=args.origins, horizon=h, models=factories,
-                     names=names + [n for n in NAIVES if n not in names])
-        best_naive = better_naive(r["models"], t[0], t[r["n_train"] - 1])
+                     names=names + [n for n in NAIVES if n not in names],
+                     max_train=args.max_train)
+        first = 0 if args.max_train is None else max(0, r["n_train"] - args.max_train)
+        best_naive = better_naive(r["models"], t[first], t[r["n_train"] - 1])
         for m in r["models"].values():
             m["mase_best_naive"] = m["mae"] / best_naive if best_naive else float("nan")
         results[key] = {"title": title, "n": len(t), "horizon": h, "n_test": r["n_test"],
