@@ -140,8 +140,9 @@ class StorageWatch:
             if self.down_since is None:
                 return
             if self.said:
-                self.say(f"keyshift: the warehouse at {self.where} answers again after "
-                         f"{self.clock() - self.down_since:.0f} s; the job goes on where it was")
+                self.say(f"keyshift: the warehouse at {self.where} answers again; the job "
+                         f"goes on where it was, {self.clock() - self.down_since:.0f} s after "
+                         "the first refused write")
             self.down_since, self.said, self.attempts = None, False, 0
 
     def call(self, attempt: Callable[[], T], stop: threading.Event | None = None) -> T:

@@ -102,7 +102,7 @@ def test_an_outage_is_said_once_waited_for_and_its_end_said_once() -> None:
     w.resumed()
     w.resumed()
     assert len(said) == 2 and said[1].startswith(
-        "keyshift: the warehouse at /wh answers again after 25 s")
+        "keyshift: the warehouse at /wh answers again; the job goes on where it was, 25 s")
     # a new outage starts its own clock and is said again
     clock.t += 1000
     assert w.failed(TASK_READ_ONLY) and len(said) == 3
