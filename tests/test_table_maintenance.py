@@ -68,6 +68,8 @@ for batch in range(APPENDS):                    # one small file per micro-batch
 files(path)
 run(21)
 files(path)
+print("PROPS " + json.dumps(DeltaTable.forPath(spark, path).detail().first()["properties"]),
+      flush=True)
 run(22)                                         # again: already compact, nothing changes
 files(path)
 (Path(cfg.table_path("decisions")) / "_delta_log").mkdir(parents=True)  # not a Delta table
@@ -97,7 +99,7 @@ def maintenance(tmp_path_factory: pytest.TempPathFactory) -> dict:
                 if ln.startswith(prefix)]
 
     return {"runs": lines("RUN "), "files": lines("FILES "), "vacuum0": lines("VACUUM0 ")[0],
-            "log": out}
+            "props": lines("PROPS ")[0], "log": out}
 
 
 @pytest.mark.integration
@@ -127,6 +129,14 @@ class TestMaintenanceDag:
         assert maintenance["runs"][2]["state"] == "success"
         assert again == after
 
+    def test_vacuum_keeps_files_for_the_configured_retention_without_delta_ignoring_it(
+        self, maintenance: dict
+    ) -> None:
+        """Delta 4 ignores a retention passed to VACUUM (and says so): the table property
+        carries warehouse.vacuum_retention_hours instead."""
+        assert maintenance["props"]["delta.deletedFileRetentionDuration"] == "interval 168 hours"
+        assert "retention threshold other than 0 hours is ignored" not in maintenance["log"]
+
     def test_a_broken_table_fails_the_task_by_name_after_the_others(
         self, maintenance: dict
     ) -> None:
@@ -146,6 +156,13 @@ class TestMaintenanceDag:
         assert v["files_after"] == 1
         assert v["vacuumed_files"] == maintenance["files"][3]["on_disk"] - 1
         assert maintenance["files"][-1] == {"active": 1, "on_disk": 1}
+
+
+def test_the_retention_property_value() -> None:
+    from keyshift.jobs.table_maintenance import retention_interval
+
+    assert retention_interval(168) == "interval 168 hours"
+    assert retention_interval(168.5) == "interval 606600 seconds"
 
 
 def test_retention_below_deltas_floor_is_refused_naming_the_key() -> None:
