@@ -51,6 +51,11 @@ def _as_date(value: datetime | date) -> date:
 def _run(job: str, call: Any) -> dict[str, Any]:
     from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+    from keyshift.lakehouse.logs import relay_jvm_stderr
+
+    # Airflow logs a task's stderr as ERROR: the Spark driver's stderr (its WARN and INFO
+    # lines, the JVM's own warnings) goes to the task log at each line's level instead
+    relay_jvm_stderr()
     try:
         result = call()
     except (HistoryError, ConfigError, ValueError) as exc:

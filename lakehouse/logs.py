@@ -83,6 +83,7 @@ class _State:
     log_file: Path | None = None
     jvm_stderr: Path | None = None
     level: str | None = None
+    relay: str | None = None  # a logger's name: the JVM's stderr lines go to it by level
 
 
 def log_file(cfg: Config, command: str, run_id: str | None = None) -> Path:
@@ -244,3 +245,65 @@ def one_line_failure(command: str) -> Callable[[Callable[[argparse.Namespace], i
         return guarded
 
     return wrap
+
+
+# --- The driver JVM's stderr relayed line by line to a Python logger, at each line's level --
+#
+# An Airflow task's stderr is logged at ERROR by Airflow's supervisor, and the driver JVM that
+# PySpark launches inherits it: Spark's own WARN/INFO lines, and the JVM's "WARNING: Using
+# incubator modules" at start, showed as ERROR in every task log. A task therefore starts the
+# JVM with its stderr piped into this relay, which logs each line at the level it states.
+
+_LOG_LINE = re.compile(
+    r"^(?:(?:\d{2,4}[-/]\d{2}[-/]\d{2}[ T])?\d{2}:\d{2}:\d{2}(?:[.,]\d+)?\s+)?"  # a time
+    r"\[?(TRACE|DEBUG|INFO|WARN|WARNING|ERROR|FATAL|SEVERE)\]?[:\s]")
+_LEVELS = {"TRACE": logging.DEBUG, "DEBUG": logging.DEBUG, "INFO": logging.INFO,
+           "WARN": logging.WARNING, "WARNING": logging.WARNING, "ERROR": logging.ERROR,
+           "FATAL": logging.CRITICAL, "SEVERE": logging.ERROR}
+_ERROR_START = re.compile(r"^(?:Exception in thread |Traceback \(most recent call last\)|"
+                          r"Error: )")
+_EXCEPTION = re.compile(r"^(?:[a-z_$][\w$]*\.)+[A-Z][\w$]*(?:Exception|Error)\b")
+_CONTINUATION = re.compile(r"^(?:\s|Caused by: |Suppressed: |\.\.\. \d+ more)")
+
+
+def line_level(line: str, previous: int | None = None) -> int:
+    """The logging level a JVM stderr line states: log4j's ``%p`` after an optional
+    timestamp (``26/11/27 14:04:36 WARN Utils: ...``), the JVM's own ``WARNING: ...``, an
+    uncaught exception's ``Exception in thread``. An exception log4j prints under a line
+    (its class, stack frames, causes) keeps the level of the line it continues
+    (``previous``); a bare exception is an error; anything else (Ivy's progress, banners)
+    is INFO."""
+    if (m := _LOG_LINE.match(line)):
+        return _LEVELS[m[1]]
+    if _ERROR_START.match(line):
+        return logging.ERROR
+    if previous is not None and (_CONTINUATION.match(line) or _EXCEPTION.match(line)):
+        return previous
+    if _EXCEPTION.match(line):
+        return logging.ERROR
+    return logging.INFO
+
+
+def relay_jvm_stderr(logger: str = "keyshift.spark") -> None:
+    """The next driver JVM this process starts sends its stderr to ``logger``, each line at
+    its own level (:func:`line_level`), instead of to this process's stderr. For hosts that
+    rank a process's stderr as errors (Airflow's task runner); a log file configured by
+    :func:`configure_spark_logging` takes precedence."""
+    _State.relay = logger
+
+
+def relayed_logger() -> str | None:
+    """The logger the driver JVM's stderr goes to, when :func:`relay_jvm_stderr` asked so."""
+    return _State.relay if _State.jvm_stderr is None else None
+
+
+def relay_lines(stream, logger: logging.Logger) -> None:
+    """Log every line of ``stream`` (bytes, until EOF) at its level; run in a daemon thread."""
+    level: int | None = None
+    for raw in iter(stream.readline, b""):
+        line = raw.decode("utf-8", errors="replace").rstrip()
+        if not line:
+            continue
+        level = line_level(line, level)
+        logger.log(level, "%s", line)
+    stream.close()

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from keyshift.config import Config, load_config
 
 from .jars import spark_jars
-from .logs import jvm_stderr, session_level
+from .logs import jvm_stderr, relayed_logger, session_level
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -98,6 +98,8 @@ def get_spark(cfg: Config | None = None, app_name: str | None = None,
     }
     if jvm_stderr() is not None:
         _launch_driver(settings, jvm_stderr())
+    elif relayed_logger() is not None:
+        _launch_driver(settings, None, relay=relayed_logger())
     spark = SparkSession.builder.config(map=settings).getOrCreate()
     spark.sparkContext.setLogLevel(session_level())
     if on_cluster and cfg.spark.executor_wait_s > 0:
@@ -105,17 +107,32 @@ def get_spark(cfg: Config | None = None, app_name: str | None = None,
     return spark
 
 
-def _launch_driver(settings: dict[str, str], stderr: Path) -> None:
+def _launch_driver(settings: dict[str, str], stderr: Path | None,
+                   relay: str | None = None) -> None:
     """Start the driver JVM as PySpark would (spark-submit with these settings) but with its
     stderr appended to ``stderr``: what it prints outside log4j then stays off the terminal
-    (:mod:`keyshift.lakehouse.logs`). The session builder finds this context and uses it. A JVM this
-    process already runs keeps its stderr."""
+    (:mod:`keyshift.lakehouse.logs`); or, with ``relay``, piped into that logger line by
+    line at each line's level (:func:`keyshift.lakehouse.logs.relay_jvm_stderr`). The
+    session builder finds this context and uses it. A JVM this process already runs keeps
+    its stderr."""
+    import logging
+    import subprocess
+    import threading
+
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
+
+    from .logs import relay_lines
 
     if SparkContext._gateway is not None:  # PySpark has no public "is a JVM running"
         return
     conf = SparkConf().setAll(list(settings.items()))
+    if relay is not None:
+        gateway = launch_gateway(conf, popen_kwargs={"stderr": subprocess.PIPE})
+        threading.Thread(target=relay_lines, args=(gateway.proc.stderr, logging.getLogger(relay)),
+                         name="keyshift-jvm-stderr", daemon=True).start()
+        SparkContext(conf=conf, gateway=gateway)
+        return
     with open(stderr, "ab") as err:
         SparkContext(conf=conf, gateway=launch_gateway(conf, popen_kwargs={"stderr": err}))
 
