@@ -52,16 +52,19 @@ def test_auto_kernel_keeps_the_one_that_forecast_the_held_out_tail_best():
     assert gp.mll_ == gp.kernel_scores_[gp.kernel_]
 
 
-def test_the_profile_statistic_is_chosen_with_the_kernel_on_the_held_out_blocks():
-    """Weighted mean or weighted median per slot: each (kernel, statistic) pair is fitted
-    and the pair that forecast the training tail's held-out blocks best is kept."""
+def test_the_profile_statistic_is_chosen_with_the_cycle_on_the_last_week():
+    """Weighted mean or weighted median per slot: the (cycle, statistic) pair whose profile
+    forecast the last days of the history best is kept, then the kernel on the GP's
+    held-out blocks."""
     X, y = _daily(n=150)
     y[24 * 4 + 10] += 8.0  # one holiday-like hour a few days back
     gp = InputRateGP(kernel="ard|ard+local", iters=10, hyper_points=150).fit(X, y)
-    pairs = {f"{k} ({st})" for k in ("ard", "ard+local") for st in ("mean", "median")}
-    assert set(gp.kernel_scores_) == set(gp.kernel_errors_) == pairs
-    best = min(gp.kernel_errors_, key=gp.kernel_errors_.get)
-    assert best == f"{gp.kernel_} ({gp.profile_stat_})"
+    assert set(gp.kernel_scores_) == set(gp.kernel_errors_) == {"ard", "ard+local"}
+    assert gp.kernel_ == min(gp.kernel_errors_, key=gp.kernel_errors_.get)
+    pairs = {f"{c} ({st})" for c in ("none", "daily") for st in ("mean", "median")}
+    assert set(gp.cycle_errors_) == pairs
+    best = min(gp.cycle_errors_, key=gp.cycle_errors_.get)
+    assert best == f"{gp.cycle_} ({gp.profile_stat_})"
     assert gp._profile.stat == gp.profile_stat_
     clone = GPForecaster.from_bytes(gp.to_bytes())
     np.testing.assert_allclose(clone.predict(X[-5:])[0], gp.predict(X[-5:])[0], rtol=1e-6)
@@ -440,6 +443,7 @@ def test_a_weekly_rhythm_gets_a_weekly_profile_and_the_gp_beats_daily_seasonal_n
                      profile_stat="mean").fit(X[:cut], y[:cut])
     assert gp.cycle_ == "weekly" and gp._profile.period_s == 7 * 86_400.0
     assert set(gp.cycle_errors_) == {"none", "daily", "weekly", "daily+weekly"}
+    assert gp.cycle_errors_["weekly"] == min(gp.cycle_errors_.values())
     mean, _ = gp.predict(X[cut:])
     naive, _ = SeasonalNaive(season_s=86_400.0).fit(X[:cut], y[:cut]).predict(X[cut:])
     naive_mae = np.abs(y[cut:] - naive).mean()
