@@ -314,6 +314,10 @@ class StreamJob:
                 self.query.stop()
         except Exception:  # noqa: BLE001 -- a query that failed may be half gone
             pass
+        try:
+            self.controller.close()  # its buffered scaling events; the next attempt has its own
+        except Exception:  # noqa: BLE001 -- events are a courtesy, the outage is the news
+            pass
 
     def stop(self, timeout_s: float = 300.0) -> None:
         """Stop between micro-batches: let the running batch finish, refuse the next one.

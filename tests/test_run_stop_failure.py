@@ -64,6 +64,9 @@ class _Stoppable:
     def stop(self) -> None:
         self.stopped = True
 
+    def close(self) -> None:  # the controller's: sends its buffered scaling events
+        self.stopped = True
+
 
 def fake_job(tmp_path: Path, query_error: str | None, commit_fails: bool) -> StreamJob:
     """A StreamJob without Spark: the fields stop(), flush() and summary() use."""
@@ -77,7 +80,7 @@ def fake_job(tmp_path: Path, query_error: str | None, commit_fails: bool) -> Str
                         durations=[0.5, 0.6, 0.7])
     job.query = _Query(query_error)
     job.staging = _Staging(commit_fails)
-    job.broker_watch, job.heartbeat = _Stoppable(), _Stoppable()
+    job.broker_watch, job.heartbeat, job.controller = _Stoppable(), _Stoppable(), _Stoppable()
     job._idle = None
     job._lock, job._batch_lock = threading.Lock(), threading.Lock()
     job._stopping = threading.Event()
