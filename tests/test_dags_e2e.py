@@ -1,7 +1,7 @@
 """Both DAGs end to end with ``dag.test()`` on a small Delta history written with the
 project's own schemas: a missing table fails the task with the path, an empty range skips
-with the reason, a real range registers models in MLflow (``champion`` moves only to a
-better version) and stores an LPTF and a CLB plan with their RSTD on the history.
+with the reason, a real range registers models in MLflow (a rerun on the same history ties
+the champions: no new version, no asset event) and stores an LPTF and a CLB plan with their RSTD on the history.
 
 One child process holds Airflow (its configuration is fixed at import, and its home is
 private to the test) and one Spark JVM for all runs; the test reads MLflow itself.
@@ -55,7 +55,7 @@ spec = SyntheticHistory(days=2, window_s=1800, keys=400, engines=4, seed=5)
 write_synthetic_history(spark, cfg, date(2026, 11, 24), spec)
 run("keyshift_nightly_retrain", {"to": "2026-10-01", "days": 1}, 21)  # range with no windows
 run("keyshift_nightly_retrain", retrain, 22)
-run("keyshift_nightly_retrain", retrain, 23)                    # same data: champion rule
+run("keyshift_nightly_retrain", retrain, 23)                    # same data: a tie
 run("keyshift_baseline_partitions", {**conf, "engines": 4}, 24)
 run("keyshift_baseline_partitions", {**conf, "engines": 4}, 25)  # idempotent
 plans = [r.asDict() for r in spark.read.format("delta").load(cfg.table_path("plans"))
@@ -107,38 +107,37 @@ def test_an_empty_range_is_a_skip_with_the_reason(e2e: dict) -> None:
     assert "metrics holds no windows in 2026-10-01..2026-10-01" in e2e["log"]
 
 
-def test_retrain_registers_versions_and_moves_champion_only_when_better(e2e: dict) -> None:
+def test_retrain_registers_versions_and_a_tie_registers_none(e2e: dict) -> None:
+    """The first retrain registers both GPs (champions); the same history again fits the
+    same models, which tie the champions: no new version, the task skips with the reason."""
     from mlflow import MlflowClient
 
     from keyshift.config import load_config
 
-    for run in e2e["runs"][2:4]:
-        assert run["state"] == "success", run
-        assert run["tasks"] == {"retrain_models": "success", "report": "success"}
+    first, again = e2e["runs"][2:4]
+    assert first["state"] == "success", first
+    assert first["tasks"] == {"retrain_models": "success", "report": "success"}
+    assert again["state"] == "success", again
+    assert again["tasks"] == {"retrain_models": "skipped", "report": "skipped"}
+    assert "ties v1" in e2e["log"] and "no new version" in e2e["log"]
     cfg = load_config(env={"KEYSHIFT_HOME": str(e2e["home"])})
     client = MlflowClient(tracking_uri=cfg.mlflow_tracking_uri,
                           registry_uri=cfg.mlflow_tracking_uri)
     for name in (cfg.mlflow.input_rate_model, cfg.mlflow.latency_model):
-        versions = sorted(client.search_model_versions(f"name='{name}'"),
-                          key=lambda v: int(v.version))
-        assert [str(v.version) for v in versions] == ["1", "2"], name
-        champion = str(client.get_model_version_by_alias(name, cfg.mlflow.alias).version)
-        rmse = {str(v.version): float(v.tags["holdout_rmse"]) for v in versions}
-        if champion == "2":
-            assert rmse["2"] < rmse["1"], name
-        else:
-            assert champion == "1", name  # first version became champion, kept
-            assert "champion_decision" in versions[1].tags
+        versions = client.search_model_versions(f"name='{name}'")
+        assert [str(v.version) for v in versions] == ["1"], name
+        assert str(client.get_model_version_by_alias(name, cfg.mlflow.alias).version) == "1"
 
 
 def test_only_a_successful_retrain_emits_the_models_asset(e2e: dict) -> None:
-    """The asset schedules the baselines DAG: the failed (no tables) and skipped (empty
-    range) retrains emit nothing, each of the two successful ones one event."""
+    """The asset schedules the baselines DAG: the failed (no tables), skipped (empty range)
+    and tied (nothing new) retrains emit nothing, the one that registered versions one
+    event."""
     events = e2e["events"]
-    assert len(events) == 2, events
+    assert len(events) == 1, events
     assert {(dag, task) for dag, task, _ in events} == {
         ("keyshift_nightly_retrain", "retrain_models")}
-    assert sorted(run for _, _, run in events) == sorted(r["run_id"] for r in e2e["runs"][2:4])
+    assert [run for _, _, run in events] == [e2e["runs"][2]["run_id"]]
 
 
 def test_baselines_store_lptf_and_clb_with_rstd_once(e2e: dict) -> None:
