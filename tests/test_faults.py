@@ -110,6 +110,7 @@ def test_broker_down_mid_run_is_said_and_loses_nothing(own_broker, spark) -> Non
     assert max(got.values()) == 1
 
 
+@pytest.mark.timeout(1800)  # 11 starts of keyshift run: past the suite's 900 s on a busy host
 def test_sigkill_at_random_points_of_a_batch_then_restart_gives_the_reference(
         spark, platform_config, tmp_path) -> None:
     """Ten SIGKILLs drawn at random (seed printed; KEYSHIFT_FAULT_SEED replays one), each
