@@ -340,7 +340,9 @@ class StreamJob:
             self.flush()
         finally:
             self.heartbeat.stop()  # stopped (even if its JVM went first): no longer alive
-            self.controller.close()  # sends the scaling events still buffered (events.py)
+            controller = getattr(self, "controller", None)  # none before the first attempt
+            if controller is not None:
+                controller.close()  # sends the scaling events still buffered (events.py)
 
     def _cores(self) -> int:
         """Cores the engine stage's tasks share: N of local[N], else the executors' total."""
