@@ -390,7 +390,8 @@ class StreamJob:
                 self.storage_watch.call(self.staging.commit)
             with self._lock:
                 self.totals.stop_commit_s += time.perf_counter() - t0
-            self.storage_watch.resumed()
+            # the stop's commit went through, but the job stops: it does not "go on"
+            self.storage_watch.resumed(announce=False)
 
     def _flush_when_idle(self) -> None:
         """If no batch follows within a trigger interval (the input has paused; Spark runs

@@ -134,12 +134,13 @@ class StorageWatch:
         else:
             time.sleep(delay)
 
-    def resumed(self) -> None:
-        """The warehouse took a write again: say so once if the outage was said, and end it."""
+    def resumed(self, announce: bool = True) -> None:
+        """The warehouse took a write again: say so once if the outage was said (unless
+        ``announce`` is off: a job that stops does not go on), and end it."""
         with self._lock:
             if self.down_since is None:
                 return
-            if self.said:
+            if self.said and announce:
                 self.say(f"keyshift: the warehouse at {self.where} answers again; the job "
                          f"goes on where it was, {self.clock() - self.down_since:.0f} s after "
                          "the first refused write")

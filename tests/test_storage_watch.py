@@ -188,3 +188,15 @@ def test_outage_s_is_checked_and_comes_from_the_environment(monkeypatch) -> None
     monkeypatch.setenv("KEYSHIFT_WAREHOUSE__OUTAGE_S", "-1")
     with pytest.raises(ConfigError, match="warehouse.outage_s"):
         load_config(None)
+
+
+def test_a_stopping_job_ends_the_outage_without_saying_it_goes_on() -> None:
+    """The stop's commit went through after the outage outlasted ``outage_s``: the job
+    stops, so no line may say it goes on where it was."""
+    w, clock, said = watch(5)
+    assert w.failed(OSError(errno.EROFS, "Read-only file system"))
+    clock.t += 10
+    assert not w.failed(OSError(errno.EROFS, "Read-only file system"))  # past outage_s
+    w.resumed(announce=False)
+    assert len(said) == 1 and not any("answers again" in x for x in said)
+    assert w.down_since is None  # the outage is over: a later one is said again
