@@ -28,12 +28,15 @@ def settings(tmp_path: Path, uri: str | None = None):
         "artifact_root": str(tmp_path / "artifacts")})})
 
 
-def register(cfg, tmp_path: Path) -> set[Path]:
-    """One nightly retrain (a new version of both models); the files of its stored GPs."""
+def register(cfg, tmp_path: Path, night: int = 0) -> set[Path]:
+    """One nightly retrain (a new version of both models); the files of its stored GPs.
+    Each night trains on its own history (``night`` shifts the rate): a retrain that ties
+    the champion on the same data registers no version (models/training.py)."""
     from keyshift.models.training import train_and_register
 
     before = set((tmp_path / "artifacts").rglob("gp/*"))
-    out = train_and_register(synthetic_metrics(), cfg, min_rows=20, kernel="ard", iters=5)
+    out = train_and_register(synthetic_metrics(rate=50.0 + 7.0 * night), cfg, min_rows=20,
+                             kernel="ard", iters=5)
     assert "models" in out, out
     return set((tmp_path / "artifacts").rglob("gp/*")) - before
 
@@ -84,8 +87,8 @@ def label(rate: str, latency: str) -> str:
 def test_alias_moves_corrupt_champion_and_registry_down_mid_run(tmp_path) -> None:
     cfg = settings(tmp_path)
     register(cfg, tmp_path)            # v1, champion
-    register(cfg, tmp_path)            # v2
-    corrupt = register(cfg, tmp_path)  # v3
+    register(cfg, tmp_path, 1)            # v2
+    corrupt = register(cfg, tmp_path, 2)  # v3
     point_alias(cfg, "1", "1")
     c = controller(cfg)
     rows = windows(c, 0, 2)
