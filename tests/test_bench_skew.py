@@ -111,5 +111,5 @@ def test_every_kind_of_system_drains_a_tiny_topic_with_kgs_outputs(
     for sample, got in [(kg, reference), *runs]:
         bs.check(sample, got, reference, 600)
         assert sample.check == "ok", (sample.system, sample.check)
-        assert sum(sample.rows) == 600 and len(sample.durations_s) >= 3
+        assert sum(sample.rows) == 600 and len(sample.rows) >= 3  # events in 3+ batches
     assert 0 < bs.stage_bound(topic, 2) <= 1.0
