@@ -134,22 +134,15 @@ def in_range(df: DataFrame, column: str, days: DayRange) -> DataFrame:
 
 
 def read_pinned(spark: SparkSession, cfg: Config, name: str) -> tuple[DataFrame, int]:
-    """The Delta table ``name`` at its latest version, and that version.
+    """The table ``name`` pinned to its latest version, and that version (the gateway's
+    :func:`keyshift.lakehouse.delta.read_pinned`: a training run's lineage); a missing table
+    or schema is the batch layer's :class:`HistoryError`."""
+    from keyshift.lakehouse import delta
 
-    The read is pinned to the version (time travel), so the version is exactly what was
-    read even while the streaming job appends: it is a training run's lineage, and a
-    reviewer re-reads the same rows with ``versionAsOf``. The checked read comes first, so
-    a missing table or schema is still the :class:`HistoryError` naming the path.
-    """
-    from delta.tables import DeltaTable
-
-    from keyshift.lakehouse.delta import conform
-
-    read_history(spark, cfg, name)
-    path = cfg.table_path(name)
-    version = int(DeltaTable.forPath(spark, path).history(1).select("version").first()[0])
-    pinned = spark.read.format("delta").option("versionAsOf", version).load(path)
-    return conform(pinned, name, path), version  # an older table: added columns as nulls
+    try:
+        return delta.read_pinned(spark, cfg, name)
+    except (delta.TableMissingError, delta.TableSchemaError) as exc:
+        raise HistoryError(str(exc)) from None
 
 
 def read_metrics(spark: SparkSession, cfg: Config, days: DayRange) -> tuple[pd.DataFrame, int]:

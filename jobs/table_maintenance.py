@@ -8,20 +8,8 @@ rewritten into a few large ones, a new table version; the old files stay on disk
 *removed* from the log) and then ``VACUUM`` (deletes removed files older than
 ``warehouse.vacuum_retention_hours``).
 
-Retention: the config refuses less than 168 h, Delta's own safe minimum, and this job never
-turns off Delta's ``retentionDurationCheck``. Delta 4 ignores a retention passed to VACUUM
-(anything but 0 h; "Vacuum with retention threshold other than 0 hours is ignored"): it reads
-the table property ``delta.deletedFileRetentionDuration``, so the job sets that property to
-``warehouse.vacuum_retention_hours`` (a commit only when it differs) and vacuums by it.
-
-Time: VACUUM lists the table's folder with Spark's parallel file listing, whose parallelism
-(``spark.sql.sources.parallelPartitionDiscovery.parallelism``) defaults to 10,000: 100,046
-tasks per table, 66-156 s for a table of one file on a loaded 2-core machine, 20 min for
-keyshift's tables. The job lowers it to ``spark.shuffle_partitions`` for its own run (66
-tasks, 6-7 s per table). A shorter retention would delete files that a
-running reader or a time-travel query still needs, e.g. the table version an MLflow model
-records as its training data. So compaction shows at once (fewer active files) while the
-disk space of the compacted files comes back a week later.
+The Delta operations themselves (OPTIMIZE, the retention property, VACUUM and its file
+listing) are the gateway's: :mod:`keyshift.lakehouse.maintenance` says how and why.
 
 By hand: ``python -m keyshift.jobs.table_maintenance [--tables metrics,key_loads]
 [--retention-hours 336] [--json]`` or ``keyshift job maintenance ...``; nightly: the
@@ -32,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -67,61 +54,6 @@ def parse_tables(text: str | Sequence[str] | None) -> list[str]:
     return names or list(TABLES)
 
 
-def maintain_table(spark: SparkSession, path: str, retention_hours: float) -> dict[str, Any]:
-    """OPTIMIZE then VACUUM one Delta table; the file counts before and after.
-
-    ``files_before``/``files_after`` are the table's active files (what a reader opens);
-    ``vacuumed_files`` the removed files VACUUM deleted from storage (older than the
-    retention), read back from the table's history.
-    """
-    from delta.tables import DeltaTable
-
-    started = time.monotonic()
-    table = DeltaTable.forPath(spark, path)
-    before = table.detail().select("numFiles", "sizeInBytes", "properties").first()
-    compaction = table.optimize().executeCompaction().select("metrics").first()["metrics"]
-    compacted_version = int(table.history(1).first()["version"])
-    retention = retention_interval(retention_hours)
-    if (before["properties"] or {}).get(RETENTION_PROPERTY) != retention:
-        spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES "
-                  f"('{RETENTION_PROPERTY}' = '{retention}')")
-    table.vacuum()  # by the table's property: Delta 4 ignores a retention given here
-    after = table.detail().select("numFiles", "sizeInBytes").first()
-    return {
-        "status": "maintained",
-        "files_before": int(before["numFiles"]),
-        "files_after": int(after["numFiles"]),
-        "bytes_before": int(before["sizeInBytes"]),
-        "bytes_after": int(after["sizeInBytes"]),
-        "files_compacted": int(compaction["numFilesRemoved"]),
-        "files_written": int(compaction["numFilesAdded"]),
-        "vacuumed_files": _vacuum_deleted_since(table, compacted_version),
-        "seconds": round(time.monotonic() - started, 1),
-    }
-
-
-RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
-#: Spark's parallel file listing (VACUUM's) starts this many tasks by default
-LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
-
-
-def retention_interval(hours: float) -> str:
-    """The table property's value for ``hours`` (whole hours, else whole seconds)."""
-    if float(hours).is_integer():
-        return f"interval {int(hours)} hours"
-    return f"interval {round(hours * 3600)} seconds"
-
-
-def _vacuum_deleted_since(table: Any, version: int) -> int | None:
-    """Files the VACUUM after ``version`` deleted, from its ``VACUUM END`` history entry
-    (None when Delta logged none, e.g. with vacuum logging disabled)."""
-    rows = table.history(5).select("version", "operation", "operationMetrics").collect()
-    for row in rows:
-        if row["version"] > version and row["operation"] == "VACUUM END":
-            return int((row["operationMetrics"] or {}).get("numDeletedFiles", 0))
-    return None
-
-
 def run(cfg: Config, tables: Sequence[str] | str | None = None,
         spark: SparkSession | None = None) -> dict[str, Any]:
     """Maintain ``tables`` (default: all of ``keyshift.schemas.TABLES``) in the warehouse.
@@ -131,6 +63,7 @@ def run(cfg: Config, tables: Sequence[str] | str | None = None,
     stop the others; :class:`MaintenanceError` names every failed table at the end.
     """
     from keyshift.lakehouse.delta import table_exists
+    from keyshift.lakehouse.maintenance import listing_parallelism, maintain_table
     from keyshift.lakehouse.session import get_spark
 
     names = parse_tables(tables)
@@ -138,9 +71,7 @@ def run(cfg: Config, tables: Sequence[str] | str | None = None,
     spark = spark or get_spark(cfg, app_name="keyshift-table-maintenance")
     results: dict[str, dict[str, Any]] = {}
     failed: dict[str, str] = {}
-    listing = spark.conf.get(LISTING_PARALLELISM, None)
-    spark.conf.set(LISTING_PARALLELISM, str(cfg.spark.shuffle_partitions))
-    try:
+    with listing_parallelism(spark, cfg.spark.shuffle_partitions):
         for name in names:
             if not table_exists(spark, cfg, name):
                 results[name] = {"status": "absent"}
@@ -152,11 +83,6 @@ def run(cfg: Config, tables: Sequence[str] | str | None = None,
                          else type(exc).__name__)
                 failed[name] = first
                 results[name] = {"status": "failed", "error": first}
-    finally:  # a session shared with other work (tests, a notebook) gets its setting back
-        if listing is None:
-            spark.conf.unset(LISTING_PARALLELISM)
-        else:
-            spark.conf.set(LISTING_PARALLELISM, listing)
     if failed:
         raise MaintenanceError("; ".join(f"{n}: {e}" for n, e in failed.items()))
     summary: dict[str, Any] = {"job": JOB, "warehouse": cfg.warehouse_uri,

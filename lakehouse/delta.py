@@ -107,6 +107,23 @@ def read_table(spark: SparkSession, cfg: Config, name: str) -> DataFrame:
     return conform(spark.read.format("delta").load(path), name, path)
 
 
+def read_pinned(spark: SparkSession, cfg: Config, name: str) -> tuple[DataFrame, int]:
+    """The checked read of ``name`` (:func:`read_table`) at its latest version, and that version.
+
+    The read is pinned to the version (time travel), so the version is exactly what was read
+    even while the streaming job appends: it is a training run's lineage, and a reviewer
+    re-reads the same rows with ``versionAsOf``. The checked read comes first, so a missing
+    table or schema is still the error naming the path.
+    """
+    from delta.tables import DeltaTable
+
+    read_table(spark, cfg, name)
+    path = cfg.table_path(name)
+    version = int(DeltaTable.forPath(spark, path).history(1).select("version").first()[0])
+    pinned = spark.read.format("delta").option("versionAsOf", version).load(path)
+    return conform(pinned, name, path), version  # an older table: added columns as nulls
+
+
 def conform(df: DataFrame, name: str, path: str | None = None) -> DataFrame:
     """``df`` (a read of table ``name``) with the columns a later schema version added and
     the table does not have yet as nulls (its rows are older: ``keyshift.schemas``); a
@@ -131,6 +148,16 @@ def read_run(spark: SparkSession, cfg: Config, name: str, run_id: str) -> DataFr
     from pyspark.sql import functions as F
 
     return read_table(spark, cfg, name).where(F.col("run_id") == run_id)
+
+
+def run_keys(spark: SparkSession, cfg: Config, name: str, key: Sequence[str],
+             run_id: str) -> DataFrame:
+    """The ``key`` columns of one run's rows of ``name``, where ``key[0]`` holds the run's id
+    (``run_id``, or a plan's ``scope``): what a retried append anti-joins against so that a
+    row a predecessor already committed is not written twice."""
+    from pyspark.sql import functions as F
+
+    return read_table(spark, cfg, name).where(F.col(key[0]) == run_id).select(*key)
 
 
 # --- frames and appends ---------------------------------------------------------------------

@@ -367,9 +367,7 @@ class StagedAppends:
             self.last_commit[name] = round(time.perf_counter() - t0, 3)
 
     def _commit(self, name: str, batches: Mapping[int, list[str]]) -> int:
-        from pyspark.sql import functions as F
-
-        from keyshift.lakehouse.delta import append_frame
+        from keyshift.lakehouse.delta import append_frame, run_keys
 
         cfg = self.appends.cfg
         uris = [u for _, us in sorted(batches.items()) for u in us]
@@ -380,8 +378,7 @@ class StagedAppends:
             # their files, or a batch it began is running again), or a commit of this
             # process that failed did before its delete failed: append only the others
             key = list(ROW_KEY[name])
-            have = (self.spark.read.format("delta").load(cfg.table_path(name))
-                    .where(F.col(key[0]) == self.appends.run_id).select(*key))
+            have = run_keys(self.spark, cfg, name, key, self.appends.run_id)
             df = df.join(have, key, "left_anti")
         append_frame(df.coalesce(1), cfg, name)
         self._delete(uris)

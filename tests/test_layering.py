@@ -75,3 +75,27 @@ def test_the_scan_finds_a_call(tmp_path: Path) -> None:
     f = tmp_path / "m.py"
     f.write_text("def f(p, plan, w):\n    return p.decide(plan, w)\n")
     assert decide_calls(f) == [2]
+
+
+DELTA_ACCESS = ("DeltaTable", 'format("delta")', "import deltalake", "from deltalake",
+                "delta.tables", "write_deltalake")
+
+
+def delta_access(path: Path, root: Path = ROOT) -> list[str]:
+    text = path.read_text(encoding="utf-8")
+    return [f"{path.relative_to(root)}: {needle}" for needle in DELTA_ACCESS if needle in text]
+
+
+def test_only_the_lakehouse_opens_delta_tables() -> None:
+    """Issue 25 item 4: every production read or write of a Delta table (time travel,
+    maintenance and key lookups included) goes through lakehouse/ (docs/architecture.md)."""
+    outside = [d for d in PRODUCT if d != "lakehouse"]
+    found = [hit for d in outside for path in sorted((ROOT / d).rglob("*.py"))
+             for hit in delta_access(path)]
+    assert found == []
+
+
+def test_the_delta_scan_finds_an_access(tmp_path: Path) -> None:
+    job = tmp_path / "job.py"
+    job.write_text('df = spark.read.format("delta").load(path)\n', encoding="utf-8")
+    assert delta_access(job, tmp_path) == ['job.py: format("delta")']

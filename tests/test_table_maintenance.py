@@ -33,7 +33,7 @@ from airflow.dag_processing.dagbag import DagBag
 from airflow.utils.session import create_session
 from delta.tables import DeltaTable
 from keyshift.config import load_config
-from keyshift.jobs.table_maintenance import maintain_table
+from keyshift.lakehouse.maintenance import maintain_table
 from keyshift.lakehouse.delta import append_rows
 from keyshift.lakehouse.session import get_spark
 
@@ -159,7 +159,7 @@ class TestMaintenanceDag:
 
 
 def test_the_retention_property_value() -> None:
-    from keyshift.jobs.table_maintenance import retention_interval
+    from keyshift.lakehouse.maintenance import retention_interval
 
     assert retention_interval(168) == "interval 168 hours"
     assert retention_interval(168.5) == "interval 606600 seconds"
