@@ -228,15 +228,28 @@ class SparkRows:
 
 def answer(cfg: Config, compute: Callable[[Rows], T], log_level: str | None = None,
            app_name: str = "keyshift-status") -> T:
-    """``compute`` on the warehouse's rows read without Spark; where that path cannot read
-    a table (:class:`FastReadUnavailable`), said in one line on stderr, again through Spark."""
+    """``compute`` on the warehouse's rows, for a watching command (status, report,
+    dead-letters).
+
+    A warehouse no job wrote to fails before anything starts (:func:`check_warehouse`); the
+    rows are read without Spark, and where that path cannot read a table
+    (:class:`FastReadUnavailable`), said in one line on stderr, again through Spark. A run
+    that is not there or a table without the contract's columns is the user's to fix: a
+    :class:`~keyshift.cli.UsageError` with the message, not a stack.
+    """
+    from keyshift.cli import UsageError
+    from keyshift.lakehouse.delta import TableSchemaError
     from keyshift.lakehouse.logs import say
 
     try:
-        return compute(ArrowRows(cfg))
-    except FastReadUnavailable as exc:
-        say(f"reading the warehouse with Spark (slower): {exc}")
-    return compute(SparkRows(open_spark(cfg, log_level, app_name), cfg))
+        check_warehouse(cfg)
+        try:
+            return compute(ArrowRows(cfg))
+        except FastReadUnavailable as exc:
+            say(f"reading the warehouse with Spark (slower): {exc}")
+        return compute(SparkRows(open_spark(cfg, log_level, app_name), cfg))
+    except (RunLookupError, TableSchemaError) as exc:
+        raise UsageError(str(exc)) from None
 
 
 # --- the overview and one run's recent batches ----------------------------------------------

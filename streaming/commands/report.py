@@ -42,9 +42,8 @@ def run(args: argparse.Namespace) -> int:
     folder = Path(args.out).expanduser() if args.out else cfg.run_dir(args.run_id)
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"--out: {folder} is a file; give a folder for the report")
-    from keyshift.lakehouse.delta import TableSchemaError
     from keyshift.streaming.report import report_run
-    from keyshift.streaming.runs import RunLookupError, Rows, answer, check_warehouse, find_run
+    from keyshift.streaming.runs import Rows, answer, find_run
 
     def write(rows: Rows) -> dict:
         found = find_run(rows, cfg, args.run_id)
@@ -55,10 +54,6 @@ def run(args: argparse.Namespace) -> int:
         return report_run(rows, cfg, args.run_id, folder, found["app"], extra={
             "app": found["app"], "policy": found["policy"], "alive": found["alive"]})
 
-    try:
-        check_warehouse(cfg)
-        summary = answer(cfg, write, args.log_level, app_name="keyshift-report")
-    except (RunLookupError, TableSchemaError) as exc:
-        raise UsageError(str(exc)) from None
+    summary = answer(cfg, write, args.log_level, app_name="keyshift-report")
     print(json.dumps(summary) if args.json else summary["report"])
     return 0
