@@ -1,78 +1,28 @@
 """Gaussian-process forecasters of input rate and latency (elastic-cep §III-B, Eq. 3–8).
 
-The structure follows GPyTorch's ExactGP example: a constant mean, a scaled kernel, a Gaussian
-likelihood, and hyper-parameters fitted by maximising the exact marginal likelihood with Adam.
+The structure follows GPyTorch's ExactGP example: a mean, a scaled kernel, a Gaussian
+likelihood, hyper-parameters fitted by maximising the exact marginal likelihood with Adam.
+What each option does is in docs/models.md ("GPs"); the measurements that chose the
+defaults are there too ("Why the GP is built this way"). In short:
 
-Mean (``mean=``), the structure of the series (issue 14):
-- ``"profile"`` (the input-rate default): the GP models the residual of the seasonal slot
-  profile of :mod:`keyshift.models.seasonal` — the daily/weekly shape and its spread, estimated from ALL
-  the history — standardised per slot. Far from its data a GP reverts to its mean; with this
-  mean it reverts to the profile instead of to a constant, and its interval follows the
-  spread of the hour. Near the data the GP carries the current deviation (a storm, a trend).
-  ``profile_stat`` is the slot statistic: ``"mean"``, ``"median"`` or ``"mean|median"`` (the
-  input-rate default: the one whose profile forecast the last week of the history better
-  chooses, with the profile's cycle — ``cycle``: none, daily, weekly, daily+weekly, issue 27;
-  a median ignores one holiday among the weeks that weigh most, which moved the mean profile
-  enough for the taxi to lose to seasonal naive over 20 origins, MASE 1.040 → 0.945).
-- ``"constant"`` (the latency default): the paper's constant mean.
-- ``"profile+offset"``: the same residual with a constant offset fitted by marginal
-  likelihood, so that far from its data the GP reverts to the profile plus the average
-  deviation of the rows it was fitted on (a ramp or a storm among them moves it). Without
-  the offset (``"profile"``) the backtests' MASE fell on the AAPL and airline tweets (0.74 →
-  0.69, 0.98 → 0.89) and the taxi; the planner's forecast reserve, calibrated on the offset
-  GP, keeps it (:class:`keyshift.models.forecasters.GPRateForecaster`).
-- ``"auto"``: ``profile`` for :class:`InputRateGP`, ``constant`` for :class:`LatencyGP`.
-
-Kernels (``kernel=``):
-- ``"ard"``: the paper's automatic-relevance-determination squared exponential (Eq. 8), one
-  length scale per feature, so an irrelevant feature is switched off by a long length scale.
-- ``"ard+daily"`` / ``"ard+weekly"``: Eq. 8 plus a periodic kernel on the timestamp with the
-  period pinned to one day / one week. The ARD kernel sees time of day as a number, so 23:30
-  and 00:00 look far apart; the periodic term wraps the day around.
-- ``"ard+daily+weekly"``: Eq. 8 plus both periodic terms (additive).
-- ``"ard+local"``: Eq. 8 plus a second ARD squared exponential whose time length scale starts
-  at a few row spacings: two time scales, a slow deviation (a trend, a storm) and a local level
-  that moves from one window to the next. With Eq. 8 alone the marginal likelihood chose one
-  length scale of hours on the NASA log (5-minute bins, one day) and the forecast was the
-  level of the last hours, not the current one (MASE 1.03 against the last value; 0.98 with
-  the local term, whose marginal likelihood is higher at every origin).
-- ``"ard+load"`` (latency only, its default): Eq. 8 plus an ARD squared exponential over the load columns
-  alone (engines, log tuples per engine). Eq. 8 is a product over every column, so a window
-  an hour past the history is far from all of it and its forecast reverts to the mean,
-  whatever N and window size it is asked about — the load effect the planner needs vanishes
-  with time. The load term has no clock: latency as a function of N and window size carries
-  to any future window, and Eq. 8 adds what the calendar explains on top. On the latency
-  windows of a first two-day collection (bench/bench_latency_gp.py, the tail past the
-  history) Eq. 8's forecast did worse than the previous window's latency (MASE 2.32; 0.87
-  with the load term); on the four-day collection now committed 0.91 against 0.76; see
-  docs/models.md. ``"ard+load+local"`` adds the local term as well.
-- ``"auto"``, or several names joined by ``|`` (``"ard|ard+local"``): fit every candidate by
-  marginal likelihood, then keep the one whose forecasts of the held-out blocks at the end of
-  the TRAINING window (the calibration's blocks, each forecast from the rows before it) erred
-  least; by marginal likelihood alone when the history is too short to hold a block out. The
-  likelihood cannot choose between nested kernels (Eq. 8 plus a term never scores below Eq. 8
-  alone), and the better in-sample fit was the worse forecast on the AAPL tweets.
-
-Size (``method=``): ``"exact"`` conditions on every row; ``"sgpr"`` uses Titsias' sparse
-posterior with ``inducing`` inducing points, O(n·m²) instead of O(n³), so ten thousands of
-rows stay affordable; ``"auto"`` (default) is exact up to ``exact_max`` rows and sparse beyond,
-so no history is dropped. Hyper-parameters are fitted by the exact marginal likelihood on a
-subset of ``hyper_points`` rows either way (the most recent ones with a profile mean: the
-residual's short memory is what the kernel must learn; an even stride otherwise, so the daily
-shape survives).
-
-Inputs and targets are standardised inside the model with statistics frozen at ``fit``; the
-online path (:meth:`GPForecaster.add_observations`) reuses them and the hyper-parameters, so
-between nightly retrains new windows only extend the conditioning set (paper step 2).
-
-The latency GP works on log seconds (``log_target``). Latency is positive and spans decades
-(0.06 ms per tuple in a full window, 12 ms in a 40-tuple one, dominated by fixed task
-costs); on raw seconds the GP's mean, conditioned online on such windows, went below zero for
-engine counts it had no data for, and the planner cannot use a negative Lat. In log space
-every forecast is positive, and ``predict`` returns the log-normal's mean and standard
-deviation in seconds, the expectation Eq. 9 multiplies by the input. It also sees the window's
-size (log tuples per engine, :mod:`keyshift.models.features`), so a nearly empty window — whose per-tuple
-latency is all fixed cost — does not read as slow engines.
+- ``mean``: ``"profile"`` (input rate) models the residual of the seasonal slot profile
+  (:mod:`keyshift.models.seasonal`, its cycle and slot statistic chosen on held-out days),
+  so far from its data the GP reverts to the profile, not to a constant; ``"constant"``
+  (latency) is the paper's; ``"profile+offset"`` adds a fitted offset (the planner's
+  :class:`keyshift.models.forecasters.GPRateForecaster` keeps it).
+- ``kernel``: ``"ard"`` is Eq. 8; ``+local`` adds a short time scale (the current level),
+  ``+daily``/``+weekly`` periodic terms (the day wraps around), ``+load`` (latency) a term
+  over the load columns alone, without a clock, so latency as a function of N carries to
+  any future window. Several joined by ``|`` or ``"auto"``: the marginal likelihood cannot
+  choose between nested kernels, so the one that forecast the held-out blocks at the end of
+  the training window best is kept.
+- ``method``: exact up to ``exact_max`` rows, Titsias' sparse posterior beyond, on every row.
+- Inputs and targets are standardised with statistics frozen at ``fit``; the online path
+  (:meth:`GPForecaster.add_observations`) reuses them and the hyper-parameters, so between
+  nightly retrains new windows only extend the conditioning set (paper step 2).
+- The latency GP works on log seconds (``log_target``): latency is positive and spans
+  decades, and ``predict`` returns the log-normal's mean and std in seconds, the expectation
+  Eq. 9 multiplies by the input.
 """
 
 from __future__ import annotations
@@ -108,13 +58,9 @@ KERNELS = ("ard", "ard+local", "ard+load", "ard+load+local", "ard+daily", "ard+w
            "ard+daily+weekly")
 LOAD_KERNELS = ("ard+load", "ard+load+local")
 """Kernels with a term over the load columns (after the calendar's): only for forecasters
-whose features have them, and what ``"auto"`` means for :class:`LatencyGP`. The planner asks
-the latency GP about engine counts the job is not running; a kernel without the load term
-answers from the calendar (far from the data, the mean), and the held-out blocks that choose
-among kernels hold only the N the job ran, so they cannot see that: on the job's windows they
-chose ``ard+local`` (held-out error 0.28 against 0.31), which forecast the tail past the
-history at MASE 1.03 against the previous window, where the load kernels reached 0.82–0.87
-(bench/bench_latency_gp.py, its first two-day collection)."""
+whose features have them, and what ``"auto"`` means for :class:`LatencyGP`, whose held-out
+blocks hold only the N the job ran and so cannot judge how a kernel answers for another N,
+which is what the planner asks (docs/models.md, "Why the GP is built this way")."""
 METHODS = ("exact", "sgpr", "auto")
 MEANS = ("constant", "profile", "profile+offset", "auto")
 STORED_FORMAT = 3
@@ -131,9 +77,7 @@ _MIN_NOISE = 1e-4  # the likelihood's lower bound on σ² (standardised units)
 _LOCAL_STEPS = 4.0  # the "local" term's time length scale starts at this many row spacings
 _HELD_OUT_BLOCKS = 5
 """Held-out blocks of the training tail that choose the kernel and calibrate the interval
-(GPForecaster._held_out_blocks). With three, the choice between Eq. 8 and Eq. 8 + local went
-the wrong way on the taxi and the bikes as often as not (MASE 1.06 and 1.08, each worse than
-either kernel alone); with five it was 0.95 and 0.96, at or below the better kernel's."""
+(GPForecaster._held_out_blocks); three chose wrongly as often as not (docs/models.md)."""
 Z_90 = 1.6448536269514722  # the 95 % quantile of N(0, 1): mean ± Z_90·std is a 90 % interval
 
 
