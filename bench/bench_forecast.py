@@ -58,9 +58,12 @@ def _counts(seconds: np.ndarray, bin_s: float) -> tuple[np.ndarray, np.ndarray]:
     return start + bin_s * np.arange(counts.size), counts
 
 
-def _nab(name: str) -> Callable[[], tuple[np.ndarray, np.ndarray]]:
+def _nab(name: str, until: str | None = None) -> Callable[[], tuple[np.ndarray, np.ndarray]]:
+    """A ``timestamp,value`` file; ``until`` (UTC, exclusive) cuts it short."""
     def load():
         df = pd.read_csv(data_file(name))
+        if until is not None:
+            df = df[pd.to_datetime(df["timestamp"]) < pd.Timestamp(until)]
         return to_epoch_seconds(df["timestamp"]), df["value"].to_numpy(np.float64)
     return load
 
@@ -146,6 +149,10 @@ SERIES: dict[str, tuple[str, Callable[[], tuple[np.ndarray, np.ndarray]]]] = {
     "nasa": ("NASA-HTTP 1995-08-01, requests / 5 min", _nasa),
     "dublin": ("Dublin SIRI, AVL records / 2 min", _dublin),
     "wc98": ("WorldCup98 (ITA), requests / hour", _nab("worldcup98_requests_hour.csv")),
+    # the weeks before the tournament (it opened on 10 June): a weekly rhythm, weekends at
+    # about half the weekdays; from 10 June match days, not weekdays, set the traffic
+    "wc98-pre": ("WorldCup98 before the tournament, requests / hour",
+                 _nab("worldcup98_requests_hour.csv", until="1998-06-10")),
     "syn-weekly": ("synthetic weekly rhythm, hourly, four months", _weekly_hourly),
     "syn-cycle": ("synthetic daily+weekly cycle, AR(1) deviations", _synthetic("cycle")),
     "syn-bursty": ("synthetic cycle with bursts", _synthetic("bursty")),
