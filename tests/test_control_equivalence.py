@@ -9,8 +9,8 @@ from engines_support import MemoryControlLog
 
 from keyshift.config import load_config
 from keyshift.control import FallbackForecaster
-from keyshift.elastic.sim_bridge import SimulatorDriver
 from keyshift.sim import SimConfig, Simulator, SyntheticWorkload, ZipfKeys
+from keyshift.sim.driver import SimulatorDriver
 from keyshift.sim.workload import Schedule
 from keyshift.streaming.controller import Controller
 

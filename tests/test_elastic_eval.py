@@ -9,12 +9,12 @@ import json
 import numpy as np
 import pytest
 
+from keyshift.drivers.elastic_replay import replay
 from keyshift.elastic.baselines import StaticMax, ThresholdScaler
 from keyshift.elastic.capacity import LatencyModel
 from keyshift.elastic.cost import Costs
 from keyshift.elastic.errors import ElasticInputError
 from keyshift.elastic.forecast import DAY_S, EngineLatency, Forecaster, SeasonalProfile
-from keyshift.elastic.replay import replay
 from keyshift.experiments import elastic
 
 HOUR = 3600.0
@@ -176,7 +176,7 @@ def test_simulate_command_dispatches_the_scenario(real_data, tmp_path, capsys):
 
 
 def test_scaler_drives_the_tick_level_simulator():
-    from keyshift.elastic.sim_bridge import run_in_simulator
+    from keyshift.drivers.elastic_sim import run_in_simulator
 
     # 60 s windows at 2 ms per tuple: 30,000 tuples per engine-window.
     ins = np.concatenate([np.full(6, 60_000.0), np.full(6, 200_000.0), np.full(6, 60_000.0)])
@@ -194,7 +194,7 @@ def test_scaler_drives_the_tick_level_simulator():
 
 
 def test_simulator_cross_check_with_migration_pauses():
-    from keyshift.elastic.sim_bridge import run_in_simulator
+    from keyshift.drivers.elastic_sim import run_in_simulator
 
     # A ramp the threshold scaler follows one engine per window, so scale-outs land while
     # the previous migration still pauses its groups (pause 30 s of a 60-s window).

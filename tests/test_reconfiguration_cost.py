@@ -12,6 +12,7 @@ import pytest
 
 from keyshift.config import load_config
 from keyshift.control import MemoryControlStore, loop_from_config
+from keyshift.drivers.elastic_replay import replay
 from keyshift.elastic.capacity import LatencyModel
 from keyshift.elastic.controller import PathController
 from keyshift.elastic.cost import Costs, Forecast
@@ -21,7 +22,6 @@ from keyshift.elastic.reconfiguration import (
     ReconfigurationCost,
     fit_pause,
 )
-from keyshift.elastic.replay import replay
 
 
 def _change(b: int, groups: int = 1000, nbytes: int = 0, pause: float = 4.0,

@@ -5,7 +5,7 @@ the balancer, then the vetoes) → realize (a :class:`Realizer`, the store's new
 → record (:class:`ControlStore`: typed state, and the ``decisions`` audit log that is never
 read back). :meth:`ControlLoop.step` is the whole loop; the Spark job
 (``keyshift.streaming.controller``), the simulator (``keyshift.sim.driver``, also under the
-elastic bridge) and the replays (``keyshift.elastic.replay``, ``keyshift.sim.calibrate``)
+elastic bridge) and the replays (``keyshift.drivers.elastic_replay``, ``keyshift.sim.calibrate``)
 drive it through thin adapters, and nothing else calls a policy (a one-off answer:
 ``keyshift.control.once``). See docs/architecture.md.
 """

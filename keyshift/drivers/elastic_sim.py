@@ -21,16 +21,16 @@ from collections.abc import Callable
 
 import numpy as np
 
+from keyshift.drivers.elastic_replay import ReplayResult, idle_window, scaler_loop
 from keyshift.elastic.cost import Costs
 from keyshift.elastic.decision import Observation, ScalingDecision
 from keyshift.elastic.errors import ElasticInputError
-from keyshift.elastic.replay import ReplayResult, idle_window, scaler_loop
 from keyshift.elastic.scaler import ForecastFn, Scaler
 from keyshift.sim import SimConfig, Simulator, SyntheticWorkload, ZipfKeys
 from keyshift.sim.driver import SimulatorDriver
 from keyshift.sim.workload import Schedule
 
-__all__ = ["SimulatorDriver", "run_in_simulator"]
+__all__ = ["run_in_simulator"]
 
 
 def run_in_simulator(

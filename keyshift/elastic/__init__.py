@@ -6,8 +6,10 @@
 - :mod:`controller` — Algorithm 1: follow the path, re-plan on rejection (θ1, θ2).
 - :mod:`baselines` — static maximum, QT (M/M/c), thresholds 80/40 %, DS2-style.
 - :mod:`forecast` — the forecaster protocol and a pure-numpy seasonal baseline.
-- :mod:`capacity` and :mod:`replay` — the per-window engine model the evaluation runs in.
-- :mod:`sim_bridge` — the same scalers inside the tick-level simulator (``keyshift.sim``).
+- :mod:`capacity` — the per-window engine latency model the evaluation runs in.
+
+The drivers that run these scalers through the control loop (the per-window replay, the
+simulator bridge) stand above it, in :mod:`keyshift.drivers`.
 
 Pure numpy/scipy: the GP forecasters of ``models/`` plug in through the protocol.
 """

@@ -14,7 +14,7 @@ engine count. The rest is the evaluation: every policy starts at the same engine
 the planner's forecasters get each window's observation online (no refit), and each policy
 is billed with Eq. 11 on what really happened. The engine model is
 :class:`~keyshift.elastic.capacity.LatencyModel` (sub-linear capacity, noisy latency) in the
-per-window replay of :mod:`keyshift.elastic.replay`.
+per-window replay of :mod:`keyshift.drivers.elastic_replay`.
 
 The input-rate forecaster is the pure-numpy :class:`SeasonalProfile` by default;
 ``--forecaster gp`` uses the GPyTorch GP of ``models/`` (an entry-point plugin) when installed
@@ -35,6 +35,8 @@ from typing import Any
 import numpy as np
 
 from keyshift.datasets import DataMissingError, data_dir, data_file
+from keyshift.drivers.elastic_replay import ReplayResult, replay
+from keyshift.drivers.elastic_sim import run_in_simulator
 from keyshift.elastic.baselines import (
     QueueingScaler,
     RateScaler,
@@ -52,9 +54,7 @@ from keyshift.elastic.forecast import (
     make_forecaster,
     one_step_forecasts,
 )
-from keyshift.elastic.replay import ReplayResult, replay
 from keyshift.elastic.scaler import Scaler
-from keyshift.elastic.sim_bridge import run_in_simulator
 
 # what `keyshift simulate --scenario NAME -h` shows: the docstring above is for developers
 DESCRIPTION = (
@@ -381,7 +381,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--data-dir", default=None, help="folder of the real data sets (default: $KEYSHIFT_DATA, else the "
                         "checkout's data/)")
     g.add_argument("--engine-model", default="replay", choices=["replay", "sim"],
-                   help="replay: per-window model (keyshift.elastic.replay); sim: the tick-level "
+                   help="replay: per-window model (keyshift.drivers.elastic_replay); sim: the tick-level "
                         f"cluster simulator with key groups and queues (first {SIM_WINDOWS} "
                         "evaluation windows unless --windows)")
     g.add_argument("--sim-policy", default="dlb-h",

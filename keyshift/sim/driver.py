@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -35,11 +35,43 @@ from keyshift.control import (
     WindowStats,
     loop_from_config,
 )
-from keyshift.policies import Policy
+from keyshift.plan import Plan
+from keyshift.policies import Decision, Policy
+from keyshift.sim.result import SimResult
+from keyshift.sim.result import WindowStats as SimWindowStats
 
-if TYPE_CHECKING:
-    from keyshift.sim.result import WindowStats as SimWindowStats
-    from keyshift.sim.simulator import Simulator
+
+class DrivenConfig(Protocol):
+    """What the driver reads of a simulator's configuration (``keyshift.sim.SimConfig``)."""
+
+    @property
+    def window_s(self) -> float: ...
+    @property
+    def rebalance_every(self) -> int: ...
+    @property
+    def trigger_rstd(self) -> float: ...
+    def rates(self) -> np.ndarray: ...
+
+
+class DrivenSimulator(Protocol):
+    """What the driver needs of a simulator (:class:`keyshift.sim.Simulator` is one): its
+    configuration, clock, plan, state and result to read; one window to run; and the three
+    ways to realize a plan. The driver does not import the simulator, which constructs it."""
+
+    plan: Plan
+    now: float
+    state: np.ndarray
+    result: SimResult
+
+    @property
+    def config(self) -> DrivenConfig: ...
+    @property
+    def window_loads(self) -> np.ndarray: ...
+    def history(self) -> np.ndarray | None: ...
+    def step_window(self) -> SimWindowStats: ...
+    def set_routing(self, routing: Any) -> None: ...
+    def apply(self, decision: Decision) -> None: ...
+    def switch_plan(self, plan: Plan, reason: str = "") -> None: ...
 
 
 def policy_label(policy: Policy) -> str:
@@ -52,7 +84,7 @@ class SimulatorDriver:
     """The simulator's adapter of the control loop: hands the loop each window's
     :class:`~keyshift.control.WindowStats` and realizes the loop's plans."""
 
-    def __init__(self, sim: Simulator, lat_s: float, window_s: float,
+    def __init__(self, sim: DrivenSimulator, lat_s: float, window_s: float,
                  loop: ControlLoop | None = None) -> None:
         self.sim = sim
         self.lat_s = lat_s
@@ -60,7 +92,7 @@ class SimulatorDriver:
         self.loop = loop
 
     @classmethod
-    def for_policy(cls, sim: Simulator, policy: Policy,
+    def for_policy(cls, sim: DrivenSimulator, policy: Policy,
                    settings: LoopSettings | None = None) -> SimulatorDriver:
         """The loop of a simulation under one balancing policy, in memory and without a
         scaler, started on the simulator's plan. ``settings`` default to Δ = the simulator's
@@ -76,7 +108,7 @@ class SimulatorDriver:
         return driver
 
     @classmethod
-    def from_config(cls, sim: Simulator, cfg: Any, policy: str, lat_s: float,
+    def from_config(cls, sim: DrivenSimulator, cfg: Any, policy: str, lat_s: float,
                     forecaster: Forecaster | None = None,
                     clock: Callable[[], float] = time.time) -> SimulatorDriver:
         """A driver whose loop is built from a keyshift config exactly as the Spark job's

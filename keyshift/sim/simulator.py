@@ -26,7 +26,7 @@ does; its window decisions still update the plan (the engine that keeps each gro
 Elasticity: :meth:`Simulator.set_engines` changes the number of live engines between
 windows (a controller hook passed to :meth:`run` is called after every window; the loop
 adopts the plan it made). With ``policy=None`` the simulator has no loop of its own: a
-driver outside it steps one (:mod:`keyshift.elastic.sim_bridge`, with a scaler) and
+driver outside it steps one (:mod:`keyshift.drivers.elastic_sim`, with a scaler) and
 realizes its plans.
 """
 
