@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.table import Table
 from scipy.stats import norm
 
-from keyshift.elastic.forecast import make_forecaster, one_step_forecasts
+from keyshift.elastic.forecast import make_series_model, one_step_forecasts
 
 
 def running_quantile(history: np.ndarray, online: np.ndarray, q: float) -> np.ndarray:
@@ -55,8 +55,8 @@ def main() -> None:
     cells: dict[str, dict[str, str]] = {}
     for name in names:
         t, y, n, cap, usable = scaled_series(name)
-        hist_mean, hist_std = one_step_forecasts(make_forecaster(args.forecaster), t[:n], y[:n], n // 2)
-        mean, std = one_step_forecasts(make_forecaster(args.forecaster), t, y, n)
+        hist_mean, hist_std = one_step_forecasts(make_series_model(args.forecaster), t[:n], y[:n], n // 2)
+        mean, std = one_step_forecasts(make_series_model(args.forecaster), t, y, n)
         mean, std, test, prev = mean[n:], std[n:], y[n:], y[n - 1:-1]
         hm, hs, hy, hprev = hist_mean[n // 2:], hist_std[n // 2:], y[n // 2:n], y[n // 2 - 1:n - 1]
 

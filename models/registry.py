@@ -48,7 +48,7 @@ class RegistryError(RuntimeError):
     """The tracking store, a registered model, its alias or its artifact is not usable."""
 
 
-class Forecaster:
+class LoadedModel:
     """A loaded registry version: ``predict(X) -> (mean, std)`` plus ``add_observations``
     for the online updates between retrains (paper step 2)."""
 
@@ -64,12 +64,12 @@ class Forecaster:
     def predict(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
         return self.gp.predict(X)
 
-    def add_observations(self, X: Any, y: Any) -> Forecaster:
+    def add_observations(self, X: Any, y: Any) -> LoadedModel:
         self.gp.add_observations(X, y)
         return self
 
     def __repr__(self) -> str:
-        return f"Forecaster({self.name!r}, version={self.version})"
+        return f"LoadedModel({self.name!r}, version={self.version})"
 
 
 def model_name(cfg: Config, which: str) -> str:
@@ -188,7 +188,7 @@ def alias_version(client: MlflowClient, name: str, alias: str) -> str | None:
         return None
 
 
-def _load(uri: str, name: str, version: str) -> Forecaster:
+def _load(uri: str, name: str, version: str) -> LoadedModel:
     """Download the version's files and read its ``gp`` artifact: no pickle of the version
     is ever loaded (not the pyfunc's, not the model's), so a crafted one is refused, unrun."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -200,10 +200,10 @@ def _load(uri: str, name: str, version: str) -> Forecaster:
             gp = GPForecaster.load(local / "artifacts" / "gp")
         except ModelInputError as exc:
             raise RegistryError(f"cannot load {uri}: {exc}") from exc
-    return Forecaster(gp, name, version)
+    return LoadedModel(gp, name, version)
 
 
-def load_version(cfg: Config, which: Which, version: str) -> Forecaster:
+def load_version(cfg: Config, which: Which, version: str) -> LoadedModel:
     name = model_name(cfg, which)
     with tracking(cfg):
         return _load(f"models:/{name}/{version}", name, str(version))
@@ -222,7 +222,7 @@ def _champion_version(client: MlflowClient, cfg: Config, name: str) -> str:
     return version
 
 
-def load_champion(cfg: Config, which: Which) -> Forecaster:
+def load_champion(cfg: Config, which: Which) -> LoadedModel:
     """The version of ``which`` behind ``cfg.mlflow.alias`` (default ``champion``).
 
     Raises RegistryError when the store is unreachable, the model is not registered, the

@@ -14,7 +14,7 @@ from keyshift.elastic.baselines import StaticMax, ThresholdScaler
 from keyshift.elastic.capacity import LatencyModel
 from keyshift.elastic.cost import Costs
 from keyshift.elastic.errors import ElasticInputError
-from keyshift.elastic.forecast import DAY_S, EngineLatency, Forecaster, SeasonalProfile
+from keyshift.elastic.forecast import DAY_S, EngineLatency, SeriesModel, SeasonalProfile
 from keyshift.experiments import elastic
 
 HOUR = 3600.0
@@ -31,7 +31,7 @@ def daily(days, noise=0.0, seed=0):
 def test_seasonal_profile_learns_the_daily_cycle(period_s):
     t, y = daily(10, noise=20)
     f = SeasonalProfile(period_s=period_s).fit(t[:-24], y[:-24])
-    assert isinstance(f, Forecaster)
+    assert isinstance(f, SeriesModel)
     mean, std = f.predict(t[-24:])
     assert np.abs(mean - y[-24:]).max() < 100
     assert (std > 0).all()

@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_elastic_reserve import forecast, run
 
-from keyshift.elastic.controller import PathController
 from keyshift.elastic.cost import Forecast
 from keyshift.elastic.errors import ElasticInputError
 from keyshift.elastic.forecast import SeasonalProfile, one_step_forecasts
+from keyshift.elastic.path_scaler import PathScaler
 from keyshift.elastic.reserve import MIN_CALIBRATION, ForecastQuantile, RiseQuantile
 
 
@@ -108,7 +108,7 @@ def test_bad_history_forecasts_name_the_field():
         ForecastQuantile(1.5).fit(np.arange(5.0))
     assert err.value.field == "reserve_quantile"
     with pytest.raises(ElasticInputError) as err:
-        PathController(max_engines=4, reserve_quantile=0.9, reserve_source="gp").reset()
+        PathScaler(max_engines=4, reserve_quantile=0.9, reserve_source="gp").reset()
     assert err.value.field == "reserve_source"
 
 
@@ -132,7 +132,7 @@ def test_controller_takes_the_reserve_from_sigma():
     mean = np.full(history.size, 100.0)
 
     def ctl(sigma_hist=10.0):
-        c = PathController(max_engines=8, horizon=6, window_s=10, rc=1, mc=1.0,
+        c = PathScaler(max_engines=8, horizon=6, window_s=10, rc=1, mc=1.0,
                            reserve_quantile=1.0, reserve_source="forecast")
         return c.fit_reserve(history, mean, np.full(history.size, sigma_hist))
 
@@ -158,7 +158,7 @@ def test_controller_takes_the_reserve_from_sigma():
     assert [d.engines_after for d in run_controller(kept, spread_only, actual)] == [2] * 6
     assert kept.reserve_.scores_.size == r.scores_.size  # nothing learnt from a spread
     # The rise source on the same history keeps the +30 rise whatever σ says.
-    rise = PathController(max_engines=8, horizon=6, window_s=10, rc=1, mc=1.0,
+    rise = PathScaler(max_engines=8, horizon=6, window_s=10, rc=1, mc=1.0,
                           reserve_quantile=1.0).fit_reserve(history)
     assert [d.engines_after for d in run(rise, planned, actual)] == [2] * 6
 
@@ -173,7 +173,7 @@ def test_controller_calibrates_online_from_the_forecasts_it_planned_with():
         return forecast([100.0] * horizon, in_std=10.0 if start < MIN_CALIBRATION + 4 else 60.0)
 
     from test_elastic_scalers import run_controller
-    c = PathController(max_engines=8, horizon=4, window_s=10, rc=1, mc=1.0,
+    c = PathScaler(max_engines=8, horizon=4, window_s=10, rc=1, mc=1.0,
                        reserve_quantile=1.0, reserve_source="forecast")
     ds = run_controller(c, fc, actual)
     assert "burst reserve 20 tuples" in ds[2].reason and "not calibrated yet" in ds[2].reason
@@ -185,11 +185,11 @@ def test_controller_calibrates_online_from_the_forecasts_it_planned_with():
 
 def test_config_selects_and_validates_the_source():
     from keyshift.config import load_config
-    from keyshift.elastic.controller import controller_from_config
+    from keyshift.elastic.path_scaler import path_scaler_from_config
 
     env = {"KEYSHIFT_PLANNER__RESERVE_QUANTILE": "0.9999",
            "KEYSHIFT_PLANNER__RESERVE_SOURCE": "forecast"}
-    ctl = controller_from_config(load_config(env=env))
+    ctl = path_scaler_from_config(load_config(env=env))
     assert (ctl.reserve_source, ctl.reserve_quantile) == ("forecast", 0.9999)
     assert load_config(env={}).planner.reserve_source == "rise"
     with pytest.raises(Exception) as err:

@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_elastic_scalers import run_controller
 
-from keyshift.elastic.controller import PathController
 from keyshift.elastic.cost import Forecast
 from keyshift.elastic.errors import ElasticInputError
+from keyshift.elastic.path_scaler import PathScaler
 from keyshift.elastic.planner import GraphPlanner, floor_capacity
 from keyshift.elastic.reserve import RiseQuantile
 
@@ -57,7 +57,7 @@ def test_bad_quantile_names_the_field(q):
         RiseQuantile(q).fit(np.arange(3.0))
     assert err.value.field == "reserve_quantile"
     with pytest.raises(ElasticInputError) as err:
-        PathController(max_engines=4, reserve_quantile=q).reset()
+        PathScaler(max_engines=4, reserve_quantile=q).reset()
     assert err.value.field == "reserve_quantile"
 
 
@@ -116,10 +116,10 @@ def test_reserve_absorbs_a_burst_the_plain_planner_misses():
     # 100 engine-tuples per window; the history had one rise of +300 tuples.
     planned = [100] * 8
     actual = [100, 100, 100, 400, 100, 100, 100, 100]
-    plain = PathController(max_engines=8, horizon=8, window_s=10, rc=1, mc=1.0)
+    plain = PathScaler(max_engines=8, horizon=8, window_s=10, rc=1, mc=1.0)
     ds = run(plain, planned, actual)
     assert ds[3].engines_after == 1  # the burst's window runs with what the forecast wanted
-    ctl = PathController(max_engines=8, horizon=8, window_s=10, rc=1, mc=1.0, reserve_quantile=1.0)
+    ctl = PathScaler(max_engines=8, horizon=8, window_s=10, rc=1, mc=1.0, reserve_quantile=1.0)
     ctl.fit_reserve(np.array([100.0, 400.0, 100.0]))
     ds = run(ctl, planned, actual)
     assert all(d.engines_after >= 4 for d in ds)  # 100 + 300 tuples of capacity every window
@@ -132,7 +132,7 @@ def test_controller_replans_when_the_path_falls_below_the_reserve():
     # No history: the reserve learns the +200 rise at window 2 and re-plans at window 3.
     planned = [100] * 8
     actual = [100, 100, 300, 300, 300, 300, 300, 300]
-    ctl = PathController(max_engines=8, horizon=8, window_s=10, rc=1, reserve_quantile=1.0)
+    ctl = PathScaler(max_engines=8, horizon=8, window_s=10, rc=1, reserve_quantile=1.0)
     ds = run(ctl, planned, actual)
     assert ds[2].engines_after == 1
     assert "path below the burst reserve" in ds[3].reason
@@ -141,22 +141,22 @@ def test_controller_replans_when_the_path_falls_below_the_reserve():
 
 def test_reserve_off_is_the_plain_controller():
     planned = [100, 300, 300, 100, 100, 400, 400, 100]
-    a = run(PathController(max_engines=6, horizon=4, window_s=10, rc=1), planned, planned)
-    b = run(PathController(max_engines=6, horizon=4, window_s=10, rc=1, reserve_quantile=0.0,
+    a = run(PathScaler(max_engines=6, horizon=4, window_s=10, rc=1), planned, planned)
+    b = run(PathScaler(max_engines=6, horizon=4, window_s=10, rc=1, reserve_quantile=0.0,
                            reserve_history=5), planned, planned)
     assert [d.engines_after for d in a] == [d.engines_after for d in b]
     assert [d.reason for d in a] == [d.reason for d in b]
 
 
-def test_controller_from_config_reads_the_reserve_keys():
+def test_path_scaler_from_config_reads_the_reserve_keys():
     from keyshift.config import load_config
-    from keyshift.elastic.controller import controller_from_config
+    from keyshift.elastic.path_scaler import path_scaler_from_config
 
     cfg = load_config(env={"KEYSHIFT_PLANNER__RESERVE_QUANTILE": "0.999",
                            "KEYSHIFT_PLANNER__RESERVE_HISTORY": "5000"})
-    ctl = controller_from_config(cfg)
+    ctl = path_scaler_from_config(cfg)
     assert (ctl.reserve_quantile, ctl.reserve_history) == (0.999, 5000)
-    assert controller_from_config(load_config(env={})).reserve_quantile == 0.0
+    assert path_scaler_from_config(load_config(env={})).reserve_quantile == 0.0
 
 
 @pytest.mark.parametrize("key, value", [("RESERVE_QUANTILE", "1.5"), ("RESERVE_HISTORY", "-1")])

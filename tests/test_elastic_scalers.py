@@ -14,10 +14,10 @@ from keyshift.elastic.baselines import (
     erlang_c,
     mmc_response_time,
 )
-from keyshift.elastic.controller import PathController, prediction_error
 from keyshift.elastic.cost import Forecast
 from keyshift.elastic.decision import Observation, ScalingDecision
 from keyshift.elastic.errors import ElasticInputError
+from keyshift.elastic.path_scaler import PathScaler, prediction_error
 from keyshift.schemas import TABLES
 
 
@@ -164,7 +164,7 @@ def run_controller(ctl, fc, actual):
 def test_controller_follows_the_path_and_replans_when_it_runs_out():
     ins = [100, 300, 300, 100, 100, 400, 400, 100]
     fc = Scripted(ins)
-    ctl = PathController(max_engines=6, horizon=4, window_s=10, rc=1)
+    ctl = PathScaler(max_engines=6, horizon=4, window_s=10, rc=1)
     ds = run_controller(ctl, fc, ins)
     assert [d.engines_after for d in ds] == [1, 3, 3, 1, 1, 4, 4, 1]
     assert fc.calls == [0, 4]
@@ -175,7 +175,7 @@ def test_theta2_rejects_the_path_after_a_surprise():
     planned = [100] * 8
     actual = [100, 100, 500, 100, 100, 100, 100, 100]
     fc = Scripted(planned)
-    ctl = PathController(max_engines=6, horizon=8, window_s=10, rc=1, theta2=0.5)
+    ctl = PathScaler(max_engines=6, horizon=8, window_s=10, rc=1, theta2=0.5)
     ds = run_controller(ctl, fc, actual)
     assert fc.calls == [0, 3]
     assert "prediction error 4.00 > θ2 0.5" in ds[3].reason
@@ -183,7 +183,7 @@ def test_theta2_rejects_the_path_after_a_surprise():
 
 def test_theta1_cuts_the_path_where_the_arc_cost_is_uncertain():
     fc = Scripted([300] * 10, in_std=1.0)
-    ctl = PathController(max_engines=6, horizon=6, window_s=10, rc=1, theta1=50)
+    ctl = PathScaler(max_engines=6, horizon=6, window_s=10, rc=1, theta1=50)
     ds = run_controller(ctl, fc, [300] * 6)
     assert "path rejected at window 2" in ds[0].reason
     assert fc.calls == [0, 3]
@@ -197,26 +197,26 @@ def test_prediction_error_is_relative_on_input_and_latency():
 
 def test_controller_needs_a_forecast():
     with pytest.raises(ElasticInputError, match="forecast"):
-        PathController(max_engines=4).decide(0, 1, None, None)
+        PathScaler(max_engines=4).decide(0, 1, None, None)
 
 
 def test_controller_limits_come_from_the_graph():
     ins = [100, 600, 600, 600]
-    ctl = PathController(max_engines=6, horizon=4, window_s=10, rc=1, max_step=2)
+    ctl = PathScaler(max_engines=6, horizon=4, window_s=10, rc=1, max_step=2)
     ds = run_controller(ctl, Scripted(ins), ins)
     # Steps of at most 2 from 1 engine: the planner starts ramping before the load arrives.
     assert [d.engines_after for d in ds] == [3, 5, 6, 6]
     assert all("max_step" not in d.reason for d in ds)
 
 
-def test_controller_from_config_uses_the_planner_section():
+def test_path_scaler_from_config_uses_the_planner_section():
     from keyshift.config import load_config
-    from keyshift.elastic.controller import controller_from_config
+    from keyshift.elastic.path_scaler import path_scaler_from_config
 
     cfg = load_config(env={"KEYSHIFT_PLANNER__HORIZON": "7", "KEYSHIFT_PLANNER__MAX_STEP": "2",
                            "KEYSHIFT_PLANNER__DRY_RUN": "true",
                            "KEYSHIFT_PLANNER__OBJECTIVE": "expected"})
-    ctl = controller_from_config(cfg)
+    ctl = path_scaler_from_config(cfg)
     assert (ctl.horizon, ctl.max_step, ctl.dry_run, ctl.objective) == (7, 2, True, "expected")
     assert ctl.max_engines == cfg.engines.max and ctl.min_engines == cfg.engines.min
     assert ctl.window_s == cfg.controller.window_s

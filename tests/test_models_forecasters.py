@@ -4,13 +4,13 @@ import numpy as np
 import pytest
 
 from keyshift.elastic.errors import ElasticInputError
-from keyshift.elastic.forecast import Forecaster, forecaster_names, make_forecaster
+from keyshift.elastic.forecast import SeriesModel, make_series_model, series_model_names
 
 
 def test_gp_is_offered_by_name_and_follows_the_protocol():
-    assert "gp" in forecaster_names()
-    f = make_forecaster("gp")
-    assert isinstance(f, Forecaster)
+    assert "gp" in series_model_names()
+    f = make_series_model("gp")
+    assert isinstance(f, SeriesModel)
     t = np.arange(240) * 1800.0
     y = 100 + 50 * np.sin(2 * np.pi * t / 86_400)
     f.fit(t[:200], y[:200])
@@ -24,7 +24,7 @@ def test_gp_is_offered_by_name_and_follows_the_protocol():
 
 def test_unknown_forecaster_names_the_field():
     with pytest.raises(ElasticInputError, match="forecaster"):
-        make_forecaster("crystal-ball")
+        make_series_model("crystal-ball")
 
 
 def test_online_updates_match_a_fresh_posterior_on_the_same_rows():

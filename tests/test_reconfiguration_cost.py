@@ -14,8 +14,8 @@ from keyshift.config import load_config
 from keyshift.control import MemoryControlStore, loop_from_config
 from keyshift.drivers.elastic_replay import replay
 from keyshift.elastic.capacity import LatencyModel
-from keyshift.elastic.controller import PathController
 from keyshift.elastic.cost import Costs, Forecast
+from keyshift.elastic.path_scaler import PathScaler
 from keyshift.elastic.reconfiguration import (
     MIN_GAIN_CAP,
     MeasuredMigration,
@@ -128,7 +128,7 @@ def test_the_replay_measures_each_change_and_the_planner_plans_with_the_learned_
     costs = Costs(mc=1.0, ec=1.0, rc=1.0)
 
     def run(reconfiguration):
-        ctl = PathController(max_engines=8, min_engines=1, horizon=4, window_s=window_s,
+        ctl = PathScaler(max_engines=8, min_engines=1, horizon=4, window_s=window_s,
                              mc=1.0, ec=1.0, rc=1.0, theta2=0.0)
         # the forecast of window j is the load itself (a perfect forecaster)
         def forecast(j: int, horizon: int) -> Forecast:

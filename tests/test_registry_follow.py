@@ -209,14 +209,14 @@ def test_catching_up_at_once_forecasts_like_window_by_window() -> None:
     """A newly loaded champion is conditioned on the run's windows in one step; the GPs
     must end where one update per window (the running job's way) ends."""
     from keyshift.models.gp import GPForecaster
-    from keyshift.models.registry import Forecaster
+    from keyshift.models.registry import LoadedModel
 
     stored = train_gps()
 
     def fresh() -> ChampionForecast:
         rate, lat = (GPForecaster.from_bytes(b) for b in stored)
-        return ChampionForecast(Forecaster(rate, "keyshift-input-rate", "1"),
-                                Forecaster(lat, "keyshift-latency", "1"))
+        return ChampionForecast(LoadedModel(rate, "keyshift-input-rate", "1"),
+                                LoadedModel(lat, "keyshift-latency", "1"))
 
     samples = [WindowSample(T0 + 10.0 * i, 400.0 + 300.0 * i, None if i == 2 else 2e-3,
                             1 + i % 3) for i in range(6)]

@@ -56,11 +56,11 @@ def train_gps() -> tuple[bytes, bytes]:
 def champion(trained) -> ChampionForecast:
     """A fresh copy per test (online observations change a served model)."""
     from keyshift.models.gp import GPForecaster
-    from keyshift.models.registry import Forecaster
+    from keyshift.models.registry import LoadedModel
 
     rate, lat = (GPForecaster.from_bytes(b) for b in trained)
-    return ChampionForecast(Forecaster(rate, "keyshift-input-rate", "1"),
-                            Forecaster(lat, "keyshift-latency", "1"))
+    return ChampionForecast(LoadedModel(rate, "keyshift-input-rate", "1"),
+                            LoadedModel(lat, "keyshift-latency", "1"))
 
 
 def config(tmp_path, **planner):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from keyshift.elastic.controller import relative_error
+from keyshift.elastic.path_scaler import relative_error
 from keyshift.metrics import Balance, live_loads
 from keyshift.plan import Plan
 

@@ -382,11 +382,11 @@ def loop_from_config(cfg: Any, store: ControlStore, policy_name: str,
     """The loop every driver builds from one config: ``[controller]`` (window, θ, min_gain,
     mode), the policy with its config parameters (``params`` override them; ``balance``
     False: a fixed plan), and with ``[planner] enabled`` the planner fed by ``forecaster``."""
-    from keyshift.elastic.controller import controller_from_config
+    from keyshift.elastic.path_scaler import path_scaler_from_config
 
     policy = make_policy(policy_name, **{**policy_params(cfg, policy_name), **(params or {})}) \
         if balance else None
-    scaler = ScalerStep(controller_from_config(cfg), forecaster, cfg.controller.window_s,
+    scaler = ScalerStep(path_scaler_from_config(cfg), forecaster, cfg.controller.window_s,
                         clock=clock) if cfg.planner.enabled else None
     return ControlLoop(store, LoopSettings.from_config(cfg), policy, policy_name, scaler,
                        realizer, run_id, clock, guard_from_config(cfg),

@@ -1,7 +1,7 @@
 """The scaler's part of the loop: the engine count N for the next window, from a forecast.
 
 :class:`ScalerStep` wraps any :class:`~keyshift.elastic.scaler.Scaler` (the GP planner's
-:class:`~keyshift.elastic.controller.PathController`, or a baseline) with what a running loop
+:class:`~keyshift.elastic.path_scaler.PathScaler`, or a baseline) with what a running loop
 needs around it: the history of finished windows, a :class:`Forecaster` (the champion GPs of
 the job, the pure-core fallback, an experiment's oracle), the reason of every decision, and
 the typed state that survives a restart (:class:`~keyshift.control.store.ScalerState`).
@@ -20,10 +20,10 @@ from typing import Protocol
 import numpy as np
 
 from keyshift.elastic.baselines import EngineObservation
-from keyshift.elastic.controller import PathController
 from keyshift.elastic.cost import Forecast
 from keyshift.elastic.decision import ScalingDecision
 from keyshift.elastic.forecast import DAY_S, EngineLatency, SeasonalProfile
+from keyshift.elastic.path_scaler import PathScaler
 from keyshift.elastic.scaler import ForecastFn, Scaler
 from keyshift.plan import Plan
 from keyshift.policies import Window, make_policy
@@ -212,7 +212,7 @@ class ScalerStep:
             self._resume(last)
 
     def _resume(self, state: ScalerState) -> None:
-        if not isinstance(self.scaler, PathController) or not state.path \
+        if not isinstance(self.scaler, PathScaler) or not state.path \
                 or state.position >= len(state.path):
             self.scaler.resume(state.since_change)  # a used-up path: the next window plans
             return

@@ -1,5 +1,5 @@
-"""Forecasters of the planner's inputs, behind one small protocol so that the GPs of
-``models/`` and the pure-numpy baseline here are interchangeable.
+"""Forecasters of the planner's inputs, behind one small protocol (:class:`SeriesModel`) so
+that the GPs of ``models/`` and the pure-numpy baseline here are interchangeable.
 
 Protocol (scikit-learn manners): ``fit(t, y) -> self`` on timestamps in seconds,
 ``predict(t) -> (mean, std)``, and optionally ``update(t, y)`` to add observations online
@@ -31,8 +31,12 @@ WEEK_S = 7 * DAY_S
 
 
 @runtime_checkable
-class Forecaster(Protocol):
-    def fit(self, t: np.ndarray, y: np.ndarray) -> Forecaster: ...
+class SeriesModel(Protocol):
+    """A model of one series over time (``fit`` on timestamps, ``predict`` mean and σ): what
+    the planner's forecasts are made of. Not :class:`keyshift.control.Forecaster`, the loop's
+    source of a planning horizon, which may be built on one."""
+
+    def fit(self, t: np.ndarray, y: np.ndarray) -> SeriesModel: ...
 
     def predict(self, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
 
@@ -177,7 +181,7 @@ class EngineLatency:
         return mean, std
 
 
-def one_step_forecasts(forecaster: Forecaster, t: np.ndarray, y: np.ndarray,
+def one_step_forecasts(forecaster: SeriesModel, t: np.ndarray, y: np.ndarray,
                        start: int) -> tuple[np.ndarray, np.ndarray]:
     """A backtest from one origin: ``forecaster`` (unfitted) is fitted on the first
     ``start`` windows, then each later window is forecast one step ahead before it is added
@@ -196,28 +200,28 @@ def one_step_forecasts(forecaster: Forecaster, t: np.ndarray, y: np.ndarray,
     return mean, std
 
 
-FORECASTER_PLUGINS = "keyshift.forecasters"
+SERIES_MODEL_PLUGINS = "keyshift.forecasters"
 
 
-def forecaster_names() -> list[str]:
+def series_model_names() -> list[str]:
     """Built-in forecasters plus the plugins of the ``keyshift.forecasters`` entry points
     (the GP of ``models/`` registers itself there, so the pure core never imports it)."""
     return ["seasonal", "seasonal-daily"] + sorted(
-        ep.name for ep in entry_points(group=FORECASTER_PLUGINS)
+        ep.name for ep in entry_points(group=SERIES_MODEL_PLUGINS)
     )
 
 
-def make_forecaster(kind: str) -> Forecaster:
+def make_series_model(kind: str) -> SeriesModel:
     """A fresh, unfitted forecaster by name; a plugin whose layer is not installed is a clear
     ``ElasticInputError`` on ``forecaster``."""
     if kind == "seasonal":
         return SeasonalProfile()
     if kind == "seasonal-daily":
         return SeasonalProfile(period_s=DAY_S)
-    plugins = {ep.name: ep for ep in entry_points(group=FORECASTER_PLUGINS)}
+    plugins = {ep.name: ep for ep in entry_points(group=SERIES_MODEL_PLUGINS)}
     if kind not in plugins:
         raise ElasticInputError(
-            "forecaster", f"unknown {kind!r}; known: {', '.join(forecaster_names())}"
+            "forecaster", f"unknown {kind!r}; known: {', '.join(series_model_names())}"
         )
     try:
         return plugins[kind].load()()

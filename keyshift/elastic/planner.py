@@ -3,7 +3,7 @@ the cheapest path (elastic-cep §III-C), and say how far along it the forecasts 
 trusted (path rejection, Eq. 13 and θ1 of Algorithm 1).
 
 The planner is pure: forecasts in, a :class:`PathPlan` out. Following the path window by
-window, re-planning when it runs out or is rejected, is :mod:`keyshift.elastic.controller`.
+window, re-planning when it runs out or is rejected, is :mod:`keyshift.elastic.path_scaler`.
 """
 
 from __future__ import annotations

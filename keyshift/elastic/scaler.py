@@ -1,5 +1,6 @@
-"""The one interface of everything that picks an engine count per window (the planner's
-controller and every baseline), and the user limits they all obey.
+"""The one interface of everything that picks an engine count per window (the path scaler,
+:class:`~keyshift.elastic.path_scaler.PathScaler`, and every baseline), and the user limits
+they all obey.
 
 A scaler is called once at the start of each window with the previous window's
 :class:`Observation` (None at the first) and a forecast function; it returns a

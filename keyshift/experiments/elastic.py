@@ -44,16 +44,16 @@ from keyshift.elastic.baselines import (
     ThresholdScaler,
 )
 from keyshift.elastic.capacity import LatencyModel
-from keyshift.elastic.controller import PathController
 from keyshift.elastic.cost import Costs, Forecast
 from keyshift.elastic.errors import ElasticInputError
-from keyshift.elastic.reconfiguration import ReconfigurationCost
 from keyshift.elastic.forecast import (
     EngineLatency,
-    forecaster_names,
-    make_forecaster,
+    make_series_model,
     one_step_forecasts,
+    series_model_names,
 )
+from keyshift.elastic.path_scaler import PathScaler
+from keyshift.elastic.reconfiguration import ReconfigurationCost
 from keyshift.elastic.scaler import Scaler
 
 # what `keyshift simulate --scenario NAME -h` shows: the docstring above is for developers
@@ -117,7 +117,7 @@ def load_series(name: str, folder: str | Path | None = None) -> tuple[np.ndarray
 def make_scaler(name: str, args: argparse.Namespace, window_s: float) -> Scaler:
     limits = {"max_engines": args.max_engines, "min_engines": 1}
     if name.startswith("planner"):
-        ctl = PathController(
+        ctl = PathScaler(
             **limits, horizon=args.horizon, window_s=window_s, mc=args.mc, ec=args.ec,
             rc=args.rc, theta1=args.theta1, theta2=args.theta2,
             objective="mean" if name == "planner" else "expected",
@@ -159,13 +159,13 @@ def evaluate_series(name: str, args: argparse.Namespace, progress=None) -> dict[
     lat_model = EngineLatency().fit(history.engines, history.latency)
     k_range = np.arange(1, k + 1)
     lat_mean, lat_std = lat_model.predict(k_range)
-    fitted = make_forecaster(args.forecaster).fit(t[:n_train], tuples[:n_train])
+    fitted = make_series_model(args.forecaster).fit(t[:n_train], tuples[:n_train])
     history_fc = None
     predictive = bool(getattr(fitted, "predictive_std", False))
     if "planner-quantile" in args.policies and predictive:
         # σ's calibration before the run: one-step forecasts of the history's second half
         # by the same kind of forecaster, fitted on its first half.
-        history_fc = one_step_forecasts(make_forecaster(args.forecaster), t[:n_train],
+        history_fc = one_step_forecasts(make_series_model(args.forecaster), t[:n_train],
                                         tuples[:n_train], n_train // 2)
 
     t_test, y_test = t[n_train:stop], tuples[n_train:stop]
@@ -343,7 +343,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     simulate command's)."""
     g = parser
     g.add_argument("--series", default="all", choices=[*SERIES, "all"])
-    g.add_argument("--forecaster", default="seasonal", choices=forecaster_names(),
+    g.add_argument("--forecaster", default="seasonal", choices=series_model_names(),
                    help="seasonal: weekly cycle (daily if under two weeks of history); "
                         "seasonal-daily: daily cycle; gp: keyshift.models.gp InputRateGP")
     g.add_argument("--policies", default=",".join(POLICIES),

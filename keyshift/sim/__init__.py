@@ -6,7 +6,7 @@ Entry points: :class:`Simulator` (``run`` / ``step_window`` / ``set_engines``),
 :class:`SimConfig`, and the workloads in :mod:`keyshift.sim.workload`. See docs/simulator.md.
 """
 
-from keyshift.sim.result import SimResult, WindowStats, latency_percentile
+from keyshift.sim.result import SimResult, WindowOutcome, latency_percentile
 from keyshift.sim.simulator import ExternalLoad, SimConfig, SimError, Simulator
 from keyshift.sim.workload import (
     GaussianKeys,
@@ -31,7 +31,7 @@ __all__ = [
     "Simulator",
     "SyntheticWorkload",
     "TraceWorkload",
-    "WindowStats",
+    "WindowOutcome",
     "Workload",
     "WorkloadError",
     "ZipfKeys",

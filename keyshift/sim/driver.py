@@ -38,7 +38,7 @@ from keyshift.control import (
 from keyshift.plan import Plan
 from keyshift.policies import Decision, Policy
 from keyshift.sim.result import SimResult
-from keyshift.sim.result import WindowStats as SimWindowStats
+from keyshift.sim.result import WindowOutcome
 
 
 class DrivenConfig(Protocol):
@@ -68,7 +68,7 @@ class DrivenSimulator(Protocol):
     @property
     def window_loads(self) -> np.ndarray: ...
     def history(self) -> np.ndarray | None: ...
-    def step_window(self) -> SimWindowStats: ...
+    def step_window(self) -> WindowOutcome: ...
     def set_routing(self, routing: Any) -> None: ...
     def apply(self, decision: Decision) -> None: ...
     def switch_plan(self, plan: Plan, reason: str = "") -> None: ...
@@ -120,7 +120,7 @@ class SimulatorDriver:
         return driver
 
     # -- collect --------------------------------------------------------------------------
-    def measure(self, stats: SimWindowStats) -> WindowStats:
+    def measure(self, stats: WindowOutcome) -> WindowStats:
         """The loop's view of the window the simulator just ran, measured as the job
         measures (In = the tuples routed to the engines, the sum of the group loads; Lat
         the engines' per-tuple seconds; the histogram, the state sizes and the history)."""
@@ -130,14 +130,14 @@ class SimulatorDriver:
         window.history = self.sim.history()
         return window
 
-    def run_window(self) -> tuple[SimWindowStats, WindowStats]:
+    def run_window(self) -> tuple[WindowOutcome, WindowStats]:
         """One simulator window and the loop's view of it (for a driver that steps the
         loop itself: the elastic bridge, the equivalence tests)."""
         stats = self.sim.step_window()
         return stats, self.measure(stats)
 
     # -- decide -----------------------------------------------------------------------------
-    def due(self, stats: SimWindowStats) -> bool:
+    def due(self, stats: WindowOutcome) -> bool:
         """Whether the loop is asked after this window: every ``rebalance_every`` windows
         (CLB's period m), and with ``trigger_rstd`` only when the engines' imbScore is above
         it (the dlb experiment's LPTF, re-run whenever RSTD > θ)."""
@@ -146,7 +146,7 @@ class SimulatorDriver:
             return False
         return cfg.trigger_rstd <= 0 or stats.rstd > cfg.trigger_rstd
 
-    def after_window(self, stats: SimWindowStats) -> ControlDecision | None:
+    def after_window(self, stats: WindowOutcome) -> ControlDecision | None:
         """What :meth:`Simulator.step_window` calls after a window and its hook."""
         self.follow(stats.index)
         return self.step(self.measure(stats)) if self.due(stats) else None

@@ -16,7 +16,7 @@ from keyshift.policies.base import Decision
 
 
 @dataclass(frozen=True)
-class WindowStats:
+class WindowOutcome:
     """One statistic window as the simulator saw it (what the streaming job writes to `metrics`)."""
 
     index: int
@@ -74,7 +74,7 @@ def peak_imbalance(engine_loads: np.ndarray) -> float:
 class SimResult:
     tick_s: float
     window_s: float
-    windows: list[WindowStats] = field(default_factory=list)
+    windows: list[WindowOutcome] = field(default_factory=list)
     decisions: list[dict[str, Any]] = field(default_factory=list)
     scales: list[dict[str, Any]] = field(default_factory=list)
     rebalances: int = 0
@@ -85,7 +85,7 @@ class SimResult:
     wall_s: float = 0.0
     latency_hist: np.ndarray = field(default_factory=lambda: np.zeros(1))
 
-    def add_window(self, stats: WindowStats) -> None:
+    def add_window(self, stats: WindowOutcome) -> None:
         self.windows.append(stats)
 
     def add_decision(

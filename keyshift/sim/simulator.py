@@ -46,7 +46,7 @@ from keyshift.plan import Plan
 from keyshift.policies.base import Decision, Policy
 from keyshift.sim.driver import SimulatorDriver
 from keyshift.sim.queues import CohortQueues
-from keyshift.sim.result import SimResult, WindowStats
+from keyshift.sim.result import SimResult, WindowOutcome
 from keyshift.sim.workload import Workload
 
 if TYPE_CHECKING:
@@ -166,7 +166,7 @@ class _Migration:
     work_rate: np.ndarray  # service units per second taken from each engine until end_s
 
 
-Hook = Callable[["Simulator", WindowStats], None]
+Hook = Callable[["Simulator", WindowOutcome], None]
 
 
 class Simulator:
@@ -324,7 +324,7 @@ class Simulator:
             self._batch_of_group[self._batch_of_group == bid] = -1
 
     # ---- one window ------------------------------------------------------------------
-    def step_window(self, hook: Hook | None = None) -> WindowStats:
+    def step_window(self, hook: Hook | None = None) -> WindowOutcome:
         """Simulate one statistic window, then let the hook and the control loop act."""
         cfg = self.config
         p = self.workload.groups
@@ -350,7 +350,7 @@ class Simulator:
         self._remember(y)
         live = self.plan.live
         loads_live = acc["engine_in"][: live.size][live]
-        stats = WindowStats(
+        stats = WindowOutcome(
             index=self.windows_done,
             start_s=start,
             generated=acc["generated"],

@@ -1,6 +1,6 @@
-"""Algorithm 1 of elastic-cep: follow the planned path window by window and plan again
-when it is used up, when an arc's cost σ exceeds θ1, or when the observed prediction
-error of the window just finished exceeds θ2.
+"""The shortest-path scaler, :class:`PathScaler`: Algorithm 1 of elastic-cep. Follow the
+planned path window by window and plan again when it is used up, when an arc's cost σ
+exceeds θ1, or when the observed prediction error of the window just finished exceeds θ2.
 
 Prediction error (the paper leaves ``Error(Stream_j, In_j, Out_j)`` open) is the larger
 relative error of the two forecasts the arc cost rests on, for the window just observed:
@@ -44,7 +44,7 @@ def prediction_error(forecast: Forecast, index: int, observed: Observation) -> f
                           float(forecast.lat_mean[index, col]))
 
 
-class PathController(Scaler):
+class PathScaler(Scaler):
     """The GP planner of elastic-cep §III-C as a scaler: shortest path over ``horizon``
     windows with the costs of Eq. 9–12, path rejection by θ1 (arc cost σ) and θ2 (relative
     prediction error); 0 turns either off. Limits are built into the graph.
@@ -104,7 +104,7 @@ class PathController(Scaler):
         return kind(q, self.reserve_history)
 
     def fit_reserve(self, history_in: np.ndarray, history_mean: np.ndarray | None = None,
-                    history_std: np.ndarray | None = None) -> PathController:
+                    history_std: np.ndarray | None = None) -> PathScaler:
         """Learn the reserve from a history of per-window input counts and, for the
         forecast source, the one-step forecasts (mean, σ) made before each window (NaN
         where none); kept across :meth:`reset`, each run starts from it and adds what it
@@ -117,7 +117,7 @@ class PathController(Scaler):
         self.reserve_fit_ = reserve
         return self
 
-    def reset(self) -> PathController:
+    def reset(self) -> PathScaler:
         super().reset()
         q = check_quantile("reserve_quantile", self.reserve_quantile)
         if q > 0:
@@ -139,7 +139,7 @@ class PathController(Scaler):
         return self
 
     def resume(self, since_change: int | None, path: np.ndarray | None = None,
-               position: int = 0, forecast: Forecast | None = None) -> PathController:
+               position: int = 0, forecast: Forecast | None = None) -> PathScaler:
         """Continue a path recorded before a restart (``path`` None: plan afresh)."""
         super().resume(since_change)
         if path is not None and forecast is not None:
@@ -244,14 +244,14 @@ class PathController(Scaler):
 
 
 
-def controller_from_config(cfg) -> PathController:
-    """The streaming controller's planner from ``[planner]``, ``[engines]`` and the window
+def path_scaler_from_config(cfg) -> PathScaler:
+    """The loop's path scaler from ``[planner]``, ``[engines]`` and the window
     length ``controller.window_s``; planner min/max 0 fall back to ``engines.min/max``.
     With ``reserve_quantile`` > 0 the reserve learns the rises online from the windows it
-    observes; call :meth:`PathController.fit_reserve` with the metrics history to start
+    observes; call :meth:`PathScaler.fit_reserve` with the metrics history to start
     from what the history saw."""
     p = cfg.planner
-    return PathController(
+    return PathScaler(
         max_engines=p.max_engines or cfg.engines.max,
         min_engines=p.min_engines or cfg.engines.min,
         cooldown_windows=p.cooldown_windows,
