@@ -311,6 +311,17 @@ class _OnlinePosterior:
     def L(self):
         return self._buf[:self.n, :self.n]
 
+    def prefix(self, m: int, y) -> _OnlinePosterior:
+        """The posterior on the first ``m`` rows with targets ``y``, without factorising
+        again: the leading m × m block of L is the Cholesky factor of the leading m × m block
+        of K + σ²I."""
+        post = object.__new__(_OnlinePosterior)
+        post.model, post.noise, post.const = self.model, self.noise, self.const
+        post.x, post.y = self.x[:m], y
+        post._buf = self._buf[:m, :m].clone()
+        post.n, post._alpha = m, None
+        return post
+
     def _k(self, a, b):
         return self.model.covar_module(a, b).to_dense()
 
@@ -559,7 +570,7 @@ class GPForecaster:
                                     *self._train(kernel, X[sub], z[sub]))
                 self._adopt(fitted)  # the calibrations below work on the current model
                 scale = self._calibrate_prior_variance()
-                held = ([self._held_out(X, y_log, lo, hi) for lo, hi in blocks]
+                held = (self._held_out_all(X, y_log, blocks)
                         if select or (self.calibrate_interval and blocks) else [])
                 # one key per candidate: the kernel, and the profile's statistic when several
                 key = kernel if len(profiles) == 1 else f"{kernel} ({profile.stat})"
@@ -640,13 +651,29 @@ class GPForecaster:
         return [(n - (b + 1) * h, n - b * h)
                 for b in range(min(_HELD_OUT_BLOCKS, (n // 2) // h))]
 
-    def _held_out(self, X: np.ndarray, y_log: np.ndarray, lo: int, hi: int
-                  ) -> tuple[np.ndarray, np.ndarray]:
+    def _held_out_all(self, X: np.ndarray, y_log: np.ndarray, blocks: list[tuple[int, int]]
+                      ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """:meth:`_held_out` of every block. The exact posterior factorises K + σ²I once, on
+        the rows before the latest block: each earlier block's history is a prefix of those
+        rows, and the leading m × m block of a Cholesky factor is the factor of the leading
+        m × m block of the matrix, so the blocks share one O(n³) factorisation instead of one
+        each (a third of a 2,000-row fit's time went to the five)."""
+        if self.method_ != "exact" or not blocks:
+            return [self._held_out(X, y_log, lo, hi) for lo, hi in blocks]
+        torch = _torch()
+        rows = max(lo for lo, _ in blocks)
+        x = torch.as_tensor(self._scaling.x(X[:rows]), dtype=torch.float64)
+        shared = _OnlinePosterior(self._model, x, torch.zeros(rows, dtype=torch.float64))
+        return [self._held_out(X, y_log, lo, hi, shared) for lo, hi in blocks]
+
+    def _held_out(self, X: np.ndarray, y_log: np.ndarray, lo: int, hi: int,
+                  shared: _OnlinePosterior | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Errors and predictive stds (in the (log) target's units) of the forecast of rows
         [lo, hi) by the current hyper-parameters conditioned on the rows before ``lo`` only,
         with a seasonal profile fitted on those rows too (the full profile has seen the block
-        and would flatter it). Leaves the model conditioned on those rows: the caller
-        conditions it on all of them again."""
+        and would flatter it). With ``shared`` (:meth:`_held_out_all`) the model is left as
+        it was; without, it is left conditioned on those rows and the caller conditions it on
+        all of them again."""
         torch = _torch()
         t = X[:, TIMESTAMP_COLUMN]
         profile = (None if self._profile is None
@@ -654,10 +681,14 @@ class GPForecaster:
                                         cycle=self._profile.cycle_name,
                                         slot_s=self._profile.slot_s))
         head = y_log[:lo] if profile is None else profile.standardise(t[:lo], y_log[:lo])
-        self._condition_on(X[:lo], head)
         x_tail = torch.as_tensor(self._scaling.x(X[lo:hi]), dtype=torch.float64)
-        mean, var = self._posterior_now().predict(x_tail, include_noise=True)
-        self._posterior, self._inducing_z = None, None
+        if shared is not None:  # the factor of the rows before lo, cut from the shared one
+            y_head = torch.as_tensor(self._scaling.y(head), dtype=torch.float64)
+            mean, var = shared.prefix(lo, y_head).predict(x_tail, include_noise=True)
+        else:
+            self._condition_on(X[:lo], head)
+            mean, var = self._posterior_now().predict(x_tail, include_noise=True)
+            self._posterior, self._inducing_z = None, None
         s = self._scaling
         mean, std = mean * s.y_std + s.y_mean, np.sqrt(np.maximum(var, 1e-12)) * s.y_std
         if profile is not None:
