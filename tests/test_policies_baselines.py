@@ -64,7 +64,7 @@ def test_lptf_uses_the_history_mean():
     window = Window([0, 0, 0, 0.0], history=history)
     d = make_policy("lptf").decide(Plan([0, 0, 0, 0], 2), window)
     assert d.plan.assignment[0] != d.plan.assignment[3]
-    assert d.info["loads_from"] == "history mean"
+    assert d.info.details["loads_from"] == "history mean"
 
 
 def test_kg_never_moves():
@@ -78,13 +78,13 @@ def test_uhlb_rehashes_only_the_groups_of_engines_above_the_band():
     plan = Plan([0, 0, 2, 2, 0, 2], 3, live=[True, False, True], version=4)
     loads = np.array([10, 10, 5, 5, 10, 0.0])
     d = make_policy("uhlb", seed=7).decide(plan, Window(loads))
-    a, b = d.info["a"], d.info["b"]
+    a, b = d.info.details["a"], d.info.details["b"]
     assert (a, b) == hash_coefficients([7, 4], 1)[0]
     expect = plan.assignment.copy()
     hot = np.array([0, 1, 4])
     expect[hot] = np.array([0, 2])[((a * hot + b) % MERSENNE_31) % 2]
     assert d.plan.assignment.tolist() == expect.tolist()
-    assert d.info["hot_engines"] == [0] and d.info["rehashed_groups"] == 3
+    assert d.info.details["hot_engines"] == [0] and d.info.details["rehashed_groups"] == 3
     assert set(d.moves.groups.tolist()) <= {0, 1, 4}
     again = make_policy("uhlb", seed=7).decide(plan, Window(loads))
     assert again.plan.assignment.tolist() == d.plan.assignment.tolist()
@@ -93,18 +93,18 @@ def test_uhlb_rehashes_only_the_groups_of_engines_above_the_band():
 def test_uhlb_places_a_starting_plan_entirely_by_its_own_hash():
     plan = Plan([0, 0, 2, 2, 0], 3, live=[True, False, True])  # version 0: nobody decided yet
     d = make_policy("uhlb", seed=7).decide(plan, Window([1.0] * 5))
-    a, b = d.info["a"], d.info["b"]
+    a, b = d.info.details["a"], d.info.details["b"]
     assert (a, b) == hash_coefficients([7, 0], 1)[0]
     expect = np.array([0, 2])[((a * np.arange(5) + b) % MERSENNE_31) % 2]
     assert d.plan.assignment.tolist() == expect.tolist()
-    assert d.info["reason"] == "initial placement by h0"
+    assert d.info.reason == "initial placement by h0"
 
 
 def test_uhlb_does_nothing_inside_the_band():
     plan = Plan.hashed(6, 3, version=1)
     d = make_policy("uhlb", theta=15).decide(plan, Window([10, 10, 11, 9, 10, 10.0]))
     assert d.plan is plan and len(d.moves) == 0
-    assert d.info["reason"] == "all engines inside the band"
+    assert d.info.reason == "all engines inside the band"
 
 
 def test_uhlb_draws_a_new_hash_each_round():
@@ -114,8 +114,9 @@ def test_uhlb_draws_a_new_hash_each_round():
     plan = Plan.hashed(p, 4)
     d1 = make_policy("uhlb", seed=1, rehash="all").decide(plan, Window(loads))
     d2 = make_policy("uhlb", seed=1, rehash="all").decide(d1.plan, Window(loads))
-    assert (d1.info["a"], d1.info["b"]) != (d2.info["a"], d2.info["b"])
-    assert d1.info["rehashed_groups"] == d2.info["rehashed_groups"] == p
+    first, second = d1.info.details, d2.info.details
+    assert (first["a"], first["b"]) != (second["a"], second["b"])
+    assert d1.info.details["rehashed_groups"] == d2.info.details["rehashed_groups"] == p
 
 
 def test_uhlb_moves_about_one_minus_one_over_n_of_the_hot_state():
@@ -126,7 +127,7 @@ def test_uhlb_moves_about_one_minus_one_over_n_of_the_hot_state():
     loads[plan.assignment == 3] *= 2.0  # one hot engine
     d = make_policy("uhlb", seed=3).decide(plan, Window(loads))
     hot_state = loads[plan.assignment == 3].sum()
-    assert d.info["hot_engines"] == [3]
+    assert d.info.details["hot_engines"] == [3]
     assert d.moves.total_state / hot_state == pytest.approx(1 - 1 / n, abs=0.03)
     assert set(d.moves.src.tolist()) == {3}
 
@@ -147,8 +148,8 @@ def test_universal_hash_has_no_overflow_for_large_ids():
 
 def test_pkg_splits_a_hot_key_and_flags_statefulness():
     d = make_policy("pkg").decide(Plan([0], 2), Window([10.0]))
-    assert d.info["split_keys"] == 1
-    assert d.info["stateful_safe"] is False
+    assert d.info.split_keys == 1
+    assert d.info.stateful_safe is False
     assert d.after.rstd == pytest.approx(0.0)
     assert d.before.rstd == pytest.approx(100.0)
 
@@ -160,16 +161,16 @@ def test_pkg_conserves_load_and_beats_kg_on_skew():
     d = make_policy("pkg", seed=1).decide(plan, Window(loads))
     assert d.after.mean * 8 == pytest.approx(loads.sum())
     assert d.after.rstd <= d.before.rstd
-    assert 0 <= d.info["split_keys"] <= 200
+    assert 0 <= d.info.split_keys <= 200
 
 
 def _routed_loads(d, loads):
     """Engine loads when tuples follow the plan, except ``share`` of each routed group."""
-    r = d.info["routing"]
+    r = d.info.routing
     eng = np.bincount(d.plan.assignment, weights=loads, minlength=d.plan.engines)
-    moved = loads[r["groups"]] * r["share"]
-    np.subtract.at(eng, d.plan.assignment[r["groups"]], moved)
-    np.add.at(eng, r["engines"], moved)
+    moved = loads[r.groups] * r.share
+    np.subtract.at(eng, d.plan.assignment[r.groups], moved)
+    np.add.at(eng, r.engines, moved)
     return eng
 
 
@@ -179,11 +180,11 @@ def test_pkg_routing_reproduces_the_split_loads_on_live_slots():
     live = [True, True, False, True, True, True, True]  # slot 2 is dead: routes name slots
     plan = Plan(np.array([0, 1, 3, 4, 5, 6])[np.arange(300) % 6], 7, live=live)
     d = make_policy("pkg", seed=2).decide(plan, Window(loads))
-    r = d.info["routing"]
-    assert r["groups"].size == d.info["split_keys"] > 0
-    assert ((r["share"] > 0) & (r["share"] <= 0.5)).all()
-    assert plan.live[r["engines"]].all()
-    assert (r["engines"] != d.plan.assignment[r["groups"]]).all()
+    r = d.info.routing
+    assert r.groups.size == d.info.split_keys > 0
+    assert ((r.share > 0) & (r.share <= 0.5)).all()
+    assert plan.live[r.engines].all()
+    assert (r.engines != d.plan.assignment[r.groups]).all()
     eng = _routed_loads(d, loads)
     assert eng[2] == 0.0
     assert eng.sum() == pytest.approx(loads.sum())
@@ -192,12 +193,12 @@ def test_pkg_routing_reproduces_the_split_loads_on_live_slots():
 
 def test_pkg_hot_key_is_routed_half_and_half():
     d = make_policy("pkg").decide(Plan([0], 2), Window([10.0]))
-    r = d.info["routing"]
-    assert r["groups"].tolist() == [0]
-    assert r["share"].tolist() == [0.5]
-    assert {int(r["engines"][0]), int(d.plan.assignment[0])} == {0, 1}
+    r = d.info.routing
+    assert r.groups.tolist() == [0]
+    assert r.share.tolist() == [0.5]
+    assert {int(r.engines[0]), int(d.plan.assignment[0])} == {0, 1}
 
 
 def test_pkg_routes_nothing_when_no_group_is_split():
     d = make_policy("pkg").decide(Plan([0, 1], 2), Window([0.0, 0.0]))
-    assert d.info["routing"]["groups"].size == 0
+    assert d.info.routing.groups.size == 0

@@ -79,8 +79,8 @@ def test_the_routing_sends_every_tuple_once_to_live_engines(loads, n, seed, name
     live[seed % (n + 1)] = False  # a dead slot is never a target
     plan = Plan(np.flatnonzero(live)[np.arange(loads.size) % n], n + 1, live=live)
     d = make_policy(name, seed=seed).decide(plan, Window(loads))
-    r = d.info["routing"]
-    g, eng, share = (np.asarray(r[k]) for k in ("groups", "engines", "share"))
+    r = d.info.routing
+    g, eng, share = np.asarray(r.groups), np.asarray(r.engines), np.asarray(r.share)
     assert live[eng].all() and ((share > 0) & (share <= 1)).all()
     assert not (eng == d.plan.assignment[g]).any()  # the plan's engine takes the rest
     per_slot = np.bincount(d.plan.assignment, weights=loads, minlength=n + 1)
@@ -100,11 +100,11 @@ def test_without_a_head_both_decide_exactly_as_pkg(loads, n, seed):
     pkg = make_policy("pkg", seed=seed).decide(plan, window)
     for name in ("dc", "wc"):
         d = make_policy(name, seed=seed, hot_threshold=1.0).decide(plan, window)
-        assert d.info["hot_keys"].size == 0
+        assert d.info.details["hot_keys"].size == 0
         assert d.plan.assignment.tolist() == pkg.plan.assignment.tolist()
         assert d.after == pkg.after
         for k in ("groups", "engines", "share"):
-            assert np.allclose(d.info["routing"][k], pkg.info["routing"][k])
+            assert np.allclose(getattr(d.info.routing, k), getattr(pkg.info.routing, k))
 
 
 def test_a_hot_key_is_spread_where_pkg_gives_it_two_engines():
@@ -117,8 +117,8 @@ def test_a_hot_key_is_spread_where_pkg_gives_it_two_engines():
     assert pkg.after.max >= 200  # half the hot key
     assert wc.after.max == pytest.approx(mean, rel=0.02)
     assert dc.after.max <= 1.1 * mean
-    assert wc.info["hot_keys"].tolist() == [0] and wc.info["choices"] == 20
-    assert 2 < dc.info["choices"] <= 20
+    assert wc.info.details["hot_keys"].tolist() == [0] and wc.info.details["choices"] == 20
+    assert 2 < dc.info.details["choices"] <= 20
     for k in ("kg", "pkg", "dc", "wc"):
         assert make_policy(k).decide(plan, Window(loads)).plan.live.all()
 

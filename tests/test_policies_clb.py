@@ -36,7 +36,7 @@ def test_clb_separates_one_twin_pair_per_run():
     plan = Plan(np.arange(16) // 2, 8)
     d = make_policy("clb", threshold=0.9, split="covariance").decide(
         plan, Window(history[-1], history=history))
-    assert d.info["hbar_split"] > d.info["hbar_before"] and d.plan is plan
+    assert d.info.details["hbar_split"] > d.info.details["hbar_before"] and d.plan is plan
 
 
 def test_hbar_is_the_sum_of_per_window_variances():
@@ -65,7 +65,7 @@ def test_six_perfectly_correlated_groups_on_three_engines_balance():
     d = make_policy("clb").decide(balanced, window)
     assert d.plan is balanced and d.after.rstd == 0.0  # ħ = 0 already: kept
     literal = make_policy("clb", split="covariance").decide(balanced, window)
-    assert literal.info["hbar_split"] > 0 and literal.plan is balanced  # the guard
+    assert literal.info.details["hbar_split"] > 0 and literal.plan is balanced  # the guard
     skewed = Plan([0, 0, 0, 0, 1, 2], 3)
     d = make_policy("clb").decide(skewed, window)
     assert d.after.rstd == pytest.approx(0.0, abs=1e-9)
@@ -90,7 +90,7 @@ def test_clb_on_zipf_is_near_lptf():
     plan = Plan.hashed(100, 10)
     clb = make_policy("clb").decide(plan, window)
     lptf = make_policy("lptf").decide(plan, window)
-    assert clb.info["hbar_after"] < clb.info["hbar_before"]
+    assert clb.info.details["hbar_after"] < clb.info.details["hbar_before"]
     assert clb.after.rstd <= 1.2 * lptf.after.rstd + 1.0
 
 
@@ -112,4 +112,5 @@ def test_clb_never_raises_hbar(n, p, m, seed, threshold, split, correlated):
     before = hbar(history, plan.assignment, n)
     after = hbar(history, d.plan.assignment, n)
     assert after <= before * (1 + 1e-12) + 1e-9
-    assert d.info["hbar_after"] == pytest.approx(after) and d.info["hbar_before"] == pytest.approx(before)
+    assert d.info.details["hbar_after"] == pytest.approx(after)
+    assert d.info.details["hbar_before"] == pytest.approx(before)

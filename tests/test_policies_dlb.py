@@ -19,7 +19,7 @@ def test_dlb_h_moves_the_heaviest_helping_key_then_rebalances_back():
     plan = Plan([0, 0, 0, 1], 2)
     d = make_policy("dlb-h", theta=15).decide(plan, Window([5, 3, 1, 1]))
     assert d.plan.assignment.tolist() == [1, 0, 0, 0]
-    assert d.info["steps"].tolist() == [[0, 0, 1], [3, 1, 0]]
+    assert d.info.details["steps"].tolist() == [[0, 0, 1], [3, 1, 0]]
     assert d.before.rstd == pytest.approx(80.0)
     assert d.after.rstd == pytest.approx(0.0)
     assert d.moves.total_state == pytest.approx(6.0)
@@ -30,7 +30,7 @@ def test_dlb_l_moves_the_lightest_keys():
     plan = Plan([0, 0, 0, 1], 2)
     d = make_policy("dlb-l", theta=15).decide(plan, Window([5, 3, 1, 1]))
     assert d.plan.assignment.tolist() == [0, 1, 1, 1]
-    assert [s[0] for s in d.info["steps"].tolist()] == [2, 1]
+    assert [s[0] for s in d.info.details["steps"].tolist()] == [2, 1]
     assert d.after.rstd == pytest.approx(0.0)
 
 
@@ -38,14 +38,14 @@ def test_dlb_does_nothing_when_already_within_theta():
     plan = Plan([0, 1], 2)
     d = make_policy("dlb-h", theta=15).decide(plan, Window([10, 9]))
     assert d.plan is plan and len(d.moves) == 0
-    assert "within theta" in d.info["reason"]
+    assert "within theta" in d.info.reason
 
 
 def test_dlb_stops_when_no_move_helps():
     # One hot key: 100 vs 1; moving 100 to the other engine would not help (x >= gap).
     plan = Plan([0, 1], 2)
     d = make_policy("dlb-h", theta=15).decide(plan, Window([100, 1]))
-    assert len(d.moves) == 0 and d.info["reason"] == "no move improves imbScore"
+    assert len(d.moves) == 0 and d.info.reason == "no move improves imbScore"
 
 
 def test_dlb_never_uses_dead_slots():
@@ -59,7 +59,7 @@ def test_dlb_max_moves_caps_the_migration():
     plan = Plan.hashed(64, 4)
     loads = np.where(np.arange(64) % 4 == 0, 10.0, 1.0)
     d = make_policy("dlb-l", theta=0, max_moves=2).decide(plan, Window(loads))
-    assert len(d.info["steps"]) == 2 and d.info["reason"] == "max_moves reached"
+    assert len(d.info.details["steps"]) == 2 and d.info.reason == "max_moves reached"
 
 
 @pytest.mark.parametrize("theta", [-1, float("nan"), "x"])
@@ -98,7 +98,7 @@ def test_dlb_properties(inst, name):
     eng = plan.engine_loads(loads)
     score = rstd(eng)
     assign = plan.assignment.copy()
-    for g, a, b in d.info["steps"].tolist():
+    for g, a, b in d.info.details["steps"].tolist():
         assert assign[g] == a
         assert eng[b] == eng.min() and eng[a] > eng[b]
         assert score > theta
@@ -145,8 +145,8 @@ def test_dlb_l_lean_loop_makes_the_generic_loops_moves():
         cap = None if t % 4 else int(rng.integers(0, 30))
         lean = DLBLight(theta=theta, max_moves=cap).decide(plan, window)
         ref = _GenericLoopDLBL(theta=theta, max_moves=cap).decide(plan, window)
-        assert lean.info["steps"].tolist() == ref.info["steps"].tolist()
-        assert lean.info["reason"] == ref.info["reason"]
+        assert lean.info.details["steps"].tolist() == ref.info.details["steps"].tolist()
+        assert lean.info.reason == ref.info.reason
         assert lean.plan.assignment.tolist() == ref.plan.assignment.tolist()
 
 
@@ -159,8 +159,8 @@ def test_dlb_l_lean_loop_equals_generic_on_a_large_burst(n):
     loads[plan.assignment < n // 8] *= 2.0  # more than 256 moves: the exact re-derivations too
     lean = DLBLight(theta=15).decide(plan, Window(loads))
     ref = _GenericLoopDLBL(theta=15).decide(plan, Window(loads))
-    assert len(lean.info["steps"]) > 512
-    assert lean.info["steps"].tolist() == ref.info["steps"].tolist()
+    assert len(lean.info.details["steps"]) > 512
+    assert lean.info.details["steps"].tolist() == ref.info.details["steps"].tolist()
 
 
 def test_dlb_l_rounds_make_the_generic_loops_moves_on_wide_clusters():
@@ -183,8 +183,8 @@ def test_dlb_l_rounds_make_the_generic_loops_moves_on_wide_clusters():
         cap = None if t % 3 else int(rng.integers(0, 600))
         fast = DLBLight(theta=theta, max_moves=cap).decide(plan, Window(loads))
         ref = _GenericLoopDLBL(theta=theta, max_moves=cap).decide(plan, Window(loads))
-        assert fast.info["steps"].tolist() == ref.info["steps"].tolist()
-        assert fast.info["reason"] == ref.info["reason"]
+        assert fast.info.details["steps"].tolist() == ref.info.details["steps"].tolist()
+        assert fast.info.reason == ref.info.reason
 
 
 @pytest.mark.timeout(120)

@@ -51,7 +51,7 @@ def test_dlb_s_zero_state_groups_move_first():
     loads = np.array([5.0, 3.0, 1.0, 1.0])
     state = np.array([5.0, 0.0, 1.0, 1.0])
     d = make_policy("dlb-s", theta=0).decide(Plan([0, 0, 1, 1], 2), Window(loads, state=state))
-    assert d.info["steps"][0, 0] == 1
+    assert d.info.details["steps"][0, 0] == 1
 
 
 @pytest.mark.parametrize("value", [-1, 1.5, True, "x"])
@@ -85,7 +85,7 @@ def test_dlb_s_keeps_dlbs_stop_rule(n, raw, raw_state, seed, theta):
             assert not (on < after[e] - low - 1e-9 * max(after.mean(), 1)).any()
     # replay the steps: each move helps (0 < x < L_a − L_min) and goes to the least loaded
     eng = plan.engine_loads(loads).astype(float)
-    for g, a, b in d.info["steps"].tolist():
+    for g, a, b in d.info.details["steps"].tolist():
         assert eng[b] == eng.min() and 0 < loads[g] < eng[a] - eng[b]
         eng[a] -= loads[g]
         eng[b] += loads[g]

@@ -54,7 +54,7 @@ def test_elb_by_hand_rebalances_into_the_band():
     d = make_policy("elb", band=[4, 8]).decide(plan, Window(loads))
     after = d.plan.engine_loads(loads)
     assert after.tolist() == [6.0, 5.0]
-    assert d.info["pi"] == 2 and not d.info["engines_changed"]
+    assert d.info.details["pi"] == 2 and not d.info.engines_changed
     assert sorted(d.moves.groups.tolist()) == [1, 2]
 
 
@@ -63,7 +63,7 @@ def test_elb_scales_out_into_dead_slots_first_then_new_slots():
     plan = Plan(np.arange(120) % 2 * 2, 3, live=[True, False, True])
     d = make_policy("elb", band=[15, 25]).decide(plan, Window(loads))
     assert d.plan.parallelism == 6 and d.plan.engines == 6
-    assert d.info["added"] == [1, 3, 4, 5]
+    assert d.info.details["added"] == [1, 3, 4, 5]
     after = d.plan.engine_loads(loads)[d.plan.live]
     assert ((after >= 15) & (after <= 25)).all()
 
@@ -73,8 +73,8 @@ def test_elb_scales_in_by_removing_the_least_loaded_engines():
     plan = Plan.hashed(40, 8)  # 5 per engine, w = 40; band [8, 12] -> pi = 4
     loads[plan.assignment == 3] = 0.5
     d = make_policy("elb", band=[8, 12]).decide(plan, Window(loads))
-    assert d.plan.parallelism == 4 and 3 in d.info["removed"]
-    assert not d.plan.live[d.info["removed"]].any()
+    assert d.plan.parallelism == 4 and 3 in d.info.details["removed"]
+    assert not d.plan.live[d.info.details["removed"]].any()
     after = d.plan.engine_loads(loads)[d.plan.live]
     assert ((after >= 8) & (after <= 12)).all()
 
@@ -82,7 +82,7 @@ def test_elb_scales_in_by_removing_the_least_loaded_engines():
 def test_elb_band_fraction_is_relative_to_the_mean_load():
     loads = np.ones(40)  # mean per engine 10 on 4 engines; [0.4, 0.6]·10 -> centre 5 -> pi 8
     d = make_policy("elb", band_fraction=[0.4, 0.6]).decide(Plan.hashed(40, 4), Window(loads))
-    assert d.info["band"] == [4.0, 6.0] and d.plan.parallelism == 8
+    assert d.info.details["band"] == [4.0, 6.0] and d.plan.parallelism == 8
     with pytest.raises(PolicyInputError) as exc:
         make_policy("elb", band=[1, 2], band_fraction=[1, 2]).decide(Plan.hashed(4, 2), Window(np.ones(4)))
     assert exc.value.field == "band_fraction"
@@ -91,7 +91,7 @@ def test_elb_band_fraction_is_relative_to_the_mean_load():
 def test_elb_does_nothing_inside_the_band():
     plan = Plan([0, 1], 2)
     d = make_policy("elb").decide(plan, Window([10, 11]))
-    assert d.plan is plan and d.info["reason"] == "all engines inside the band"
+    assert d.plan is plan and d.info.reason == "all engines inside the band"
 
 
 @pytest.mark.parametrize(
@@ -142,16 +142,16 @@ def test_elb_moves_groups_heavier_than_half_the_band():
     d = make_policy("elb", band=[8, 12]).decide(plan, Window(loads))
     after = d.plan.engine_loads(loads)[d.plan.live]
     assert d.plan.parallelism == 10 and len(d.moves) > 0
-    assert ((after >= 8) & (after <= 12)).all() and d.info["outside"] == []
-    assert d.info["reason"] == "scaled 4 -> 10" and d.after.rstd < 20
+    assert ((after >= 8) & (after <= 12)).all() and d.info.details["outside"] == []
+    assert d.info.reason == "scaled 4 -> 10" and d.after.rstd < 20
 
 
 def test_elb_says_why_when_a_group_cannot_fit():
     loads = np.array([30.0, 1, 1, 1, 1, 1, 1, 1, 1, 1])
     plan = Plan([0, 0, 0, 0, 1, 1, 1, 2, 2, 2], 3)
     d = make_policy("elb", band=[10, 14]).decide(plan, Window(loads))
-    assert 0 in d.info["outside"]
-    assert "group of 30 > u = 14 on its own" in d.info["reason"]
+    assert 0 in d.info.details["outside"]
+    assert "group of 30 > u = 14 on its own" in d.info.reason
 
 
 def test_elb_reports_nothing_moved_instead_of_scaling():
@@ -160,11 +160,11 @@ def test_elb_reports_nothing_moved_instead_of_scaling():
     plan = Plan([0, 1], 2)
     d = make_policy("elb", band=[5, 8]).decide(plan, Window(loads))  # π = 2
     assert len(d.moves) == 0 and d.plan is plan and not d.changed
-    assert d.info["reason"].startswith("nothing moved") and d.info["outside"] == [0, 1]
+    assert d.info.reason.startswith("nothing moved") and d.info.details["outside"] == [0, 1]
     # a band that asks for π = 3: the slot is added, but it is not called "scaled"
     d = make_policy("elb", band=[4, 6]).decide(plan, Window(loads))
     assert len(d.moves) == 0 and d.plan.parallelism == 3
-    assert d.info["reason"].startswith("engines 2 -> 3 with no group moved")
+    assert d.info.reason.startswith("engines 2 -> 3 with no group moved")
 
 
 def test_elb_default_band_is_widened_to_a_feasible_one():
@@ -172,8 +172,8 @@ def test_elb_default_band_is_widened_to_a_feasible_one():
     loads = np.r_[19.0, np.ones(21)]  # w = 40, n = 4, μ = 10
     plan = Plan(np.r_[0, np.arange(21) % 4], 4)
     d = make_policy("elb").decide(plan, Window(loads))
-    v, u = d.info["band"]
-    assert u >= 19.0 and "band_widened" in d.info and d.plan.parallelism == 4
+    v, u = d.info.details["band"]
+    assert u >= 19.0 and "band_widened" in d.info.details and d.plan.parallelism == 4
     after = d.plan.engine_loads(loads)
     assert ((after >= v - 1e-9) & (after <= u + 1e-9)).all()
     again = make_policy("elb").decide(d.plan, Window(loads))
@@ -189,11 +189,11 @@ def test_elb_never_claims_a_change_it_did_not_make(n, raw, seed, band):
     d = make_policy("elb", band=band).decide(plan, Window(loads))
     assert d.plan.live[d.plan.assignment].all()
     if len(d.moves) == 0:
-        reason = d.info.get("reason", "")
+        reason = d.info.reason
         if d.plan.parallelism == plan.parallelism:
             assert reason.startswith(("nothing moved", "all engines inside", "no load"))
         else:  # slots changed with nothing balanced: never called "scaled" if engines are out
-            assert not d.info["outside"] or "with no group moved" in reason
+            assert not d.info.details["outside"] or "with no group moved" in reason
     if band is None and len(d.moves):
         assert d.after.var <= d.before.var + 1e-9
 

@@ -50,7 +50,7 @@ def test_min_moved_state_equals_brute_force(inst, theta):
         assert exc.value.field == "theta"
         return
     d = policy.decide(plan, Window(loads, state=state))
-    assert d.info["optimal"]
+    assert d.info.details["optimal"]
     assert d.moves.total_state == pytest.approx(want)
     assert d.after.rstd <= theta + 1e-6
 

@@ -76,7 +76,7 @@ def min_gain_veto(old: Plan, new: Plan, loads: np.ndarray, gain: float) -> str:
 
 
 def balancer_reason(d: Decision) -> str:
-    why = d.info.get("reason") or d.info.get("stop") or ""
+    why = d.info.reason
     text = (f"imbScore {d.before.rstd:.1f}% -> {d.after.rstd:.1f}%, "
             f"{len(d.moves)} groups moved, psi={d.moves.total_state:.0f}")
     return f"{text}; {why}" if why else text

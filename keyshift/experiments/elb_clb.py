@@ -32,7 +32,7 @@ from keyshift.experiments.report import (
 )
 from keyshift.plan import Plan
 from keyshift.policies import REGISTRY, make_policy
-from keyshift.policies.base import Policy, Window
+from keyshift.policies.base import DecisionInfo, Policy, Window
 from keyshift.sim import (
     GaussianKeys,
     Schedule,
@@ -72,11 +72,11 @@ class Redraw(Policy):
         self.seed = seed
         self._calls = 0
 
-    def _decide(self, plan: Plan, window: Window) -> tuple[Plan, dict[str, Any], None]:
+    def _decide(self, plan: Plan, window: Window) -> tuple[Plan, DecisionInfo, None]:
         self._calls += 1
         inner = make_policy("uhlb", seed=self.seed + self._calls, rehash="all")
         d = inner.decide(plan, window)
-        return d.plan, dict(d.info), None
+        return d.plan, d.info, None
 
 
 def add_arguments(p: argparse._ArgumentGroup) -> None:

@@ -11,7 +11,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from keyshift.policies.base import Decision, Moves, Policy, PolicyInputError, PolicyKind, Window
+from keyshift.policies.base import (
+    Decision,
+    DecisionInfo,
+    Moves,
+    Policy,
+    PolicyInputError,
+    PolicyKind,
+    SplitRouting,
+    Window,
+)
 from keyshift.policies.registry import (
     ENTRY_POINT_GROUP,
     JOB_KINDS,
@@ -52,6 +61,7 @@ def check_operator(policy: str, operator: Any) -> None:
 
 __all__ = [
     "Decision",
+    "DecisionInfo",
     "ENTRY_POINT_GROUP",
     "JOB_KINDS",
     "Moves",
@@ -60,6 +70,7 @@ __all__ = [
     "PolicyInputError",
     "PolicyKind",
     "REGISTRY",
+    "SplitRouting",
     "Window",
     "check_operator",
     "make_policy",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar, Protocol
@@ -98,12 +99,105 @@ class Moves:
 
 
 @dataclass(frozen=True)
+class SplitRouting:
+    """A splitting policy's shares (PKG, dc, wc): for each entry, ``share`` of group
+    ``groups[i]``'s tuples go to engine slot ``engines[i]`` instead of the plan's engine (a
+    group split over k engines is listed k − 1 times)."""
+
+    groups: np.ndarray
+    engines: np.ndarray
+    share: np.ndarray
+
+    @classmethod
+    def of(cls, value: SplitRouting | Mapping[str, Any] | None) -> SplitRouting | None:
+        """A routing as a policy may give it: None, a SplitRouting, or a mapping with
+        ``groups``, ``engines`` and ``share`` (checked where it is put in force)."""
+        if value is None or isinstance(value, SplitRouting):
+            return value
+        try:
+            return cls(np.asarray(value["groups"]), np.asarray(value["engines"]),
+                       np.asarray(value["share"]))
+        except (KeyError, TypeError):
+            raise PolicyInputError("routing", "needs arrays groups, engines and share") from None
+
+    def to_dict(self) -> dict[str, np.ndarray]:
+        return {"groups": self.groups, "engines": self.engines, "share": self.share}
+
+
+@dataclass(frozen=True)
+class DecisionInfo:
+    """What a policy says about its decision beyond the plan: the facts the control loop,
+    the simulator and the job act on, typed, and ``details``, the policy's own facts that
+    are only reported (ELB's band, added and removed engines; CLB's ħ; DLB's steps; the
+    optimum's lower bound; ...).
+
+    ``reason``: why the policy did what it did ("" if it says nothing); ``routing``: the
+    split shares of a policy that splits keys (None: every group goes to its plan's engine);
+    ``stateful_safe``: False when the policy keeps no key's state on one engine, so its
+    moves pause nothing; ``engines_changed``: whether a policy that may change the engine
+    count (ELB) did (None: the policy never does); ``split_keys``: how many keys a splitting
+    policy split.
+
+    A policy's ``_decide`` may return a plain dict instead (a third-party policy written
+    before this type): :meth:`of` takes the typed facts out of it by these names and keeps
+    the rest as ``details``. :meth:`as_dict` gives the flat dict back, the ``info`` of
+    ``keyshift rebalance --json``.
+    """
+
+    reason: str = ""
+    routing: SplitRouting | None = None
+    stateful_safe: bool = True
+    engines_changed: bool | None = None
+    split_keys: int = 0
+    details: dict[str, Any] = field(default_factory=dict)
+
+    TYPED: ClassVar[tuple[str, ...]] = ("reason", "routing", "stateful_safe",
+                                        "engines_changed", "split_keys")
+
+    @classmethod
+    def of(cls, info: DecisionInfo | Mapping[str, Any] | None) -> DecisionInfo:
+        if isinstance(info, DecisionInfo):
+            return info
+        details = dict(info or {})
+        typed = {k: details.pop(k) for k in cls.TYPED if k in details}
+        if "reason" in typed:
+            typed["reason"] = str(typed["reason"] or "")
+        if "routing" in typed:
+            typed["routing"] = SplitRouting.of(typed["routing"])
+        if "stateful_safe" in typed:
+            typed["stateful_safe"] = typed["stateful_safe"] is not False
+        if typed.get("engines_changed") is not None:
+            typed["engines_changed"] = bool(typed["engines_changed"])
+        if "split_keys" in typed:
+            typed["split_keys"] = int(typed["split_keys"])
+        return cls(**typed, details=details)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The facts as one flat dict: the typed ones the policy reported (a reason, a
+        routing with its split keys, ``stateful_safe`` when false, ``engines_changed`` when
+        the policy may scale), then the details."""
+        out: dict[str, Any] = {}
+        if self.reason:
+            out["reason"] = self.reason
+        if self.routing is not None or self.split_keys:
+            out["split_keys"] = self.split_keys
+        if self.routing is not None:
+            out["routing"] = self.routing.to_dict()
+        if not self.stateful_safe:
+            out["stateful_safe"] = False
+        if self.engines_changed is not None:
+            out["engines_changed"] = self.engines_changed
+        out.update(self.details)
+        return out
+
+
+@dataclass(frozen=True)
 class Decision:
     """What a policy decided for one window, with the metrics before and after.
 
     ``engine_loads_after`` overrides the loads implied by ``plan`` for policies that split a
-    group over engines (PKG); ``info`` carries policy-specific facts (PKG's split keys,
-    ELB's removed engines, the reason for doing nothing, ...).
+    group over engines (PKG); ``info`` is the policy's :class:`DecisionInfo` (the reason,
+    PKG's split routing, whether ELB changed the engine count, and the policy's details).
     """
 
     plan: Plan
@@ -111,11 +205,11 @@ class Decision:
     before: Balance
     after: Balance
     elapsed_ms: float = 0.0
-    info: dict[str, Any] = field(default_factory=dict)
+    info: DecisionInfo = field(default_factory=DecisionInfo)
 
     @property
     def changed(self) -> bool:
-        return len(self.moves) > 0 or self.info.get("engines_changed", False)
+        return len(self.moves) > 0 or bool(self.info.engines_changed)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape of ``keyshift rebalance`` (see the CLI contract)."""
@@ -130,7 +224,7 @@ class Decision:
             "moved_groups": len(self.moves),
             "moved_state": self.moves.total_state,
             "elapsed_ms": self.elapsed_ms,
-            "info": _jsonable(self.info),
+            "info": _jsonable(self.info.as_dict()),
         }
 
 
@@ -193,7 +287,7 @@ class Policy(ABC):
 
     def router(self, groups: int) -> Router | None:
         """The simulator's per-tuple router, or None to route each window by the decision's
-        plan (and ``info.routing``)."""
+        plan (and ``info.routing``, a :class:`SplitRouting`)."""
         return None
 
     def decide(self, plan: Plan, window: Window) -> Decision:
@@ -221,14 +315,15 @@ class Policy(ABC):
             before=before,
             after=Balance.of(after_loads),
             elapsed_ms=elapsed,
-            info=info,
+            info=DecisionInfo.of(info),
         )
 
     @abstractmethod
     def _decide(
         self, plan: Plan, window: Window
-    ) -> tuple[Plan, dict[str, Any], np.ndarray | None]:
-        """Return (new plan, info, live engines' loads after or None to derive from plan)."""
+    ) -> tuple[Plan, DecisionInfo | dict[str, Any], np.ndarray | None]:
+        """Return (new plan, info, live engines' loads after or None to derive from plan);
+        ``info`` a :class:`DecisionInfo` or a plain dict of facts (:meth:`DecisionInfo.of`)."""
 
     def get_params(self) -> dict[str, Any]:
         return {k: v for k, v in vars(self).items() if not k.startswith("_")}

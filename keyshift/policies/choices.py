@@ -42,12 +42,18 @@ from __future__ import annotations
 
 import math
 from abc import abstractmethod
-from typing import Any
 
 import numpy as np
 
 from keyshift.plan import Plan
-from keyshift.policies.base import Policy, PolicyInputError, PolicyKind, Window
+from keyshift.policies.base import (
+    DecisionInfo,
+    Policy,
+    PolicyInputError,
+    PolicyKind,
+    SplitRouting,
+    Window,
+)
 from keyshift.policies.pkg import two_choices
 from keyshift.policies.uhlb import check_seed, hash_coefficients, universal_hash
 from keyshift.sketch import SpaceSaving
@@ -199,7 +205,7 @@ class _ManyChoices(Policy):
         groups = groups[np.argsort(-frequencies[groups], kind="stable")]
         return groups, self._head_choices(frequencies[groups], n)
 
-    def _decide(self, plan: Plan, window: Window) -> tuple[Plan, dict[str, Any], np.ndarray | None]:
+    def _decide(self, plan: Plan, window: Window) -> tuple[Plan, DecisionInfo, np.ndarray | None]:
         slots = plan.live_engines
         n = slots.size
         loads = window.loads
@@ -224,20 +230,22 @@ class _ManyChoices(Policy):
                 e_out.append(int(engines[i]))
                 s_out.append(float(amounts[i]) / float(loads[g]))
         order = np.lexsort((e_out, g_out))  # by group, then engine
-        info = {
-            "split_keys": split,
-            "hot_keys": head,
-            "choices": d,
-            "hot_threshold": head_threshold(n, self.hot_threshold),
-            "routing": {
-                "groups": np.asarray(g_out, dtype=np.int64)[order],
-                "engines": slots[np.asarray(e_out, dtype=np.int64)[order]],
-                "share": np.asarray(s_out, dtype=np.float64)[order],
+        info = DecisionInfo(
+            split_keys=split,
+            routing=SplitRouting(
+                groups=np.asarray(g_out, dtype=np.int64)[order],
+                engines=slots[np.asarray(e_out, dtype=np.int64)[order]],
+                share=np.asarray(s_out, dtype=np.float64)[order],
+            ),
+            stateful_safe=False,
+            details={
+                "hot_keys": head,
+                "choices": d,
+                "hot_threshold": head_threshold(n, self.hot_threshold),
+                "warning": f"{self.name} splits a key's state over engines: the operator "
+                "must merge partial per-key state",
             },
-            "stateful_safe": False,
-            "warning": f"{self.name} splits a key's state over engines: the operator must "
-            "merge partial per-key state",
-        }
+        )
         return plan.with_assignment(slots[primary]), info, eng
 
     def router(self, groups: int) -> ChoicesRouter:

@@ -7,7 +7,7 @@ are therefore **split** over two engines.
 **Not applicable to stateful CEP.** A split group has its state on two engines, so each
 engine sees only part of the key's events: patterns that span both halves are missed and
 per-engine partial state produces false positives (dlb §5; elb-clb §1.1 notes the extra
-merge operator it would need). ``info["stateful_safe"]`` is False and ``split_keys``
+merge operator it would need). ``info.stateful_safe`` is False and ``split_keys``
 counts the groups that were split; the comparison is on load only.
 
 Model chosen (the window's tuple order is not part of the input): the *fluid limit* of
@@ -18,9 +18,9 @@ when the group's tuples interleave. The plan records, per group, the choice that
 larger share (the engine that would keep the group's state if it had to pick one);
 the engine loads after the decision are the split loads, returned to the base class.
 
-Because the plan holds one engine per group, the split itself travels in
-``info["routing"]``: for every split group, the *other* choice (a live slot) and the share
-of the group's tuples it receives (always ≤ ½; the plan's engine takes the rest). A
+Because the plan holds one engine per group, the split itself travels in ``info.routing``
+(a :class:`~keyshift.policies.base.SplitRouting`): for every split group, the *other*
+choice (a live slot) and the share of the group's tuples it receives (always ≤ ½; the plan's engine takes the rest). A
 consumer that routes tuples (the simulator, a PKG-style partitioner) follows it; one that
 ignores it sends the whole group to the plan's engine and measures KG-like hot spots,
 which is not PKG.
@@ -28,12 +28,10 @@ which is not PKG.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from keyshift.plan import Plan
-from keyshift.policies.base import Policy, PolicyKind, Window
+from keyshift.policies.base import DecisionInfo, Policy, PolicyKind, SplitRouting, Window
 from keyshift.policies.uhlb import check_seed, hash_coefficients, universal_hash
 
 
@@ -57,7 +55,7 @@ class PartialKeyGrouping(Policy):
     def __init__(self, seed: int = 0) -> None:
         self.seed = seed
 
-    def _decide(self, plan: Plan, window: Window) -> tuple[Plan, dict[str, Any], np.ndarray | None]:
+    def _decide(self, plan: Plan, window: Window) -> tuple[Plan, DecisionInfo, np.ndarray | None]:
         slots = plan.live_engines
         n = slots.size
         first, second = two_choices(plan.groups, n, check_seed(self.seed))
@@ -86,10 +84,11 @@ class PartialKeyGrouping(Policy):
         g = np.flatnonzero(split)
         other = np.where(keeps_first[g], second[g], first[g])
         share = np.where(keeps_first[g], 1.0 - share_first[g], share_first[g])
-        info = {
-            "split_keys": int(g.size),
-            "routing": {"groups": g, "engines": slots[other], "share": share},
-            "stateful_safe": False,
-            "warning": "PKG splits a key's state over two engines: false positives in stateful CEP",
-        }
+        info = DecisionInfo(
+            split_keys=int(g.size),
+            routing=SplitRouting(groups=g, engines=slots[other], share=share),
+            stateful_safe=False,
+            details={"warning": "PKG splits a key's state over two engines: false positives "
+                                "in stateful CEP"},
+        )
         return plan.with_assignment(slots[primary]), info, eng

@@ -10,7 +10,7 @@ recommend mode and no records, so a simulation and the job could decide differen
 same input (issue 25 item 2).
 
 The driver realizes what the loop decides: a balancer's plan through
-:meth:`Simulator.apply` (the policy's split routing, PKG's ``info["routing"]``, and the
+:meth:`Simulator.apply` (the policy's split routing, PKG's ``info.routing``, and the
 migration pauses), a scaler's plan through :meth:`Simulator.switch_plan`. A plan the
 simulator switched outside the loop (the elasticity hook's :meth:`Simulator.set_engines`)
 is adopted by the loop before it decides again, so it decides from the plan that routed
@@ -36,7 +36,7 @@ from keyshift.control import (
     loop_from_config,
 )
 from keyshift.plan import Plan
-from keyshift.policies import Decision, Policy
+from keyshift.policies import Decision, Policy, SplitRouting
 from keyshift.sim.result import SimResult
 from keyshift.sim.result import WindowOutcome
 
@@ -69,7 +69,7 @@ class DrivenSimulator(Protocol):
     def window_loads(self) -> np.ndarray: ...
     def history(self) -> np.ndarray | None: ...
     def step_window(self) -> WindowOutcome: ...
-    def set_routing(self, routing: Any) -> None: ...
+    def set_routing(self, routing: SplitRouting | None) -> None: ...
     def apply(self, decision: Decision) -> None: ...
     def switch_plan(self, plan: Plan, reason: str = "") -> None: ...
 
@@ -169,7 +169,7 @@ class SimulatorDriver:
             # still have new shares for it, which act mode puts in force with it
             applied = d.realized or (d.action == "none" and self.loop.settings.mode == "act")
             if applied and not d.realized:
-                self.sim.set_routing(b.info.get("routing"))
+                self.sim.set_routing(b.info.routing)
             self.sim.result.add_decision(self.sim.now, b, d.before.parallelism,
                                          float(self.sim.state.sum()), d.action, applied)
         return d

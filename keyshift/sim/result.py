@@ -97,7 +97,8 @@ class SimResult:
         balance after is the balance before, and ``proposed_groups`` is what the policy
         wanted to move."""
         info = {
-            k: v for k, v in decision.info.items() if isinstance(v, int | float | str | bool)
+            k: v for k, v in decision.info.as_dict().items()
+            if isinstance(v, int | float | str | bool)
         }
         after = decision.after if applied else decision.before
         self.decisions.append(

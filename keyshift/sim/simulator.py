@@ -43,7 +43,7 @@ import numpy as np
 from keyshift.errors import FieldError
 from keyshift.metrics import load_variance, rstd
 from keyshift.plan import Plan
-from keyshift.policies.base import Decision, Policy
+from keyshift.policies.base import Decision, Policy, SplitRouting
 from keyshift.sim.driver import SimulatorDriver
 from keyshift.sim.queues import CohortQueues
 from keyshift.sim.result import SimResult, WindowOutcome
@@ -400,19 +400,20 @@ class Simulator:
         """Switch to the decision's plan (the control loop's realization of a balancer's
         decision, :mod:`keyshift.sim.driver`); moved groups pause and buffer (dlb §3.3).
 
-        Two optional ``info`` entries extend the plan for policies that split a group over
-        engines (PKG): ``routing = {"groups", "engines", "share"}`` sends ``share`` of each
-        listed group's tuples to ``engines`` (slots) instead of the plan's engine (a group
-        split over k engines is listed k − 1 times), and
-        ``stateful_safe = False`` says the policy keeps no per-key state consistent, so its
-        plan changes count as state movement (ψ) but pause nothing.
+        Two facts of the decision's ``info`` (:class:`keyshift.policies.DecisionInfo`)
+        extend the plan for policies that split a group over engines (PKG): ``routing`` (a
+        :class:`keyshift.policies.SplitRouting`) sends ``share`` of each listed group's
+        tuples to ``engines`` (slots) instead of the plan's engine (a group split over k
+        engines is listed k − 1 times), and ``stateful_safe = False`` says the policy keeps
+        no per-key state consistent, so its plan changes count as state movement (ψ) but
+        pause nothing.
         """
         old = self.plan
         new = decision.plan
-        self._split = _split_routing(decision.info.get("routing"), new)
+        self._split = _split_routing(decision.info.routing, new)
         if new is old:
             return
-        pause = decision.info.get("stateful_safe", True) is not False
+        pause = decision.info.stateful_safe
         self._switch(new, decision.moves.groups, old.assignment, pause=pause)
 
     def _switch(
@@ -446,7 +447,7 @@ class Simulator:
         self._batch_of_group[moved] = bid
         self.result.add_migration(len(moved), moved_state, pause_s)
 
-    def set_routing(self, routing: Any) -> None:
+    def set_routing(self, routing: SplitRouting | None) -> None:
         """New split shares for the plan in force (see :meth:`apply`): a splitting policy's
         decision that moved no group's main engine."""
         self._split = _split_routing(routing, self.plan)
@@ -523,16 +524,16 @@ class Simulator:
 
 
 def _split_routing(
-    routing: Any, plan: Plan
+    routing: SplitRouting | None, plan: Plan
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
     """Validate a policy's split routing (see :meth:`Simulator.apply`)."""
     if routing is None:
         return None
     try:
-        g = np.asarray(routing["groups"], dtype=np.int64)
-        dest = np.asarray(routing["engines"], dtype=np.int64)
-        share = np.asarray(routing["share"], dtype=np.float64)
-    except (KeyError, TypeError, ValueError):
+        g = np.asarray(routing.groups, dtype=np.int64)
+        dest = np.asarray(routing.engines, dtype=np.int64)
+        share = np.asarray(routing.share, dtype=np.float64)
+    except (TypeError, ValueError):
         raise SimError("routing", "needs arrays groups, engines and share") from None
     if not (g.shape == dest.shape == share.shape) or g.ndim != 1:
         raise SimError("routing", "groups, engines and share must have the same length")
