@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache, cached_property, partial
@@ -158,131 +158,179 @@ def run_engine(spec: BatchSpec, engine: int, rows: Iterable[tuple]) -> Iterator[
     that failed validation (``reason`` set) ride along to engine 0 so that the whole batch is
     one Spark job. Yields tagged records: OUT complex events, DEAD rejected records, LOAD
     per-group load and state size, and one TASK record (task identity, timings, the cache id
-    for the next batch).
+    for the next batch). The steps: the arriving groups' state, the input, the touched
+    groups' state, the operator, the state saved, then the records.
     """
-    from pyspark import TaskContext
-
     if spec.ingest_only:
         yield from _count_only(engine, rows)
         return
     t0 = time.perf_counter()
-    ctx = TaskContext.get()
     store, rebuilt = spec.open(engine)
     t_open = time.perf_counter() - t0
     try:
         op = make_operator(spec.app, **spec.params)
         leaving = spec.moves_out.get(engine, [])
-        changes: dict[int, bytes | None] = {g: None for g in leaving}
-
         # the arriving groups' state is read before the input (it overlaps the shuffle fetch)
         t_fetch0 = time.perf_counter()
         arrived = fetch_arrivals(spec, engine, op)
         t_fetch = time.perf_counter() - t_fetch0
         stage_snapshots(spec, engine, arrived)
-        # (group, event, kafka ts, raw): a rejection's dead letter reports the last two
-        events: list[tuple[int, dict[str, Any], float, str]] = []
-        summaries: dict[tuple[int, str], list[tuple[int, Any]]] = {}  # (group, key) → parts
-        summarized: dict[int, int] = {}  # group → events its summaries stand for
-        kafka_first, kafka_last = float("inf"), float("-inf")
-        dead = 0
         clock = _InputClock(rows)
-        for group, partition, offset, value, reason, raw, kts, summary in clock:
-            if reason is not None:
-                dead += 1
-                yield (DEAD, (partition, offset, kts, raw, reason))
-                continue
-            if summary is not None:
-                part = json.loads(summary)
-                if "task" in part:  # a split task's record, passed on to the driver
-                    yield (TASK, part["task"])
-                    continue
-                summaries.setdefault((group, part["k"]), []).append((part["e"], part["s"]))
-                summarized[group] = summarized.get(group, 0) + part["n"]
-                continue
-            e = json.loads(value)
-            e["partition"], e["offset"] = partition, offset
-            events.append((group, e, kts, raw))
-            if kts:
-                kafka_first, kafka_last = min(kafka_first, kts), max(kafka_last, kts)
-        events.sort(key=lambda ge: order_key(ge[1]))
-        touched = sorted(({ge[0] for ge in events} | set(summarized)) - set(arrived))
-        t_load0 = time.perf_counter()
-        for g, data in store.load(touched, spec.batch_id).items():
-            op.restore(g, data)
-        for g, data in arrived.items():  # (v) install moved state before its events
-            if data:
-                op.restore(g, data)
-        t_load = time.perf_counter() - t_load0
-        rejected: dict[int, str] = {}  # event index → reason: a dead letter, not a failed task
-
-        def reject(i: int, exc: Exception) -> None:
-            rejected[i] = f"rejected by operator: {exc}"
-
-        outs = op.process_many((ge[1] for ge in events), (ge[0] for ge in events), reject)
-        for i, reason in rejected.items():
-            _, e, kts, raw = events[i]
-            yield (DEAD, (e["partition"], e["offset"], kts, raw, reason))
-        if rejected:
-            dead += len(rejected)
-            events = [ge for i, ge in enumerate(events) if i not in rejected]
-        outs += apply_summaries(op, summaries)
+        got = yield from _read_input(clock)
+        touched = sorted(({ge[0] for ge in got.events} | set(got.summarized)) - set(arrived))
+        t_load = _restore_state(op, store, spec.batch_id, touched, arrived)
+        outs = yield from _apply_operator(op, got)
         t_save0 = time.perf_counter()
         snapshots = {g: op.snapshot(g) for g in sorted(set(touched) | set(arrived))}
-        changes.update(snapshots)
-        head = store.head(spec.batch_id)  # the durable file this batch's files follow
-        store.save(spec.batch_id, changes)
-        spec.durable.write_changes(engine, spec.batch_id, changes, prev=head)
-        if changes:
-            head = spec.batch_id
-            store.set_head(head)
-        store.mark_applied(spec.batch_id)
-        compacted = bool(spec.compact_every) and spec.batch_id % spec.compact_every == 0 \
-            and spec.batch_id > 0
-        if compacted:
-            spec.durable.write_base(engine, spec.batch_id, store.newest(), prev=head)
-            store.set_head(spec.batch_id)
+        compacted = _save_state(spec, engine, store, {**{g: None for g in leaving}, **snapshots})
         t_save = time.perf_counter() - t_save0
         for g, ce in outs:
             yield (OUT, (engine, g, ce.key, ce.ts, ce.kind, ce.detail, ce.event_id))
-        counts: dict[int, int] = dict(summarized)  # a split group's load, at its home
-        for g, *_ in events:
-            counts[g] = counts.get(g, 0) + 1
-        for g, n in counts.items():
-            size = len(snapshots[g]) if g in snapshots else 0
-            yield (LOAD, (g, engine, n, size))
-        yield (
-            TASK,
-            {
-                "engine": engine,
-                "partition": ctx.partitionId() if ctx else -1,
-                "stage": ctx.stageId() if ctx else -1,
-                "attempt": ctx.attemptNumber() if ctx else -1,
-                "pid": os.getpid(),
-                "host": os.uname().nodename,
-                "workdir": os.getcwd(),  # the executor's folder: which worker ran it
-                "cache_id": store.cache_id,
-                "rebuilt": rebuilt,
-                "events": len(events),
-                "outputs": len(outs),
-                "dead": dead,
-                "kafka_ts_first": kafka_first if events else None,
-                "kafka_ts_last": kafka_last if events else None,
-                "released": len(leaving),
-                "restored": len(arrived),
-                "summarized": sum(summarized.values()),
-                "restored_bytes": sum(len(s or b"") for s in arrived.values()),
-                "compacted": compacted,
-                "open_s": t_open,
-                "fetch_s": t_fetch,
-                "load_s": t_load,
-                "save_s": t_save,
-                "state_bytes": sum(len(s) for s in snapshots.values()),
-                "input_wait_s": clock.wait_s,
-                "duration_s": time.perf_counter() - t0,
-            },
-        )
+        yield from _load_records(engine, got, snapshots)
+        yield (TASK, {
+            **_task_identity(engine),
+            "cache_id": store.cache_id,
+            "rebuilt": rebuilt,
+            "events": len(got.events),
+            "outputs": len(outs),
+            "dead": got.dead,
+            "kafka_ts_first": got.kafka_first if got.events else None,
+            "kafka_ts_last": got.kafka_last if got.events else None,
+            "released": len(leaving),
+            "restored": len(arrived),
+            "summarized": sum(got.summarized.values()),
+            "restored_bytes": sum(len(s or b"") for s in arrived.values()),
+            "compacted": compacted,
+            "open_s": t_open,
+            "fetch_s": t_fetch,
+            "load_s": t_load,
+            "save_s": t_save,
+            "state_bytes": sum(len(s) for s in snapshots.values()),
+            "input_wait_s": clock.wait_s,
+            "duration_s": time.perf_counter() - t0,
+        })
     finally:
         store.close()
+
+
+@dataclass
+class _TaskInput:
+    """A task's valid input: the events in processing order as (group, event, kafka ts,
+    raw) (a rejection's dead letter reports the last two), a split group's partial
+    summaries per (group, key), the events those stand for per group, the dead letters so
+    far and the span of Kafka append times."""
+
+    events: list[tuple[int, dict[str, Any], float, str]] = field(default_factory=list)
+    summaries: dict[tuple[int, str], list[tuple[int, Any]]] = field(default_factory=dict)
+    summarized: dict[int, int] = field(default_factory=dict)
+    dead: int = 0
+    kafka_first: float = float("inf")
+    kafka_last: float = float("-inf")
+
+
+def _read_input(rows: Iterable[tuple]) -> Generator[tuple, None, _TaskInput]:
+    """Read the task's rows: a record that failed validation is yielded as a dead letter, a
+    split task's record is passed on to the driver, a summary is kept for its group; returns
+    the valid events sorted into processing order."""
+    got = _TaskInput()
+    for group, partition, offset, value, reason, raw, kts, summary in rows:
+        if reason is not None:
+            got.dead += 1
+            yield (DEAD, (partition, offset, kts, raw, reason))
+            continue
+        if summary is not None:
+            part = json.loads(summary)
+            if "task" in part:  # a split task's record, passed on to the driver
+                yield (TASK, part["task"])
+                continue
+            got.summaries.setdefault((group, part["k"]), []).append((part["e"], part["s"]))
+            got.summarized[group] = got.summarized.get(group, 0) + part["n"]
+            continue
+        e = json.loads(value)
+        e["partition"], e["offset"] = partition, offset
+        got.events.append((group, e, kts, raw))
+        if kts:
+            got.kafka_first, got.kafka_last = min(got.kafka_first, kts), max(got.kafka_last, kts)
+    got.events.sort(key=lambda ge: order_key(ge[1]))
+    return got
+
+
+def _restore_state(op: Any, store: Any, batch_id: int, touched: list[int],
+                   arrived: Mapping[int, bytes | None]) -> float:
+    """The touched groups' state from the engine's store, then the arriving groups' moved
+    state (installed before their events, dlb step v); returns the seconds it took."""
+    t0 = time.perf_counter()
+    for g, data in store.load(touched, batch_id).items():
+        op.restore(g, data)
+    for g, data in arrived.items():
+        if data:
+            op.restore(g, data)
+    return time.perf_counter() - t0
+
+
+def _apply_operator(op: Any, got: _TaskInput) -> Generator[tuple, None, list]:
+    """The operator over the events in order, then the split groups' summaries; an event
+    it rejects is a dead letter (yielded), not a failed task. Returns the complex events."""
+    rejected: dict[int, str] = {}  # event index → reason
+
+    def reject(i: int, exc: Exception) -> None:
+        rejected[i] = f"rejected by operator: {exc}"
+
+    outs = op.process_many((ge[1] for ge in got.events), (ge[0] for ge in got.events), reject)
+    for i, reason in rejected.items():
+        _, e, kts, raw = got.events[i]
+        yield (DEAD, (e["partition"], e["offset"], kts, raw, reason))
+    if rejected:
+        got.dead += len(rejected)
+        got.events = [ge for i, ge in enumerate(got.events) if i not in rejected]
+    return outs + apply_summaries(op, got.summaries)
+
+
+def _save_state(spec: BatchSpec, engine: int, store: Any,
+                changes: dict[int, bytes | None]) -> bool:
+    """The batch's state changes (None: a group that left) to the executor's cache and the
+    durable changelog, a compacted base every ``compact_every`` batches; True when it
+    compacted."""
+    head = store.head(spec.batch_id)  # the durable file this batch's files follow
+    store.save(spec.batch_id, changes)
+    spec.durable.write_changes(engine, spec.batch_id, changes, prev=head)
+    if changes:
+        head = spec.batch_id
+        store.set_head(head)
+    store.mark_applied(spec.batch_id)
+    compacted = bool(spec.compact_every) and spec.batch_id % spec.compact_every == 0 \
+        and spec.batch_id > 0
+    if compacted:
+        spec.durable.write_base(engine, spec.batch_id, store.newest(), prev=head)
+        store.set_head(spec.batch_id)
+    return compacted
+
+
+def _load_records(engine: int, got: _TaskInput,
+                  snapshots: Mapping[int, bytes]) -> Iterator[tuple]:
+    """One LOAD record per group the task ran: its events (a split group's at its home)
+    and its state's size."""
+    counts: dict[int, int] = dict(got.summarized)
+    for g, *_ in got.events:
+        counts[g] = counts.get(g, 0) + 1
+    for g, n in counts.items():
+        yield (LOAD, (g, engine, n, len(snapshots[g]) if g in snapshots else 0))
+
+
+def _task_identity(engine: int) -> dict[str, Any]:
+    """Which task, process, host and folder ran the engine (-1 outside Spark)."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    return {
+        "engine": engine,
+        "partition": ctx.partitionId() if ctx else -1,
+        "stage": ctx.stageId() if ctx else -1,
+        "attempt": ctx.attemptNumber() if ctx else -1,
+        "pid": os.getpid(),
+        "host": os.uname().nodename,
+        "workdir": os.getcwd(),  # the executor's folder: which worker ran it
+    }
 
 
 def _count_only(engine: int, rows: Iterable[tuple]) -> Iterator[tuple]:

@@ -146,6 +146,44 @@ class BatchReport:
     duration_s: float
 
 
+@dataclass(frozen=True)
+class EngineRun:
+    """What a batch's engine tasks reported to the driver: their task records (the split
+    groups' tasks apart), the input and the state size per key group, and the sums the
+    metrics row and the totals read."""
+
+    tasks: list[dict[str, Any]]
+    split_tasks: list[dict[str, Any]]
+    loads: np.ndarray
+    state: np.ndarray
+    outs: int
+    moved: int
+    dead: int
+    valid: int
+    engine_s: float
+    arrival_span_s: float
+
+    @classmethod
+    def of(cls, small: list, groups: int) -> EngineRun:
+        records = [json.loads(r["task"]) for r in small if r["tag"] == TASK]
+        tasks = [t for t in records if not t.get("split")]
+        loads = np.zeros(groups)
+        state = np.zeros(groups)
+        for r in small:
+            if r["tag"] == LOAD:
+                loads[r["grp"]] += r["n"]
+                state[r["grp"]] = max(state[r["grp"]], r["size"])
+        arrived = [(t["kafka_ts_first"], t["kafka_ts_last"]) for t in records
+                   if t.get("kafka_ts_first") is not None]
+        span = (max(b for _, b in arrived) - min(a for a, _ in arrived)) if arrived else 0.0
+        return cls(tasks=tasks, split_tasks=[t for t in records if t.get("split")],
+                   loads=loads, state=state, outs=sum(t["outputs"] for t in tasks),
+                   moved=sum(t.get("restored_bytes", 0) for t in tasks),
+                   dead=sum(t["dead"] for t in records),
+                   valid=sum(t["events"] for t in records),
+                   engine_s=work_seconds(records), arrival_span_s=span)
+
+
 class StreamJob:
     """Builds and runs the query; ``process_batch`` is the whole per-batch logic."""
 
@@ -537,10 +575,87 @@ class StreamJob:
         self._window_loads[1][:] += loads
 
     def _process_batch(self, df: DataFrame, batch_id: int) -> None:
-        from pyspark import StorageLevel
-
+        """One micro-batch as steps: recover once, route it through the plan in force, run
+        the engines (the plan change's migration with them), commit the batch's writes, then
+        its metrics row, the run's totals and the timing line."""
         t0 = time.perf_counter()
         start_wall = datetime.now(UTC)
+        recover_s = self._recover_once(batch_id, t0)
+        plan = self.controller.plan_for(batch_id)
+        prev = self.controller.plan_for(batch_id - 1) if batch_id > 0 else plan
+        # ingest-only keeps no state: nothing to hand over
+        migration = Migration.between(self.run_id, batch_id,
+                                      plan if self.opt.ingest_only else prev, plan)
+        slots = max(plan.engines, prev.engines)
+        split = self._split_for(batch_id, plan)
+        spec = self._batch_spec(batch_id, plan, migration, slots, split, start_wall)
+        self.spark.sparkContext.setLocalProperty(
+            "spark.job.description", f"keyshift {self.run_id} batch {batch_id}")
+        routed = self._engine_input(df, plan, slots, spec)
+        if len(migration):
+            (self.run_dir / "migrating.json").write_text(json.dumps(
+                {"batch_id": batch_id, "groups": len(migration),
+                 "migration_id": migration.migration_id}))
+
+        kill_point("before_engines", batch_id)  # fault tests only (keyshift.streaming.faults)
+        t_engines = time.perf_counter()
+        prep_s = t_engines - t0  # recovery, plan, building the engine stage
+        result = self._engine_stage(routed, slots, spec)
+        try:
+            ran = self._collect_engines(result, batch_id, migration)
+            engines_s = time.perf_counter() - t_engines
+            self._caches = {t["engine"]: t["cache_id"] for t in ran.tasks}
+            self._count_window(batch_id, ran.loads)
+            self.controller.collect(batch_id, ran.loads, ran.state, engine_s=ran.engine_s,
+                                    started=start_wall)
+            t_writes = time.perf_counter()
+            controller_s = self._commit_writes(result, batch_id, ran, migration, start_wall)
+        finally:
+            result.unpersist(blocking=False)
+        if len(migration):
+            (self.run_dir / "migrating.json").unlink(missing_ok=True)
+        committed = self.staging.finished()
+        if self.staging.due(batch_id):  # behind the stream: the next batch need not wait
+            self.staging.commit_behind(batch_id)
+        writes_s = time.perf_counter() - t_writes
+        metrics, bal = self._metrics_row(batch_id, start_wall, plan, slots, split, ran,
+                                         duration=time.perf_counter() - t0)
+        if len(migration):
+            self._measure_migration(batch_id, migration, prev, plan, ran.moved, engines_s,
+                                    metrics["input_rate"])
+        elif not split:
+            self._calm_engines_s.append(engines_s)
+        t_metrics = time.perf_counter()
+        # the metrics row is staged with the run's other bookkeeping (keyshift.streaming.staging):
+        # batch_duration_s then covers all of the batch's own writes, and a restarted
+        # driver on any host finds the row beside the warehouse
+        metrics["batch_duration_s"] = time.perf_counter() - t0
+        self.appends.defer("metrics", [metrics], batch_id)
+        self._flush_when_idle()
+        metrics_s = time.perf_counter() - t_metrics
+        duration = time.perf_counter() - t0
+        self._add_to_totals(batch_id, ran, migration, duration)
+        self._write_timing({
+            "batch_id": batch_id, "slots": slots, "recover_s": recover_s, "prep_s": prep_s,
+            "engines_s": engines_s,
+            "metrics_s": metrics_s,
+            "controller_s": controller_s, "writes_s": writes_s,
+            "committed_staged": committed,  # the last commit behind the stream, if it ended
+            "duration_s": duration, "moved_groups": len(migration), "moved_bytes": ran.moved,
+            "split_groups": list(split),
+            # the batch's input per key group (non-zero ones), for a replay of the run's
+            # input through the simulator's cost model (keyshift simulate --calibrate)
+            "load_groups": np.flatnonzero(ran.loads).tolist(),
+            "load_counts": ran.loads[ran.loads > 0].astype(int).tolist(),
+            "tasks": ran.tasks, "split_tasks": ran.split_tasks})
+        if self.on_batch is not None:
+            self.on_batch(BatchReport(batch_id, ran.valid, ran.dead, ran.outs, bal.rstd,
+                                      plan.parallelism, plan.version, len(migration),
+                                      ran.moved, duration))
+
+    def _recover_once(self, batch_id: int, t0: float) -> float:
+        """The controller's recovery before a process's first batch (seconds it took, 0
+        after); a resumed run also checks that its engines' state is where it left it."""
         recover_s = 0.0
         if self.appends.first is None and batch_id != 0 and self.appends.fresh:
             # "fresh" but Spark resumes at a later batch (a checkpoint older than the start
@@ -553,164 +668,119 @@ class StreamJob:
             recover_s = time.perf_counter() - t0
         if self.opt.engines and batch_id == self.appends.first and not self.appends.fresh:
             self._check_resumed_engines()
-        plan = self.controller.plan_for(batch_id)
-        prev = self.controller.plan_for(batch_id - 1) if batch_id > 0 else plan
-        migration = Migration.between(self.run_id, batch_id, prev, plan)
-        if self.opt.ingest_only:  # no state, nothing to hand over
-            migration = Migration.between(self.run_id, batch_id, plan, plan)
-        slots = max(plan.engines, prev.engines)
-        split = self._split_for(batch_id, plan)
+        return recover_s
+
+    def _batch_spec(self, batch_id: int, plan: Plan, migration: Migration, slots: int,
+                    split: tuple[int, ...], started: datetime) -> BatchSpec:
+        """What every engine task of the batch is told (shipped in the closure)."""
         salts = self._placement(slots)
-        spec = BatchSpec(batch_id, self.app, dict(self.opt.app_params), self.run_id,
-                         self.state_uri, self.cfg.engines.compact_every,
-                         migration.moves_out(), migration.moves_in(), dict(self._caches),
-                         self.opt.ingest_only, self.staging.root, start_wall, plan.version,
-                         migration.migration_id if len(migration) else None,
-                         {g: salts[int(plan.assignment[g])] for g in split}, salts[0])
-        sc = self.spark.sparkContext
-        sc.setLocalProperty("spark.job.description", f"keyshift {self.run_id} batch {batch_id}")
+        return BatchSpec(
+            batch_id=batch_id, app=self.app, params=dict(self.opt.app_params),
+            run_key=self.run_id, state_uri=self.state_uri,
+            compact_every=self.cfg.engines.compact_every,
+            moves_out=migration.moves_out(), moves_in=migration.moves_in(),
+            caches=dict(self._caches), ingest_only=self.opt.ingest_only,
+            staging=self.staging.root, started=started, plan_version=plan.version,
+            migration_id=migration.migration_id if len(migration) else None,
+            split_homes={g: salts[int(plan.assignment[g])] for g in split},
+            engine0_pkey=salts[0])
 
-        routed = self._engine_input(df, plan, slots, spec)
+    @staticmethod
+    def _engine_stage(routed: DataFrame, slots: int, spec: BatchSpec) -> DataFrame:
+        """The engines: one task per slot over its routed tuples, the result kept for the
+        writes that read it twice (the small bookkeeping rows, the outputs)."""
+        from pyspark import StorageLevel
+
+        return (routed.repartition(slots, "pkey")
+                .mapInArrow(arrow_engine(spec), ENGINE_OUTPUT)
+                .persist(StorageLevel.MEMORY_AND_DISK))
+
+    def _collect_engines(self, result: DataFrame, batch_id: int,
+                         migration: Migration) -> EngineRun:
+        """Run the engine stage and bring its small rows (per-group loads, one record per
+        task) to the driver."""
+        from pyspark.sql import functions as F
+
+        with kill_during("migration" if len(migration) else "engines", batch_id):
+            small = (result.where(F.col("tag").isin(LOAD, TASK))
+                     .select("tag", "grp", "engine", "n", "size", "task").collect())
+        return EngineRun.of(small, self.groups)
+
+    def _commit_writes(self, result: DataFrame, batch_id: int, ran: EngineRun,
+                       migration: Migration, started: datetime) -> float:
+        """The outputs (written by the executors from the cached engine result), the
+        migration's end, the controller's step and, once per interval, the staged
+        bookkeeping go to different tables: one round of concurrent commits. Returns the
+        controller step's seconds."""
+        ended = datetime.now(UTC)
+        controller_s = 0.0
+
+        def control() -> None:
+            nonlocal controller_s
+            t_ctl = time.perf_counter()
+            self.controller.end_of_batch(batch_id, lag=progress_lag(self.query))
+            controller_s = time.perf_counter() - t_ctl
+            kill_point("controller", batch_id)
+
+        writes = [*self._output_writes(result, batch_id, ran.outs, ran.dead), control]
         if len(migration):
-            (self.run_dir / "migrating.json").write_text(json.dumps(
-                {"batch_id": batch_id, "groups": len(migration),
-                 "migration_id": migration.migration_id}))
+            record(self.appends, migration, ran.moved, started, ended)
+        with kill_during("writes", batch_id, after_s=0.05):
+            concurrently(*writes)
+        return controller_s
 
-        kill_point("before_engines", batch_id)  # fault tests only (keyshift.streaming.faults)
-        t_engines = time.perf_counter()
-        prep_s = t_engines - t0  # recovery, plan, building the engine stage
-        result = (routed.repartition(slots, "pkey")
-                  .mapInArrow(arrow_engine(spec), ENGINE_OUTPUT)
-                  .persist(StorageLevel.MEMORY_AND_DISK))
-        try:
-            from pyspark.sql import functions as F
-
-            with kill_during("migration" if len(migration) else "engines", batch_id):
-                small = (result.where(F.col("tag").isin(LOAD, TASK))
-                         .select("tag", "grp", "engine", "n", "size", "task").collect())
-            engines_s = time.perf_counter() - t_engines
-            records = [json.loads(r["task"]) for r in small if r["tag"] == TASK]
-            tasks = [t for t in records if not t.get("split")]
-            split_tasks = [t for t in records if t.get("split")]
-            load_rows = [(r["grp"], r["engine"], r["n"], r["size"]) for r in small
-                         if r["tag"] == LOAD]
-            self._caches = {t["engine"]: t["cache_id"] for t in tasks}
-
-            loads = np.zeros(self.groups)
-            state = np.zeros(self.groups)
-            for g, _, n, size in load_rows:
-                loads[g] += n
-                state[g] = max(state[g], size)
-            outs = sum(t["outputs"] for t in tasks)
-            moved = sum(t.get("restored_bytes", 0) for t in tasks)
-            dead = sum(t["dead"] for t in records)
-            valid = sum(t["events"] for t in records)
-            engine_s = work_seconds(records)
-            self._count_window(batch_id, loads)
-            self.controller.collect(batch_id, loads, state, engine_s=engine_s,
-                                    started=start_wall)
-            # outputs (written by the executors from the cached engine result), the
-            # migration's end, the controller's step and, once per interval, the staged
-            # bookkeeping go to different tables: one round of concurrent commits
-            t_writes = time.perf_counter()
-            ended = datetime.now(UTC)
-            controller_s = 0.0
-
-            def control() -> None:
-                nonlocal controller_s
-                t_ctl = time.perf_counter()
-                self.controller.end_of_batch(batch_id, lag=progress_lag(self.query))
-                controller_s = time.perf_counter() - t_ctl
-                kill_point("controller", batch_id)
-
-            writes = [*self._output_writes(result, batch_id, outs, dead), control]
-            if len(migration):
-                record(self.appends, migration, moved, start_wall, ended)
-            with kill_during("writes", batch_id, after_s=0.05):
-                concurrently(*writes)
-        finally:
-            result.unpersist(blocking=False)
-        if len(migration):
-            (self.run_dir / "migrating.json").unlink(missing_ok=True)
-        committed = self.staging.finished()
-        if self.staging.due(batch_id):  # behind the stream: the next batch need not wait
-            self.staging.commit_behind(batch_id)
-        writes_s = time.perf_counter() - t_writes
-        duration = time.perf_counter() - t0
+    def _metrics_row(self, batch_id: int, started: datetime, plan: Plan, slots: int,
+                     split: tuple[int, ...], ran: EngineRun, duration: float
+                     ) -> tuple[dict[str, Any], Balance]:
+        """The batch's ``metrics`` row and the balance of its live engines."""
         if split:  # the engines ran the tail; the split groups' tuples ran in the input tasks
             engine_loads = np.zeros(slots)
-            for t in tasks:
+            for t in ran.tasks:
                 engine_loads[t["engine"]] += t["events"]
             engine_loads = engine_loads[:plan.engines]
             bal = Balance.of(engine_loads[plan.live])
         else:
-            engine_loads = np.bincount(plan.assignment, weights=loads, minlength=plan.engines)
-            bal = Balance.of(live_loads(plan.assignment, loads, plan.live))
-        arrived = [(t["kafka_ts_first"], t["kafka_ts_last"]) for t in records
-                   if t.get("kafka_ts_first") is not None]
-        span = (max(b for _, b in arrived) - min(a for a, _ in arrived)) if arrived else 0.0
+            engine_loads = np.bincount(plan.assignment, weights=ran.loads,
+                                       minlength=plan.engines)
+            bal = Balance.of(live_loads(plan.assignment, ran.loads, plan.live))
+        valid = ran.valid
         metrics = {
-            "run_id": self.run_id, "batch_id": batch_id, "window_start": start_wall,
-            "window_end": datetime.now(UTC), "events_in": valid, "dead_letter": dead,
-            "processed": valid, "out_events": outs, "missed": 0,
-            "selectivity": outs / valid if valid else 0.0, "engines": plan.parallelism,
+            "run_id": self.run_id, "batch_id": batch_id, "window_start": started,
+            "window_end": datetime.now(UTC), "events_in": valid, "dead_letter": ran.dead,
+            "processed": valid, "out_events": ran.outs, "missed": 0,
+            "selectivity": ran.outs / valid if valid else 0.0, "engines": plan.parallelism,
             "engine_loads": [int(x) for x in engine_loads], "rstd": bal.rstd,
             "var_load": bal.var,
             # the monitor of elastic-cep Eq. 1-2, the GPs' training data: In per second of
             # arrival (Kafka append times; a catch-up batch spans more than one trigger) and
             # Lat = engine work seconds per tuple (task time without the wait for input), the
             # planner's unit (the scaler's too)
-            "input_rate": valid / max(span, self.trigger_s),
-            "latency_s": engine_s / valid if valid else 0.0, "batch_duration_s": duration,
+            "input_rate": valid / max(ran.arrival_span_s, self.trigger_s),
+            "latency_s": ran.engine_s / valid if valid else 0.0,
+            "batch_duration_s": duration,
             "plan_version": plan.version, "policy": self.opt.policy,
             # what no plan keeping a key on one engine can beat in this batch (the control
             # loop's floor of a window, keyshift.control.floor): the report draws it
-            **self.controller.floor(loads, plan.parallelism).columns(),
+            **self.controller.floor(ran.loads, plan.parallelism).columns(),
         }
-        # the metrics row is staged with the run's other bookkeeping (keyshift.streaming.staging):
-        # batch_duration_s then covers all of the batch's own writes, and a restarted
-        # driver on any host finds the row beside the warehouse
-        if len(migration):
-            self._measure_migration(batch_id, migration, prev, plan, moved, engines_s,
-                                    metrics["input_rate"])
-        elif not split:
-            self._calm_engines_s.append(engines_s)
-        t_metrics = time.perf_counter()
-        metrics["batch_duration_s"] = time.perf_counter() - t0
-        self.appends.defer("metrics", [metrics], batch_id)
-        self._flush_when_idle()
-        metrics_s = time.perf_counter() - t_metrics
-        duration = time.perf_counter() - t0
+        return metrics, bal
+
+    def _add_to_totals(self, batch_id: int, ran: EngineRun, migration: Migration,
+                       duration: float) -> None:
         with self._lock:
             t = self.totals
             t.batches += 1
-            t.records += valid + dead
-            t.events_in += valid
-            t.processed += valid
-            t.dead_letter += dead
-            t.complex_events += outs
+            t.records += ran.valid + ran.dead
+            t.events_in += ran.valid
+            t.processed += ran.valid
+            t.dead_letter += ran.dead
+            t.complex_events += ran.outs
             if len(migration):
                 t.migrations += 1
                 t.moved_groups += len(migration)
-                t.moved_bytes += moved
+                t.moved_bytes += ran.moved
             t.last_batch = batch_id
             t.durations.append(duration)
-        self._write_timing({
-            "batch_id": batch_id, "slots": slots, "recover_s": recover_s, "prep_s": prep_s,
-            "engines_s": engines_s,
-            "metrics_s": metrics_s,
-            "controller_s": controller_s, "writes_s": writes_s,
-            "committed_staged": committed,  # the last commit behind the stream, if it ended
-            "duration_s": duration, "moved_groups": len(migration), "moved_bytes": moved,
-            "split_groups": list(split),
-            # the batch's input per key group (non-zero ones), for a replay of the run's
-            # input through the simulator's cost model (keyshift simulate --calibrate)
-            "load_groups": np.flatnonzero(loads).tolist(),
-            "load_counts": loads[loads > 0].astype(int).tolist(),
-            "tasks": tasks, "split_tasks": split_tasks})
-        if self.on_batch is not None:
-            self.on_batch(BatchReport(batch_id, valid, dead, outs, bal.rstd, plan.parallelism,
-                                      plan.version, len(migration), moved, duration))
 
     def _measure_migration(self, batch_id: int, migration: Migration, prev: Plan, plan: Plan,
                            moved: int, engines_s: float, rate: float) -> None:
