@@ -47,11 +47,11 @@ from .decision import (
     plan_action,
     plan_diff,
 )
-from .evaluate import evaluate
+from .evaluate import Evaluation, evaluate
 from .guard import INEFFECTIVE, GuardSettings, GuardState, ScalingGuard
 from .scaling import Forecaster, ScalerStep, one_line, scale_plan
 from .store import ControlRecord, ControlStore
-from .window import WindowStats
+from .window import WindowSample, WindowStats
 
 MODES = ("act", "recommend")
 
@@ -85,6 +85,30 @@ class LoopSettings:
         c = cfg.controller
         return cls(window_s=float(c.window_s), min_gain=float(c.min_gain), mode=c.mode,
                    theta=float(c.theta), theta2=float(cfg.planner.theta2))
+
+
+@dataclass
+class _ScalerPart:
+    """The scaler's part of one window: its decision, the sample it decided on, the reason's
+    text, the plan of a new N (None: N stays) and whether it was replayed from the store."""
+
+    replayed: bool = False
+    scaling: ScalingDecision | None = None
+    sample: WindowSample | None = None
+    text: str = ""
+    candidate: Plan | None = None
+
+
+@dataclass
+class _BalancerPart:
+    """The balancer's part of one window: the policy's decision, the action the loop takes
+    on it (none, rebalance or declined), the reason's text and the plan it would put in
+    force."""
+
+    decision: Decision | None = None
+    action: str = "none"
+    text: str = ""
+    candidate: Plan | None = None
 
 
 class ControlLoop:
@@ -174,147 +198,188 @@ class ControlLoop:
     # -- the loop -----------------------------------------------------------------------------
     def step(self, window: WindowStats) -> ControlDecision:
         """Evaluate, decide, realize and record the window that ``window.last_batch`` closed."""
-        b, s = window.last_batch, self.settings
-        old = self.plan_for(b + 1)
-        n = old.parallelism
+        s = self.settings
+        old = self.plan_for(window.last_batch + 1)
         ev = evaluate(window, old, s.window_s, s.theta, s.theta2,
                       self.scaler.expected() if self.scaler is not None else None)
-        recorded = self._recorded.pop(b, None)
+        recorded = self._recorded.pop(window.last_batch, None)
         state = np.where(window.state > 0, window.state, 0.0)
         # did the last scale-out help? (keyshift.control.guard; judged before the scaler,
         # whose next scale-out an ineffective verdict holds, or when the scaler asks again)
         if self.guard is not None:
             self.guard.judge(window, ev)
-
-        # decide: the scaler first
-        scaling, sample, scale_text, candidate, component = None, None, "", None, "balancer"
-        replayed = recorded is not None and recorded.scaler is not None
-        if self.scaler is not None:
-            sample = window.sample(n, self.clock(), s.window_s)
-            if replayed:
-                sample = recorded.sample or sample
-                scaling = self.scaler.replay(window.index + 1, n, sample, recorded.scaler)
-            else:
-                # per-engine loads only where the window counted groups (the replay has
-                # none: its scalers then see the mean, as they say in their reasons)
-                per_engine = (live_loads(old.assignment, window.loads, old.live)
-                              if window.loads.size and window.loads.sum() > 0 else None)
-                since = getattr(self.scaler.scaler, "since_change_", None)
-                if self.reconfiguration is not None and hasattr(self.scaler.scaler, "rc"):
-                    # the planner prices a change of N at what one costs now (Eq. 11's RC)
-                    self.scaler.scaler.rc = self.reconfiguration.rc(
-                        sample.in_tuples / s.window_s)
-                scaling = self.scaler.decide(window.index + 1, n, sample, per_engine)
-                if self.guard is not None:
-                    guarded = self.guard.admit(scaling, window.index, n)
-                    if guarded.engines_after == n != scaling.engines_after:
-                        self.scaler.held(since)  # N stayed: no change for its cooldown
-                    scaling = guarded
-            scale_text = scaling.reason
-            if scaling.engines_after != n:
-                try:
-                    candidate = scale_plan(old, scaling.engines_after, window.loads)[0]
-                    component = "scaler"
-                except Exception as exc:  # noqa: BLE001 -- keep N, say why
-                    if not self.scaler.keep_on_error:
-                        raise
-                    scale_text = f"{scale_text}; not realized: {one_line(exc)}"
-                    scaling = self.scaler.keep(window.index + 1, n, scale_text)
-
-        # then the balancer, on the unchanged plan, and its vetoes
-        balancing, bal_action, bal_text = None, "none", ""
-        balanced = candidate is None
-        if balanced:
-            if self.policy is None:
-                bal_text = f"{self.policy_name} is a fixed plan"
-            else:
-                balancing = self.policy.decide(old, Window(loads=window.loads, state=state,
-                                                           history=window.history))
-                bal_text = balancer_reason(balancing)
-                veto = min_gain_veto(old, balancing.plan, window.loads, self.min_gain()) \
-                    if balancing.changed else ""
-                if veto:
-                    bal_action, bal_text = "declined", f"declined: {bal_text}; {veto}"
-                elif balancing.changed:
-                    candidate, bal_action = balancing.plan, plan_action(old, balancing.plan)
-                    bal_action = bal_action if bal_action != "none" else "rebalance"
-            # imbalance above θ left as it is because no key-granular plan could do better
-            # (keyshift.control.floor): the reason says so, naming the hot key group
-            if bal_action in ("none", "declined") and ev.over_theta \
-                    and ev.floor.reached_by(ev.max_load, self.min_gain()):
-                bal_text = f"{bal_text}; {ev.floor.reason()}"
-
-        # realize
-        act = s.mode == "act"
-        after, version = old, None
-        if candidate is not None and act:
-            version = old.version + 1
-            after = Plan(candidate.assignment, candidate.engines, version, candidate.live)
-        moves = plan_diff(old, candidate, state) if candidate is not None else plan_diff(
-            old, old, state)
-        # the window's one action: what was realized, else what the scaler proposed (dry
-        # run, recommend), else the balancer's (recommended, declined or none)
-        if candidate is not None and not balanced:
-            action = plan_action(old, candidate)
-        elif balanced and version is not None:
-            action = bal_action
-        elif scaling is not None and scaling.proposed != n:
-            action, component = scaling.action, "scaler"
-        elif scaling is not None and scaling.held and bal_action == "none":
-            action, component = "declined", "scaler"
-        else:
-            action = bal_action
-        decision = ControlDecision(
-            batch_id=b, window=window.index, action=action, component=component,
-            reason=scale_text or bal_text,
-            realized=version is not None, before=old, after=after, candidate=candidate,
-            moves=moves, evaluation=ev, scaling=scaling, balancing=balancing,
-            verdict=self.guard.last if self.guard is not None else None)
-        verdict = decision.verdict
-        rows = self._rows(decision, scaling, scale_text, replayed, balanced, balancing,
-                          bal_action, bal_text, window, state)
-        # the window's reason is its last row's, the scaler's when the guardrails held it
-        reason = rows[0 if action == "declined" and component == "scaler" else -1]["reason"]
-        if verdict is not None and verdict.ineffective:  # its own row, after the window's
-            rows.append(audit_row(self.run_id, b, "scaler", self.scaler.name, INEFFECTIVE,
-                                  verdict.reason(), None, None, None, None, n, n, None,
-                                  ev.floor, verdict.effectiveness, verdict.hold_until))
-        decision = replace(decision, rows=tuple(rows), reason=reason)
-        if self.guard is not None:
-            if replayed and recorded.guard is not None:
-                self.guard.state = GuardState.from_json(recorded.guard)  # as first decided
-            elif version is not None and not balanced:
-                self.guard.expect(window.index, n, after.parallelism, ev, window.lag)
-
-        # record (state first: a re-executed batch must find the scaler's decision) and
-        # realize the new plan version
-        if self.scaler is not None or version is not None:
-            scaler_state = None
-            if self.scaler is not None and scaling is not None:
-                scaler_state = self.scaler.state(scaling, rows[0]["reason"])
-            self.store.write_record(ControlRecord(
-                b, window.index, version, sample, scaler_state,
-                self.guard.state.to_json() if self.guard is not None else None))
-        if version is not None:
-            who = self.policy_name if balanced else "scaler"
-            text = bal_text if balanced else scale_text
-            self.store.write_plan(after, who, text, b)
-            self._plans[version] = after
-            self._changes.append((b, version))
-            if self.realizer is not None:
-                self.realizer.realize(decision)
-        self.store.write_decisions(rows, b)
+        # decide: the scaler first, then the balancer on the unchanged plan, and its vetoes
+        scaler = self._decide_scale(window, old, recorded)
+        balancer = self._decide_balance(window, old, state, ev) if scaler.candidate is None \
+            else _BalancerPart()
+        decision = self._decision(window, old, ev, state, scaler, balancer)
+        decision = self._audited(decision, window, state, scaler, balancer)
+        self._follow_guard(decision, window, scaler, recorded)
+        self._record(decision, scaler, balancer)
         self.last = decision
         return decision
 
-    def _rows(self, d: ControlDecision, scaling: ScalingDecision | None, scale_text: str,
-              replayed: bool, balanced: bool, balancing: Decision | None, bal_action: str,
-              bal_text: str,
+    # -- decide -----------------------------------------------------------------------------
+    def _decide_scale(self, window: WindowStats, old: Plan,
+                      recorded: ControlRecord | None) -> _ScalerPart:
+        """The scaler's N for the next window (replayed as first decided when the store
+        holds the window's record) and, for a new N, the plan that realizes it."""
+        part = _ScalerPart(replayed=recorded is not None and recorded.scaler is not None)
+        if self.scaler is None:
+            return part
+        n = old.parallelism
+        sample = window.sample(n, self.clock(), self.settings.window_s)
+        if part.replayed:
+            sample = recorded.sample or sample
+            scaling = self.scaler.replay(window.index + 1, n, sample, recorded.scaler)
+        else:
+            scaling = self._scale_anew(window, old, sample)
+        text = scaling.reason
+        if scaling.engines_after != n:
+            try:
+                part.candidate = scale_plan(old, scaling.engines_after, window.loads)[0]
+            except Exception as exc:  # noqa: BLE001 -- keep N, say why
+                if not self.scaler.keep_on_error:
+                    raise
+                text = f"{text}; not realized: {one_line(exc)}"
+                scaling = self.scaler.keep(window.index + 1, n, text)
+        part.sample, part.scaling, part.text = sample, scaling, text
+        return part
+
+    def _scale_anew(self, window: WindowStats, old: Plan, sample: WindowSample) -> ScalingDecision:
+        """The scaler's own decision on this window, through the guardrails."""
+        n = old.parallelism
+        # per-engine loads only where the window counted groups (the replay has none: its
+        # scalers then see the mean, as they say in their reasons)
+        per_engine = (live_loads(old.assignment, window.loads, old.live)
+                      if window.loads.size and window.loads.sum() > 0 else None)
+        since = getattr(self.scaler.scaler, "since_change_", None)
+        if self.reconfiguration is not None and hasattr(self.scaler.scaler, "rc"):
+            # the planner prices a change of N at what one costs now (Eq. 11's RC)
+            self.scaler.scaler.rc = self.reconfiguration.rc(
+                sample.in_tuples / self.settings.window_s)
+        scaling = self.scaler.decide(window.index + 1, n, sample, per_engine)
+        if self.guard is not None:
+            guarded = self.guard.admit(scaling, window.index, n)
+            if guarded.engines_after == n != scaling.engines_after:
+                self.scaler.held(since)  # N stayed: no change for its cooldown
+            scaling = guarded
+        return scaling
+
+    def _decide_balance(self, window: WindowStats, old: Plan, state: np.ndarray,
+                        ev: Evaluation) -> _BalancerPart:
+        """The balancer's plan on the unchanged engine count, and the ``min_gain`` veto."""
+        part = _BalancerPart()
+        if self.policy is None:
+            part.text = f"{self.policy_name} is a fixed plan"
+        else:
+            d = self.policy.decide(old, Window(loads=window.loads, state=state,
+                                               history=window.history))
+            part.decision, part.text = d, balancer_reason(d)
+            veto = min_gain_veto(old, d.plan, window.loads, self.min_gain()) if d.changed else ""
+            if veto:
+                part.action, part.text = "declined", f"declined: {part.text}; {veto}"
+            elif d.changed:
+                action = plan_action(old, d.plan)
+                part.candidate, part.action = d.plan, action if action != "none" else "rebalance"
+        # imbalance above θ left as it is because no key-granular plan could do better
+        # (keyshift.control.floor): the reason says so, naming the hot key group
+        if part.action in ("none", "declined") and ev.over_theta \
+                and ev.floor.reached_by(ev.max_load, self.min_gain()):
+            part.text = f"{part.text}; {ev.floor.reason()}"
+        return part
+
+    # -- realize ----------------------------------------------------------------------------
+    def _decision(self, window: WindowStats, old: Plan, ev: Evaluation, state: np.ndarray,
+                  scaler: _ScalerPart, balancer: _BalancerPart) -> ControlDecision:
+        """The window's decision: in act mode the candidate becomes the next plan version;
+        its one action is what was realized, else what the scaler proposed (dry run,
+        recommend), else the balancer's (recommended, declined or none)."""
+        n = old.parallelism
+        balanced = scaler.candidate is None
+        candidate = balancer.candidate if balanced else scaler.candidate
+        after, version = old, None
+        if candidate is not None and self.settings.mode == "act":
+            version = old.version + 1
+            after = Plan(candidate.assignment, candidate.engines, version, candidate.live)
+        scaling, component = scaler.scaling, "balancer" if balanced else "scaler"
+        if candidate is not None and not balanced:
+            action = plan_action(old, candidate)
+        elif balanced and version is not None:
+            action = balancer.action
+        elif scaling is not None and scaling.proposed != n:
+            action, component = scaling.action, "scaler"
+        elif scaling is not None and scaling.held and balancer.action == "none":
+            action, component = "declined", "scaler"
+        else:
+            action = balancer.action
+        return ControlDecision(
+            batch_id=window.last_batch, window=window.index, action=action,
+            component=component, reason=scaler.text or balancer.text,
+            realized=version is not None, before=old, after=after, candidate=candidate,
+            moves=plan_diff(old, candidate if candidate is not None else old, state),
+            evaluation=ev, scaling=scaling, balancing=balancer.decision,
+            verdict=self.guard.last if self.guard is not None else None)
+
+    def _follow_guard(self, d: ControlDecision, window: WindowStats, scaler: _ScalerPart,
+                      recorded: ControlRecord | None) -> None:
+        """The guard's state after the window: as first decided on a replay, else waiting
+        for the effect of a realized change of N."""
+        if self.guard is None:
+            return
+        if scaler.replayed and recorded.guard is not None:
+            self.guard.state = GuardState.from_json(recorded.guard)  # as first decided
+        elif d.realized and scaler.candidate is not None:
+            self.guard.expect(window.index, d.before.parallelism, d.after.parallelism,
+                              d.evaluation, window.lag)
+
+    # -- record -----------------------------------------------------------------------------
+    def _record(self, d: ControlDecision, scaler: _ScalerPart, balancer: _BalancerPart) -> None:
+        """Record (state first: a re-executed batch must find the scaler's decision) and
+        realize the new plan version, then the audit rows."""
+        b, version = d.batch_id, d.after.version if d.realized else None
+        if self.scaler is not None or version is not None:
+            scaler_state = None
+            if self.scaler is not None and scaler.scaling is not None:
+                scaler_state = self.scaler.state(scaler.scaling, d.rows[0]["reason"])
+            self.store.write_record(ControlRecord(
+                b, d.window, version, scaler.sample, scaler_state,
+                self.guard.state.to_json() if self.guard is not None else None))
+        if version is not None:
+            balanced = scaler.candidate is None
+            who = self.policy_name if balanced else "scaler"
+            text = balancer.text if balanced else scaler.text
+            self.store.write_plan(d.after, who, text, b)
+            self._plans[version] = d.after
+            self._changes.append((b, version))
+            if self.realizer is not None:
+                self.realizer.realize(d)
+        self.store.write_decisions(list(d.rows), b)
+
+    def _audited(self, d: ControlDecision, window: WindowStats, state: np.ndarray,
+                 scaler: _ScalerPart, balancer: _BalancerPart) -> ControlDecision:
+        """The decision with its audit rows and the window's reason: its last row's, the
+        scaler's when the guardrails held it; an ineffective scale-out gets its own row."""
+        rows = self._rows(d, scaler=scaler, balancer=balancer, window=window, state=state)
+        reason = rows[0 if d.action == "declined" and d.component == "scaler" else -1]["reason"]
+        verdict, n = d.verdict, d.before.parallelism
+        if verdict is not None and verdict.ineffective:  # its own row, after the window's
+            rows.append(audit_row(
+                self.run_id, d.batch_id, "scaler", self.scaler.name, INEFFECTIVE,
+                verdict.reason(), rstd_before=None, rstd_after=None, moved=None, psi=None,
+                engines_before=n, engines_after=n, version=None, floor=d.evaluation.floor,
+                effectiveness=verdict.effectiveness, hold_until=verdict.hold_until))
+        return replace(d, rows=tuple(rows), reason=reason)
+
+    def _rows(self, d: ControlDecision, *, scaler: _ScalerPart, balancer: _BalancerPart,
               window: WindowStats, state: np.ndarray) -> list[dict[str, Any]]:
         old, after, rows = d.before, d.after, []
         recommend = self.settings.mode == "recommend"
         floor = d.evaluation.floor  # the window's, on every row of the window
         rstd = d.evaluation.balance.rstd
+        scaling, scale_text, replayed = scaler.scaling, scaler.text, scaler.replayed
+        balanced = scaler.candidate is None
+        balancing, bal_action, bal_text = balancer.decision, balancer.action, balancer.text
         if scaling is not None:
             text, version, moved, psi, rstd_after = scale_text, None, None, None, None
             engines_after = scaling.engines_after
@@ -332,28 +397,31 @@ class ControlLoop:
                 text = (RECOMMEND if scaling.proposed != old.parallelism else "") + text
             elif not replayed and scaling.dry_run:
                 text = DRY_RUN + text
-            rows.append(audit_row(self.run_id, d.batch_id, "scaler", scaling.policy,
-                                  scaling.action, text, rstd, rstd_after, moved, psi,
-                                  old.parallelism, engines_after, version, floor))
+            rows.append(audit_row(
+                self.run_id, d.batch_id, "scaler", scaling.policy, scaling.action, text,
+                rstd_before=rstd, rstd_after=rstd_after, moved=moved, psi=psi,
+                engines_before=old.parallelism, engines_after=engines_after, version=version,
+                floor=floor))
         if balanced:
             if balancing is None or bal_action in ("none", "declined"):
                 before = d.evaluation.balance if balancing is None else balancing.before
-                rows.append(audit_row(self.run_id, d.batch_id, "balancer", self.policy_name,
-                                      bal_action, bal_text, before.rstd,
-                                      (before if bal_action == "declined" or balancing is None
-                                       else balancing.after).rstd,
-                                      0 if bal_action == "declined" or balancing is None
-                                      else len(balancing.moves),
-                                      0.0 if bal_action == "declined" or balancing is None
-                                      else balancing.moves.total_state,
-                                      old.parallelism, old.parallelism, None, floor))
+                unmoved = bal_action == "declined" or balancing is None
+                rows.append(audit_row(
+                    self.run_id, d.batch_id, "balancer", self.policy_name, bal_action, bal_text,
+                    rstd_before=before.rstd,
+                    rstd_after=(before if unmoved else balancing.after).rstd,
+                    moved=0 if unmoved else len(balancing.moves),
+                    psi=0.0 if unmoved else balancing.moves.total_state,
+                    engines_before=old.parallelism, engines_after=old.parallelism,
+                    version=None, floor=floor))
             else:
                 rows.append(audit_row(
                     self.run_id, d.batch_id, "balancer", self.policy_name, bal_action,
-                    (RECOMMEND if recommend else "") + bal_text, balancing.before.rstd,
-                    balancing.after.rstd, len(balancing.moves), balancing.moves.total_state,
-                    old.parallelism, after.parallelism, after.version if d.realized else None,
-                    floor))
+                    (RECOMMEND if recommend else "") + bal_text,
+                    rstd_before=balancing.before.rstd, rstd_after=balancing.after.rstd,
+                    moved=len(balancing.moves), psi=balancing.moves.total_state,
+                    engines_before=old.parallelism, engines_after=after.parallelism,
+                    version=after.version if d.realized else None, floor=floor))
         return rows
 
 

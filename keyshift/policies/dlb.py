@@ -24,7 +24,7 @@ Semantics chosen against Algorithm 1's lines, and why:
 * ``max_moves`` (default unbounded) caps the moves per window for callers that want to
   bound a migration; the stop reason is reported in ``info``.
 
-``info["steps"]`` lists the moves in the order they were made (group, from, to) so the
+``info.details["steps"]`` lists the moves in the order they were made (group, from, to) so the
 property tests and the event log can replay the decision.
 
 Cost: a radix sort of the groups by engine once, a sort of each *source* engine's groups
@@ -38,12 +38,13 @@ the generic loop's moves, in the same order (equality tests).
 from __future__ import annotations
 
 import heapq
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
 from keyshift.plan import Plan
-from keyshift.policies.base import Policy, PolicyInputError, PolicyKind, Window
+from keyshift.policies.base import DecisionInfo, Policy, PolicyInputError, PolicyKind, Window
 from keyshift.policies.engine_index import EngineIndex
 
 _NO_STEPS = np.empty((0, 3), dtype=np.int64)
@@ -83,76 +84,57 @@ class DynamicLoadBalancing(Policy):
         self.theta = theta
         self.max_moves = max_moves
 
-    def _decide(self, plan: Plan, window: Window) -> tuple[Plan, dict[str, Any], np.ndarray | None]:
+    def _decide(self, plan: Plan, window: Window) -> tuple[Plan, DecisionInfo, np.ndarray | None]:
         theta = check_theta(self.theta)
         if self.max_moves is not None and (
             not isinstance(self.max_moves, int | np.integer) or self.max_moves < 0
         ):
             raise PolicyInputError("max_moves", f"must be an integer >= 0, got {self.max_moves!r}")
         limit = np.inf if self.max_moves is None else int(self.max_moves)
-
-        slots = plan.live_engines
-        n = slots.size
-        engine_of = plan.dense_index[plan.assignment]
-        loads = window.loads
-        eng = np.bincount(engine_of, weights=loads, minlength=n)
-        total = float(eng.sum())
-        info: dict[str, Any] = {"theta": theta, "policy": self.name}
-        if n < 2 or total <= 0:
-            info.update(reason="fewer than two live engines or no load", steps=_NO_STEPS)
-            return plan, info, None
-        mean = total / n
-        bound = n * (theta * mean / 100.0) ** 2  # imbScore ≤ θ  ⇔  Σ(L−μ)² ≤ bound
-        dev2 = float(((eng - mean) ** 2).sum())
-        if dev2 <= bound:
-            info.update(reason="imbScore already within theta", steps=_NO_STEPS)
-            return plan, info, None
-
-        index = EngineIndex(engine_of, loads, n)
+        details: dict[str, Any] = {"theta": theta, "policy": self.name}
+        start, why = imbalance_start(plan, window, theta)
+        if start is None:
+            return self._finish(plan, details, _NO_STEPS, why)
+        index = EngineIndex(start.engine_of, window.loads, start.n)
         if self.pick == "light" and self.lean:
-            if n >= ROUNDS_FROM_ENGINES:
-                steps, reason = lightest_first_in_rounds(index, eng, slots, mean, bound, dev2, limit)
+            if start.n >= ROUNDS_FROM_ENGINES:
+                steps, reason = lightest_first_in_rounds(
+                    index, eng=start.eng, slots=start.slots, mean=start.mean,
+                    bound=start.bound, dev2=start.dev2, limit=limit)
             else:
-                steps, reason = lightest_first(index, eng.tolist(), slots.tolist(), mean, bound, dev2, limit)
-            return self._finish(plan, info, steps, reason)
+                steps, reason = lightest_first(
+                    index, load=start.eng.tolist(), slot_of=start.slots.tolist(),
+                    mean=start.mean, bound=start.bound, dev2=start.dev2, limit=limit)
+        else:
+            steps, reason = self._moves(index, start, limit)
+        return self._finish(plan, details, steps, reason)
+
+    def _moves(self, index: EngineIndex, start: ImbalanceStart,
+               limit: float) -> tuple[list[tuple[int, int, int]], str]:
+        """Algorithm 1, one move at a time: the most loaded engine that can help gives its
+        heaviest group below the gap (DLB-H) or its lightest (DLB-L) to the least loaded."""
         # engine a can help iff its smallest positive group x satisfies x < L_a − L_min;
         # ``small`` is kept exact per move (only a's bucket is ever searched for it: an
         # engine that receives x simply takes min(small, x)).
         small = index.smallest_positive().tolist()
-        load = eng.tolist()
-        slot_of = slots.tolist()
+        load = start.eng.tolist()
+        slot_of = start.slots.tolist()
+        mean, bound, dev2 = start.mean, start.bound, start.dev2
         steps: list[tuple[int, int, int]] = []
-        reason = "no move improves imbScore"
         heavy = self.pick == "heavy"
-        # Two heaps with lazy deletion instead of O(n) scans per move: the least loaded
-        # engine, and the most loaded engine that can help. L_min never falls (a move of
-        # x < L_a − L_min leaves a above the old minimum), so an unchanged engine that
-        # cannot help now never can again: it is dropped until its own load changes.
-        # Ties break on the lower engine id, exactly as argmin/argmax would.
-        version = [0] * n
-        lows = [(load[e], e, 0) for e in range(n)]
-        highs = [(-load[e], e, 0) for e in range(n)]
-        heapq.heapify(lows)
-        heapq.heapify(highs)
+        heaps = _EngineHeaps(load)
         tol = _help_tol(mean)
         while dev2 > bound:
             if len(steps) >= limit:
-                reason = "max_moves reached"
-                break
-            while lows[0][2] != version[lows[0][1]]:
-                heapq.heappop(lows)
-            low, b, _ = lows[0]
-            while highs:
-                _, a, v = highs[0]
-                if v == version[a] and load[a] - small[a] > low + tol:
-                    break
-                heapq.heappop(highs)
-            else:
-                break
+                return steps, "max_moves reached"
+            low, b = heaps.least()
+            a = heaps.most_helping(small, low + tol)
+            if a is None:
+                return steps, "no move improves imbScore"
             gap = load[a] - low
             found = index.largest_below(a, gap - tol) if heavy else index.smallest(a)
             if found is None:  # defensive: ``small`` says a helping group exists
-                break
+                return steps, "no move improves imbScore"
             x, g, handle = found
             index.take(a, handle)
             index.put(b, x, g)
@@ -166,20 +148,16 @@ class DynamicLoadBalancing(Policy):
             small[a] = nxt[0] if nxt is not None else np.inf
             if x < small[b]:
                 small[b] = x
-            for e in (a, b):
-                version[e] += 1
-                heapq.heappush(lows, (load[e], e, version[e]))
-                heapq.heappush(highs, (-load[e], e, version[e]))
-        else:
-            reason = "imbScore within theta"
-        return self._finish(plan, info, steps, reason)
+            heaps.changed(a, b)
+        return steps, "imbScore within theta"
 
     @staticmethod
     def _finish(
-        plan: Plan, info: dict[str, Any], steps: list[tuple[int, int, int]] | np.ndarray, reason: str
-    ) -> tuple[Plan, dict[str, Any], np.ndarray | None]:
+        plan: Plan, details: dict[str, Any], steps: list[tuple[int, int, int]] | np.ndarray,
+        reason: str,
+    ) -> tuple[Plan, DecisionInfo, np.ndarray | None]:
         done = np.array(steps, dtype=np.int64).reshape(-1, 3)
-        info.update(reason=reason, steps=done)
+        info = DecisionInfo(reason=reason, details={**details, "steps": done})
         if not len(done):
             return plan, info, None
         assignment = plan.assignment.copy()
@@ -187,6 +165,83 @@ class DynamicLoadBalancing(Policy):
         groups, first = np.unique(latest[:, 0], return_index=True)
         assignment[groups] = latest[first, 2]
         return plan.with_assignment(assignment), info, None
+
+
+@dataclass(frozen=True)
+class ImbalanceStart:
+    """What DLB's loops start from: the live slots, each group's engine position, the
+    engines' loads, their mean, the bound on Σ(L−μ)² that imbScore ≤ θ means, and
+    Σ(L−μ)² now (above the bound)."""
+
+    slots: np.ndarray
+    engine_of: np.ndarray
+    eng: np.ndarray
+    mean: float
+    bound: float
+    dev2: float
+
+    @property
+    def n(self) -> int:
+        return int(self.slots.size)
+
+
+def imbalance_start(plan: Plan, window: Window,
+                    theta: float) -> tuple[ImbalanceStart | None, str]:
+    """The start of DLB's loop, or None and why nothing needs to move."""
+    slots = plan.live_engines
+    n = slots.size
+    engine_of = plan.dense_index[plan.assignment]
+    eng = np.bincount(engine_of, weights=window.loads, minlength=n)
+    total = float(eng.sum())
+    if n < 2 or total <= 0:
+        return None, "fewer than two live engines or no load"
+    mean = total / n
+    bound = n * (theta * mean / 100.0) ** 2  # imbScore ≤ θ  ⇔  Σ(L−μ)² ≤ bound
+    dev2 = float(((eng - mean) ** 2).sum())
+    if dev2 <= bound:
+        return None, "imbScore already within theta"
+    return ImbalanceStart(slots, engine_of, eng, mean, bound, dev2), ""
+
+
+class _EngineHeaps:
+    """Two heaps with lazy deletion instead of O(n) scans per move: the least loaded
+    engine, and the most loaded engine that can help. L_min never falls (a move of
+    x < L_a − L_min leaves a above the old minimum), so an unchanged engine that cannot
+    help now never can again: it is dropped until its own load changes. Ties break on the
+    lower engine id, exactly as argmin/argmax would. ``load`` is the caller's list, read
+    as it changes."""
+
+    def __init__(self, load: list[float]) -> None:
+        n = len(load)
+        self.load = load
+        self.version = [0] * n
+        self.lows = [(load[e], e, 0) for e in range(n)]
+        self.highs = [(-load[e], e, 0) for e in range(n)]
+        heapq.heapify(self.lows)
+        heapq.heapify(self.highs)
+
+    def least(self) -> tuple[float, int]:
+        """(L_min, its engine)."""
+        lows, version = self.lows, self.version
+        while lows[0][2] != version[lows[0][1]]:
+            heapq.heappop(lows)
+        return lows[0][0], lows[0][1]
+
+    def most_helping(self, small: list[float], above: float) -> int | None:
+        """The most loaded engine whose smallest positive group leaves it above ``above``."""
+        highs, version, load = self.highs, self.version, self.load
+        while highs:
+            _, a, v = highs[0]
+            if v == version[a] and load[a] - small[a] > above:
+                return a
+            heapq.heappop(highs)
+        return None
+
+    def changed(self, *engines: int) -> None:
+        for e in engines:
+            self.version[e] += 1
+            heapq.heappush(self.lows, (self.load[e], e, self.version[e]))
+            heapq.heappush(self.highs, (-self.load[e], e, self.version[e]))
 
 
 EXACT_EVERY = 256  # re-derive Σ(L−μ)² every so many moves so rounding cannot accumulate
@@ -407,11 +462,9 @@ def lightest_first_in_rounds(
     where the loop re-derives Σ(L−μ)². Every round keeps at least its first move, which
     is the loop's own next move, so the result is the same move list.
     """
-    n = eng.size
     load = eng.astype(np.float64).copy()
     small = index.smallest_positive()
     keys = _FlatKeys(index)
-    ids = np.arange(n)
     chunks: list[np.ndarray] = []
     done = 0
     reason = "no move improves imbScore"
@@ -420,35 +473,15 @@ def lightest_first_in_rounds(
         if done >= limit:
             reason = "max_moves reached"
             break
-        recipients = np.argsort(load, kind="stable")  # (load, id): stable keeps ids in order
-        low = load[recipients[0]]
-        donors = np.flatnonzero(load - small > low + tol)
-        if donors.size == 0:
-            break
-        donors = donors[np.argsort(-load[donors], kind="stable")]  # (−load, id)
-        m = min(donors.size, EXACT_EVERY - done % EXACT_EVERY)
+        cap = EXACT_EVERY - done % EXACT_EVERY  # a round ends where the loop re-derives Σ
         if limit != np.inf:
-            m = min(m, int(limit) - done)
-        d, r = donors[:m], recipients[:m]
-        d_load, r_load, x = load[d], load[r], small[d]
-        down, up = d_load - x, r_load + x
-        t = ids[:m]
-        pos = np.full(n, m)  # an engine's position among the round's donors ...
-        pos[d] = t
-        valid = pos[r] >= t
-        pos[d] = m
-        pos[r] = t  # ... and among its recipients
-        valid &= (pos[d] > t) & (down > r_load + tol)
-        if m > 1:
-            lowest = np.minimum(np.minimum.accumulate(up), np.minimum.accumulate(down))[:-1]
-            highest = np.maximum(np.maximum.accumulate(up), np.maximum.accumulate(down))[:-1]
-            valid[1:] &= (r_load[1:] < lowest) & (d_load[1:] > highest)
-        valid[0] = True
-        k = m if valid.all() else int(np.argmin(valid))
-        running = np.add.accumulate(np.concatenate(([dev2], 2.0 * x[:k] * (x[:k] - (d_load[:k] - r_load[:k])))))
-        stop = np.flatnonzero(running[1:k] <= bound)
-        if stop.size:
-            k = int(stop[0]) + 1
+            cap = min(cap, int(limit) - done)
+        pairs = _round_pairs(load, small, tol, cap)
+        if pairs is None:
+            break
+        d, r = pairs
+        x = small[d]
+        k, running = _proven_prefix(load, d, r, x, tol, dev2, bound)
         d, r, x = d[:k], r[:k], x[:k]
         groups, small[d] = keys.take(d)
         keys.give(r, x, groups)
@@ -463,3 +496,47 @@ def lightest_first_in_rounds(
     else:
         reason = "imbScore within theta"
     return np.concatenate(chunks) if chunks else np.empty((0, 3), dtype=np.int64), reason
+
+
+def _round_pairs(load: np.ndarray, small: np.ndarray, tol: float,
+                 cap: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """A round's candidate moves, at most ``cap``: the qualifying donors ranked by
+    (−load, id) and all engines by (load, id), the t-th donor paired with the t-th
+    recipient; None when no engine can help."""
+    recipients = np.argsort(load, kind="stable")  # (load, id): stable keeps ids in order
+    low = load[recipients[0]]
+    donors = np.flatnonzero(load - small > low + tol)
+    if donors.size == 0:
+        return None
+    donors = donors[np.argsort(-load[donors], kind="stable")]  # (−load, id)
+    m = min(donors.size, cap)
+    return donors[:m], recipients[:m]
+
+
+def _proven_prefix(load: np.ndarray, d: np.ndarray, r: np.ndarray, x: np.ndarray, tol: float,
+                   dev2: float, bound: float) -> tuple[int, np.ndarray]:
+    """How many of the round's moves (donors ``d`` give ``x`` to recipients ``r``) the
+    one-move-at-a-time loop is proven to make (at least the first), and the running
+    Σ(L−μ)² before and after each of them."""
+    n, m = load.size, d.size
+    d_load, r_load = load[d], load[r]
+    down, up = d_load - x, r_load + x
+    t = np.arange(m)
+    pos = np.full(n, m)  # an engine's position among the round's donors ...
+    pos[d] = t
+    valid = pos[r] >= t
+    pos[d] = m
+    pos[r] = t  # ... and among its recipients
+    valid &= (pos[d] > t) & (down > r_load + tol)
+    if m > 1:
+        lowest = np.minimum(np.minimum.accumulate(up), np.minimum.accumulate(down))[:-1]
+        highest = np.maximum(np.maximum.accumulate(up), np.maximum.accumulate(down))[:-1]
+        valid[1:] &= (r_load[1:] < lowest) & (d_load[1:] > highest)
+    valid[0] = True
+    k = m if valid.all() else int(np.argmin(valid))
+    running = np.add.accumulate(
+        np.concatenate(([dev2], 2.0 * x[:k] * (x[:k] - (d_load[:k] - r_load[:k])))))
+    stop = np.flatnonzero(running[1:k] <= bound)
+    if stop.size:
+        k = int(stop[0]) + 1
+    return k, running

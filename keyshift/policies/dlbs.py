@@ -38,12 +38,14 @@ from typing import Any
 import numpy as np
 
 from keyshift.plan import Plan
-from keyshift.policies.base import Policy, PolicyInputError, PolicyKind, Window
+from keyshift.policies.base import DecisionInfo, Policy, PolicyInputError, PolicyKind, Window
 from keyshift.policies.dlb import (
     EXACT_EVERY,
     DynamicLoadBalancing,
+    ImbalanceStart,
     _help_tol,
     check_theta,
+    imbalance_start,
 )
 from keyshift.policies.engine_index import radix_key
 
@@ -69,7 +71,7 @@ class DLBState(Policy):
         self.theta = theta
         self.max_moves = max_moves
 
-    def _decide(self, plan: Plan, window: Window) -> tuple[Plan, dict[str, Any], np.ndarray | None]:
+    def _decide(self, plan: Plan, window: Window) -> tuple[Plan, DecisionInfo, np.ndarray | None]:
         theta = check_theta(self.theta)
         if self.max_moves is not None and (
             isinstance(self.max_moves, bool)
@@ -78,76 +80,79 @@ class DLBState(Policy):
         ):
             raise PolicyInputError("max_moves", f"must be an integer >= 0, got {self.max_moves!r}")
         limit = math.inf if self.max_moves is None else int(self.max_moves)
-        slots = plan.live_engines
-        n = slots.size
-        engine_of = plan.dense_index[plan.assignment]
-        loads, state = window.loads, window.state
-        eng = np.bincount(engine_of, weights=loads, minlength=n)
-        total = float(eng.sum())
-        info: dict[str, Any] = {"theta": theta, "policy": self.name}
-        empty = np.empty((0, 3), dtype=np.int64)
-        if n < 2 or total <= 0:
-            info.update(reason="fewer than two live engines or no load", steps=empty)
-            return plan, info, None
-        mean = total / n
-        bound = n * (theta * mean / 100.0) ** 2
-        dev2 = float(((eng - mean) ** 2).sum())
-        if dev2 <= bound:
-            info.update(reason="imbScore already within theta", steps=empty)
-            return plan, info, None
+        details: dict[str, Any] = {"theta": theta, "policy": self.name}
+        start, why = imbalance_start(plan, window, theta)
+        if start is None:
+            return DynamicLoadBalancing._finish(plan, details, [], why)
+        steps, reason = _state_moves(start, window.loads, window.state, limit)
+        return DynamicLoadBalancing._finish(plan, details, steps, reason)
 
-        # each live engine's groups of positive load (zero-load groups never move); a
-        # group that leaves keeps its slot in the donor's array and is masked out by
-        # ``owner``, one that arrives is appended: no array is ever re-sorted or shrunk
-        order = np.argsort(radix_key(engine_of, n), kind="stable")
-        order = order[loads[order] > 0]
-        cuts = np.searchsorted(engine_of[order], np.arange(n + 1))
-        members = [order[cuts[e] : cuts[e + 1]] for e in range(n)]
-        small = np.full(n, np.inf)
-        filled = cuts[:-1] < cuts[1:]
-        if order.size:
-            small[filled] = np.minimum.reduceat(loads[order], cuts[:-1][filled])
-        owner = engine_of.copy()
-        with np.errstate(divide="ignore"):
-            per_byte = np.where(state > 0, 1.0 / np.where(state > 0, state, 1.0), np.inf)
-        load = eng.copy()
-        tol = _help_tol(mean)
-        steps: list[tuple[int, int, int]] = []
-        reason = "no move improves imbScore"
-        while dev2 > bound:
-            if len(steps) >= limit:
-                reason = "max_moves reached"
-                break
-            b = int(load.argmin())
-            low = float(load[b])
-            # DLB's donor: the most loaded engine owning a helping group (ties: lower id)
-            donors = np.where(load - small > low + tol, load, -np.inf)
-            a = int(donors.argmax())
-            if donors[a] == -np.inf:
-                break
-            gap = float(load[a]) - low
-            group_ids = members[a]
-            x = loads[group_ids]
-            need = min(float(load[a]) - mean, mean - low, completing_shed(gap, dev2 - bound))
-            need = max(need, tol)  # a donor at or below μ: any helping move, least state
-            score = np.minimum(x, need) * per_byte[group_ids]
-            score[(owner[group_ids] != a) | (x >= gap - tol)] = -np.inf
-            best = score.max()
-            ties = np.flatnonzero(score >= best * (1.0 - 1e-12))
-            pick = int(ties[x[ties].argmax()]) if ties.size > 1 else int(ties[0])
-            g, xg = int(group_ids[pick]), float(x[pick])
-            owner[g] = b
-            members[b] = np.append(members[b], g)
-            if xg <= small[a]:
-                left = x[owner[group_ids] == a]
-                small[a] = left.min() if left.size else np.inf
-            small[b] = min(small[b], xg)
-            load[a] -= xg
-            load[b] += xg
-            dev2 += 2.0 * xg * (xg - gap)
-            steps.append((g, int(slots[a]), int(slots[b])))
-            if len(steps) % EXACT_EVERY == 0:
-                dev2 = float(((load - mean) ** 2).sum())
-        else:
-            reason = "imbScore within theta"
-        return DynamicLoadBalancing._finish(plan, info, steps, reason)
+
+def _state_moves(start: ImbalanceStart, loads: np.ndarray, state: np.ndarray,
+                 limit: float) -> tuple[list[tuple[int, int, int]], str]:
+    """DLB's loop with DLB-S's choice of group (:func:`_most_useful_per_byte`)."""
+    n, slots, mean, bound, dev2 = start.n, start.slots, start.mean, start.bound, start.dev2
+    members, small = _positive_groups(start.engine_of, loads, n)
+    owner = start.engine_of.copy()
+    with np.errstate(divide="ignore"):
+        per_byte = np.where(state > 0, 1.0 / np.where(state > 0, state, 1.0), np.inf)
+    load = start.eng.copy()
+    tol = _help_tol(mean)
+    steps: list[tuple[int, int, int]] = []
+    while dev2 > bound:
+        if len(steps) >= limit:
+            return steps, "max_moves reached"
+        b = int(load.argmin())
+        low = float(load[b])
+        # DLB's donor: the most loaded engine owning a helping group (ties: lower id)
+        donors = np.where(load - small > low + tol, load, -np.inf)
+        a = int(donors.argmax())
+        if donors[a] == -np.inf:
+            return steps, "no move improves imbScore"
+        gap = float(load[a]) - low
+        group_ids = members[a]
+        x = loads[group_ids]
+        need = min(float(load[a]) - mean, mean - low, completing_shed(gap, dev2 - bound))
+        need = max(need, tol)  # a donor at or below μ: any helping move, least state
+        pick = _most_useful_per_byte(x, np.minimum(x, need) * per_byte[group_ids],
+                                     (owner[group_ids] != a) | (x >= gap - tol))
+        g, xg = int(group_ids[pick]), float(x[pick])
+        owner[g] = b
+        members[b] = np.append(members[b], g)
+        if xg <= small[a]:
+            left = x[owner[group_ids] == a]
+            small[a] = left.min() if left.size else np.inf
+        small[b] = min(small[b], xg)
+        load[a] -= xg
+        load[b] += xg
+        dev2 += 2.0 * xg * (xg - gap)
+        steps.append((g, int(slots[a]), int(slots[b])))
+        if len(steps) % EXACT_EVERY == 0:
+            dev2 = float(((load - mean) ** 2).sum())
+    return steps, "imbScore within theta"
+
+
+def _positive_groups(engine_of: np.ndarray, loads: np.ndarray,
+                     n: int) -> tuple[list[np.ndarray], np.ndarray]:
+    """Each live engine's groups of positive load (zero-load groups never move) and its
+    smallest positive load. A group that leaves keeps its slot in the donor's array and is
+    masked out by the owner, one that arrives is appended: no array is ever re-sorted or
+    shrunk."""
+    order = np.argsort(radix_key(engine_of, n), kind="stable")
+    order = order[loads[order] > 0]
+    cuts = np.searchsorted(engine_of[order], np.arange(n + 1))
+    members = [order[cuts[e] : cuts[e + 1]] for e in range(n)]
+    small = np.full(n, np.inf)
+    filled = cuts[:-1] < cuts[1:]
+    if order.size:
+        small[filled] = np.minimum.reduceat(loads[order], cuts[:-1][filled])
+    return members, small
+
+
+def _most_useful_per_byte(x: np.ndarray, score: np.ndarray, barred: np.ndarray) -> int:
+    """The donor's group with the most useful load shed per byte of state (``score``),
+    among those not ``barred`` (gone, or too heavy to help); of equal scores the heaviest."""
+    score[barred] = -np.inf
+    best = score.max()
+    ties = np.flatnonzero(score >= best * (1.0 - 1e-12))
+    return int(ties[x[ties].argmax()]) if ties.size > 1 else int(ties[0])

@@ -45,8 +45,8 @@ Semantics chosen against Algorithm 1's lines, and why:
   when 2w/(u+v) is an integer, and filling to (u+v)/2 > l̄ starves the last engines
   below v. If UI runs empty, the rest go to the least loaded live engine.
 * **Honest outcome.** When engines stay outside [v, u] (a group alone heavier than u,
-  donors whose groups are all heavier than their excess), ``info["outside"]`` lists them
-  and ``info["reason"]`` says why; if no group moved at all, the plan is returned
+  donors whose groups are all heavier than their excess), ``info.details["outside"]`` lists them
+  and ``info.reason`` says why; if no group moved at all, the plan is returned
   unchanged (no "rebalanced" for a plan that did nothing), or, when π differs (a scaler
   asked for it: the control loop's ``scale_plan``), the slots change and the reason says
   "engines n -> π with no group moved" and why, never "scaled".
@@ -59,12 +59,13 @@ from __future__ import annotations
 
 import heapq
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from keyshift.plan import Plan
-from keyshift.policies.base import Policy, PolicyInputError, PolicyKind, Window
+from keyshift.policies.base import DecisionInfo, Policy, PolicyInputError, PolicyKind, Window
 from keyshift.policies.dlb import check_theta
 from keyshift.policies.engine_index import radix_key
 from keyshift.policies.lptf import lpt_partition
@@ -165,13 +166,13 @@ class EagerLoadBalancing(Policy):
             raise PolicyInputError("max_engines", f"must be an integer >= min_engines, got {hi!r}")
         return int(lo), None if hi is None else int(hi)
 
-    def _decide(self, plan: Plan, window: Window) -> tuple[Plan, dict[str, Any], np.ndarray | None]:
+    def _decide(self, plan: Plan, window: Window) -> tuple[Plan, DecisionInfo, np.ndarray | None]:
         band = check_band(self.band)
         fraction = check_band(self.band_fraction, "band_fraction")
         if band is not None and fraction is not None:
             raise PolicyInputError("band_fraction", "give either band or band_fraction, not both")
         theta = check_theta(self.theta)
-        lo_engines, hi_engines = self._bounds()
+        limits = self._bounds()
         slots = plan.live_engines
         n = slots.size
         engine_of = plan.dense_index[plan.assignment]
@@ -179,10 +180,50 @@ class EagerLoadBalancing(Policy):
         eng = np.bincount(engine_of, weights=loads, minlength=n)
         w = float(eng.sum())
         if w <= 0:
-            return plan, {"reason": "no load", "pi": n}, None
-        mean = w / n
+            return plan, DecisionInfo(reason="no load", details={"pi": n}), None
         default = band is None and fraction is None
-        widened = False
+        v, u, widened = self._target_band(band, fraction, theta, loads, eng)
+        pi = n if default else self._engine_count(w, (u + v) / 2.0, n, limits)
+        details: dict[str, Any] = {"band": [v, u], "pi": pi, "removed": [], "added": []}
+        if widened:
+            details["band_widened"] = ("a group is heavier than θμ/100: widened to hold the "
+                                       "LPT plan")
+        if pi == n and bool(((eng >= v) & (eng <= u)).all()):
+            return plan, DecisionInfo(reason="all engines inside the band", details=details), None
+        avg = w / pi
+        # Phase 1: preparing (engine ids here are positions in ``ids``, a growing slot list)
+        prep = _Prepared.of(plan, eng, pi)
+        details.update(added=prep.added, removed=prep.removed)
+        eng, removing = prep.eng, prep.removing
+        over = (eng > avg) & ~removing
+        # Phase 2: identifying the groups that leave; Phase 3: reassigning them
+        moving = _identify(engine_of=engine_of, loads=loads, eng=eng, over=over,
+                           removing=removing, n=n, u=u, avg=avg)
+        target, fallback = _reassign(moving=moving, loads=loads, eng=eng, engine_of=engine_of,
+                                     over=over, removing=removing, avg=avg)
+        tol = 1e-9 * max(u, 1.0)
+        outside = [int(prep.ids[j]) for j in np.flatnonzero(~removing)
+                   if not v - tol <= eng[j] <= u + tol]
+        details.update(moved_to_fallback=fallback, overloaded=int(over.sum()), outside=outside)
+        why = self._why_outside(outside, ids=prep.ids, target=target, loads=loads, eng=eng,
+                                v=v, u=u, avg=avg) if outside else ""
+        reason = _reason(int(moving.size), n, pi, outside, why)
+        info = DecisionInfo(reason=reason, engines_changed=pi != n, details=details)
+        if moving.size == 0 and pi == n:
+            return plan, info, None
+        assignment = np.asarray(prep.ids, dtype=np.int64)[target]
+        if prep.engines != plan.engines or pi != n:
+            return plan.with_assignment(assignment, engines=prep.engines, live=prep.live), \
+                info, None
+        return plan.with_assignment(assignment), info, None
+
+    def _target_band(self, band: tuple[float, float] | None,
+                     fraction: tuple[float, float] | None, theta: float, loads: np.ndarray,
+                     eng: np.ndarray) -> tuple[float, float, bool]:
+        """[v, u] for this window, and whether the default band was widened to hold the
+        LPT plan of a group heavier than θμ/100."""
+        n, mean = eng.size, float(eng.sum()) / eng.size
+        default = band is None and fraction is None
         if fraction is not None:
             band = (mean * fraction[0], mean * fraction[1])
         elif band is None:
@@ -192,107 +233,17 @@ class EagerLoadBalancing(Policy):
         if default and not inside and float(loads.max()) > theta * mean / 100.0:
             lo, hi = feasible_band(loads, n, theta * mean / 100.0)
             v, u = min(v, lo), max(u, hi)
-            widened = (v, u) != band
-            inside = bool(((eng >= v) & (eng <= u)).all())
-        centre = (u + v) / 2.0
-        if default:
-            pi = n  # the default band only rebalances
-        else:
-            pi = max(1, math.ceil(w / centre * (1 - 1e-9))) if centre > 0 else n
-            pi = max(pi, lo_engines)
-            if hi_engines is not None:
-                pi = min(pi, hi_engines)
-        info: dict[str, Any] = {"band": [v, u], "pi": pi, "removed": [], "added": []}
-        if widened:
-            info["band_widened"] = "a group is heavier than θμ/100: widened to hold the LPT plan"
-        if pi == n and inside:
-            info["reason"] = "all engines inside the band"
-            return plan, info, None
-        avg = w / pi
+            return v, u, (v, u) != band
+        return v, u, False
 
-        # Phase 1: preparing (engine ids here are positions in ``ids``, a growing slot list)
-        ids = slots.tolist()
-        live = plan.live.copy()
-        engines = plan.engines
-        if pi > n:
-            dead = np.flatnonzero(~plan.live)[: pi - n].tolist()
-            fresh = list(range(engines, engines + pi - n - len(dead)))
-            engines += len(fresh)
-            live = np.concatenate([live, np.ones(len(fresh), dtype=bool)])
-            live[dead] = True
-            ids += dead + fresh
-            eng = np.concatenate([eng, np.zeros(pi - n)])
-            info["added"] = dead + fresh
-        removing = np.zeros(len(ids), dtype=bool)
-        if pi < n:
-            order = np.argsort(eng, kind="stable")
-            removing[order[: n - pi]] = True
-            live[slots[order[: n - pi]]] = False
-            info["removed"] = sorted(slots[order[: n - pi]].tolist())
-        over = (eng > avg) & ~removing
-
-        # Phase 2: identifying. Only the overloaded engines' groups need sorting: by load
-        # (any tie order is a valid greedy), then a stable radix sort by engine.
-        on_over = np.flatnonzero(over[engine_of])
-        on_over = on_over[np.argsort(loads[on_over])]
-        on_over = on_over[np.argsort(radix_key(engine_of[on_over], n), kind="stable")]
-        bounds = np.searchsorted(engine_of[on_over], np.arange(n + 1))
-        queue: list[np.ndarray] = [np.flatnonzero(removing[engine_of])]
-        # a group heavier than the emptiest receiver's room under u would only move the
-        # overload from one engine to another: pick below it (never binding for groups
-        # lighter than (u − v)/2 when l̄ ≤ u − (u − v)/2, the paper's setting)
-        cap = max(u - float(eng[~removing].min()), 0.0)
-        eng[removing] = 0.0
-        for j in np.flatnonzero(over).tolist():
-            groups_j = on_over[bounds[j] : bounds[j + 1]]
-            loads_j = loads[groups_j]
-            picked = shed(loads_j, eng[j] - avg, cap)
-            if picked.size:
-                queue.append(groups_j[picked])
-                eng[j] -= float(loads_j[picked].sum())
-        moving = np.concatenate(queue)
-        moving = moving[np.argsort(-loads[moving], kind="stable")]
-
-        # Phase 3: reassigning, heaviest first onto the least loaded under-loaded engine
-        under = [(float(eng[j]), j) for j in np.flatnonzero(~over & ~removing).tolist()]
-        under = [e for e in under if e[0] < avg]
-        heapq.heapify(under)
-        target = engine_of.copy()
-        fallback = 0
-        for g, y in zip(moving.tolist(), loads[moving].tolist(), strict=True):
-            if under:
-                load, j = under[0]
-                load += y
-                if load >= avg:
-                    heapq.heappop(under)
-                else:
-                    heapq.heapreplace(under, (load, j))
-            else:
-                j = int(np.argmin(np.where(removing, np.inf, eng)))
-                fallback += 1
-            eng[j] += y
-            target[g] = j
-        moved = int(moving.size)
-        assignment = np.asarray(ids, dtype=np.int64)[target]
-        tol = 1e-9 * max(u, 1.0)
-        outside = [int(ids[j]) for j in np.flatnonzero(~removing)
-                   if not v - tol <= eng[j] <= u + tol]
-        info.update(moved_to_fallback=fallback, overloaded=int(over.sum()),
-                    engines_changed=pi != n, outside=outside)
-        why = self._why_outside(outside, ids, target, loads, eng, v, u, avg) if outside else ""
-        if moved == 0 and pi == n:
-            info.update(reason=f"nothing moved: {why or 'no group fits'}")
-            return plan, info, None
-        if moved == 0 and outside:
-            # the slots change (a scaler asked for π), but nothing was balanced: say so
-            info["reason"] = f"engines {n} -> {pi} with no group moved: {why}"
-        elif outside:
-            info["reason"] = ("rebalanced" if pi == n else f"scaled {n} -> {pi}") + f", but {why}"
-        else:
-            info["reason"] = "rebalanced into the band" if pi == n else f"scaled {n} -> {pi}"
-        if engines != plan.engines or pi != n:
-            return plan.with_assignment(assignment, engines=engines, live=live), info, None
-        return plan.with_assignment(assignment), info, None
+    @staticmethod
+    def _engine_count(w: float, centre: float, n: int, limits: tuple[int, int | None]) -> int:
+        """π: the engines that hold load ``w`` at the band's centre, within the limits (the
+        default band only rebalances: π = n there)."""
+        lo_engines, hi_engines = limits
+        pi = max(1, math.ceil(w / centre * (1 - 1e-9))) if centre > 0 else n
+        pi = max(pi, lo_engines)
+        return min(pi, hi_engines) if hi_engines is not None else pi
 
     @staticmethod
     def _why_outside(outside: list[int], ids: list[int], target: np.ndarray, loads: np.ndarray,
@@ -315,3 +266,108 @@ class EagerLoadBalancing(Policy):
                              "load without falling below l̄")
         more = f" (+{len(outside) - 3} more)" if len(outside) > 3 else ""
         return f"{len(outside)} engine(s) outside [{v:.4g}, {u:.4g}]: " + "; ".join(parts) + more
+
+
+@dataclass
+class _Prepared:
+    """ELB's phase 1 for π engines: the slots (``ids``: positions → slot ids, revived dead
+    slots and fresh ones appended), their live mask and count, the loads per position, the
+    engines being removed, and the slots added and removed."""
+
+    ids: list[int]
+    live: np.ndarray
+    engines: int
+    eng: np.ndarray
+    removing: np.ndarray
+    added: list[int]
+    removed: list[int]
+
+    @classmethod
+    def of(cls, plan: Plan, eng: np.ndarray, pi: int) -> _Prepared:
+        slots = plan.live_engines
+        n = slots.size
+        ids, live, engines = slots.tolist(), plan.live.copy(), plan.engines
+        added: list[int] = []
+        removed: list[int] = []
+        if pi > n:
+            dead = np.flatnonzero(~plan.live)[: pi - n].tolist()
+            fresh = list(range(engines, engines + pi - n - len(dead)))
+            engines += len(fresh)
+            live = np.concatenate([live, np.ones(len(fresh), dtype=bool)])
+            live[dead] = True
+            ids += dead + fresh
+            eng = np.concatenate([eng, np.zeros(pi - n)])
+            added = dead + fresh
+        removing = np.zeros(len(ids), dtype=bool)
+        if pi < n:
+            order = np.argsort(eng, kind="stable")
+            removing[order[: n - pi]] = True
+            live[slots[order[: n - pi]]] = False
+            removed = sorted(slots[order[: n - pi]].tolist())
+        return cls(ids, live, engines, eng, removing, added, removed)
+
+
+def _identify(*, engine_of: np.ndarray, loads: np.ndarray, eng: np.ndarray, over: np.ndarray,
+              removing: np.ndarray, n: int, u: float, avg: float) -> np.ndarray:
+    """ELB's phase 2: the groups that leave (all of the removed engines', and what each
+    overloaded engine sheds down to l̄), heaviest first; ``eng`` loses them. ``n``: the
+    engines before phase 1, the ones that hold groups."""
+    # Only the overloaded engines' groups need sorting: by load (any tie order is a valid
+    # greedy), then a stable radix sort by engine.
+    on_over = np.flatnonzero(over[engine_of])
+    on_over = on_over[np.argsort(loads[on_over])]
+    on_over = on_over[np.argsort(radix_key(engine_of[on_over], n), kind="stable")]
+    bounds = np.searchsorted(engine_of[on_over], np.arange(n + 1))
+    queue: list[np.ndarray] = [np.flatnonzero(removing[engine_of])]
+    # a group heavier than the emptiest receiver's room under u would only move the
+    # overload from one engine to another: pick below it (never binding for groups
+    # lighter than (u − v)/2 when l̄ ≤ u − (u − v)/2, the paper's setting)
+    cap = max(u - float(eng[~removing].min()), 0.0)
+    eng[removing] = 0.0
+    for j in np.flatnonzero(over).tolist():
+        groups_j = on_over[bounds[j] : bounds[j + 1]]
+        loads_j = loads[groups_j]
+        picked = shed(loads_j, eng[j] - avg, cap)
+        if picked.size:
+            queue.append(groups_j[picked])
+            eng[j] -= float(loads_j[picked].sum())
+    moving = np.concatenate(queue)
+    return moving[np.argsort(-loads[moving], kind="stable")]
+
+
+def _reassign(*, moving: np.ndarray, loads: np.ndarray, eng: np.ndarray, engine_of: np.ndarray,
+              over: np.ndarray, removing: np.ndarray, avg: float) -> tuple[np.ndarray, int]:
+    """ELB's phase 3: each leaving group, heaviest first, onto the least loaded
+    under-loaded engine (else the least loaded remaining one, counted as a fallback);
+    returns the position of every group's engine and the fallbacks; ``eng`` follows."""
+    under = [(float(eng[j]), j) for j in np.flatnonzero(~over & ~removing).tolist()]
+    under = [e for e in under if e[0] < avg]
+    heapq.heapify(under)
+    target = engine_of.copy()
+    fallback = 0
+    for g, y in zip(moving.tolist(), loads[moving].tolist(), strict=True):
+        if under:
+            load, j = under[0]
+            load += y
+            if load >= avg:
+                heapq.heappop(under)
+            else:
+                heapq.heapreplace(under, (load, j))
+        else:
+            j = int(np.argmin(np.where(removing, np.inf, eng)))
+            fallback += 1
+        eng[j] += y
+        target[g] = j
+    return target, fallback
+
+
+def _reason(moved: int, n: int, pi: int, outside: list[int], why: str) -> str:
+    """The decision's reason: what moved, and why engines stay outside the band."""
+    if moved == 0 and pi == n:
+        return f"nothing moved: {why or 'no group fits'}"
+    if moved == 0 and outside:
+        # the slots change (a scaler asked for π), but nothing was balanced: say so
+        return f"engines {n} -> {pi} with no group moved: {why}"
+    if outside:
+        return ("rebalanced" if pi == n else f"scaled {n} -> {pi}") + f", but {why}"
+    return "rebalanced into the band" if pi == n else f"scaled {n} -> {pi}"
