@@ -72,7 +72,7 @@ ROTATE = 97  # keys the hot set moves on between two high phases
 GROWING = ("batches", "events", "produced", "producer_short", "migrations")
 
 
-# --- pure helpers (tests/test_bench_soak.py) --------------------------------------------
+# --- pure helpers (tests/benches/test_bench_soak.py) --------------------------------------------
 def shifting_skew(duration_s: float, shift_s: float, low: float = LOW,
                   high: float = HIGH, rotate: int = ROTATE) -> str:
     """A ``--skew`` schedule that alternates ``low`` and ``high`` every ``shift_s`` seconds

@@ -7,7 +7,7 @@ sees only its own share of the stream. A SpaceSaving summary per engine costs ``
 counters whatever the number of keys, and two summaries merge into one with the same kind of
 bound, so the engines' summaries can be combined at the driver.
 
-Guarantees (property-tested in tests/test_sketch.py), N the weight seen so far:
+Guarantees (property-tested in tests/keyshift/test_sketch.py), N the weight seen so far:
 
 - every estimate is an upper bound and ``count − error`` a lower bound of the true count;
 - a key absent from the summary has a true count ≤ :attr:`SpaceSaving.floor`;

@@ -22,7 +22,7 @@ SUMMARY = "compare the GP forecaster with other models on your series"
 
 # keyshift.models.gp.KERNELS of the input-rate GP (the latency GP's load terms do not apply to
 # a series), for the help text: building the parser of every keyshift command must not
-# import the model layer (0.3 s); tests/test_forecast_cli.py keeps the two equal
+# import the model layer (0.3 s); tests/models/test_forecast_cli.py keeps the two equal
 KERNELS = ("ard", "ard+local", "ard+daily", "ard+weekly", "ard+daily+weekly")
 
 

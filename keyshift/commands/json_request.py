@@ -1,7 +1,7 @@
 """The request reader of the JSON-in/JSON-out commands (``rebalance``, ``split``,
 ``plan-engines``): :func:`keyshift.cli.read_json_request` plus the failures ``json.loads``
 raises besides a syntax error, each turned into the one-line ``input:`` error (issue 16
-item 6, found by tests/test_fuzz_commands.py): bytes that are not UTF-8, nesting deeper than
+item 6, found by tests/keyshift/commands/test_fuzz_commands.py): bytes that are not UTF-8, nesting deeper than
 Python's recursion limit, an integer literal longer than Python converts (4,300 digits).
 """
 

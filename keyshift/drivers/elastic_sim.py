@@ -12,7 +12,7 @@ scale mechanics; otherwise the balancing policy (default DLB-H) with the ``min_g
 simulation under a policy uses): it hands the loop the simulator's windows and realizes the
 loop's plans in the simulator. Moved groups pause ``pause_s`` real seconds per migration
 (they used to be off because a scale-out during a pause crashed the simulator, fixed since,
-see tests/test_sim.py::test_scale_out_while_a_migration_is_paused).
+see tests/keyshift/sim/test_sim.py::test_scale_out_while_a_migration_is_paused).
 """
 
 from __future__ import annotations

@@ -1,0 +1,150 @@
+"""Smoke test of bench/bench_stream.py: its plain Spark peers on a tiny topic compute the
+reference outputs and report well-formed numbers; its keyshift-side helpers build the child's
+configuration and read its one JSON object. Timings are never asserted (docs/design.md:
+benchmarks print, tests check)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_stream", ROOT / "bench" / "bench_stream.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_stream"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_config_env_gives_the_child_exactly_the_bench_config():
+    from keyshift.config import load_config
+
+    bs = _bench()
+    over = {"home": "/tmp/x", "kafka": {"port": 19999, "controller_port": 19998},
+            "spark": {"master": "local[2]", "shuffle_partitions": 3, "ui": False}}
+    env = bs.config_env(over, base={"PATH": "/bin", "KEYSHIFT_KAFKA__PORT": "1",
+                                    "KEYSHIFT_CACHE": "/c"})
+    assert env["KEYSHIFT_KAFKA__PORT"] == "19999"
+    assert env["KEYSHIFT_CACHE"] == "/c" and env["PATH"] == "/bin"
+    cfg = load_config(env=env)
+    assert (cfg.home, cfg.kafka.port, cfg.kafka.controller_port) == ("/tmp/x", 19999, 19998)
+    assert (cfg.spark.shuffle_partitions, cfg.spark.ui) == (3, False)
+
+
+def test_parse_run_json_takes_the_final_object_after_progress_lines():
+    bs = _bench()
+    out = ('batch 0: 10 events\n{"not": "it"}\n{\n  "run_id": "r", "events_in": 10,\n'
+           '  "busy_s": 2.0, "batches": 1, "batch_p50_s": 2.0, "batch_p95_s": 2.0\n}\n')
+    assert bs.parse_run_json(out)["run_id"] == "r"
+    with pytest.raises(ValueError, match="busy_s"):
+        bs.parse_run_json('{"events_in": 1, "batches": 1}\n')
+    with pytest.raises(ValueError, match="no JSON"):
+        bs.parse_run_json("nothing here\n")
+
+
+def test_checks_catch_a_wrong_count_and_a_lost_complex_event():
+    bs = _bench()
+    ref = bs.Reference(window_s=1.0, events=3)
+    ref.counts.update({(0, "a"): 2, (1000, "a"): 1})
+    ref.complex.add(("a", 1500, "word_count", "{}", "p0-2"))
+    assert bs.check_native({(0, "a"): 2}, ref, watermark_ms=1000) == "ok"
+    assert bs.check_native({(0, "a"): 3}, ref, watermark_ms=1000).startswith("MISMATCH")
+    assert bs.check_native({}, ref, watermark_ms=1000).startswith("MISMATCH")
+    assert bs.check_complex([("a", 1500, "word_count", "{}", "p0-2")], ref) == "ok"
+    assert bs.check_complex([], ref).startswith("MISMATCH")
+
+
+def _well_formed(s, events: int, batch: int) -> None:
+    st = s.stats()
+    assert st["events"] == events and not s.bounded
+    assert st["batches"] == len(s.rows) == len(s.durations_s)
+    # Spark splits maxOffsetsPerTrigger over partitions with rounding: a few more per batch
+    assert st["batches"] >= math.ceil(events / (batch + 4))
+    assert s.stats(warm=True)["batches"] == st["batches"] - 1
+    assert s.check == "ok", s.check
+
+
+def test_stats_are_events_over_the_sum_of_batch_durations() -> None:
+    """The bench's arithmetic on fixed durations (measured times are the bench's business,
+    not a test's): events/s over busy time, percentiles, and the same without batch 1."""
+    bs = _bench()
+    s = bs.RunSample(system="native", batch_size=100, rows=[100, 100, 100, 100],
+                     durations_s=[4.0, 1.0, 2.0, 1.0], wall_s=9.0, bounded=False, check="ok")
+    st = s.stats()
+    assert st["busy_s"] == pytest.approx(8.0) and st["events_per_s"] == pytest.approx(50.0)
+    assert st["batch_p50_s"] == pytest.approx(1.5) and st["batch_p95_s"] <= 4.0
+    warm = s.stats(warm=True)
+    assert warm["batches"] == 3 and warm["events_per_s"] == pytest.approx(75.0)
+    assert s.first_batch_s == 4.0
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_peers_on_a_tiny_topic_equal_the_reference(platform_config, spark, tmp_path):
+    bs = _bench()
+    topic = f"bench-stream-{uuid.uuid4().hex[:6]}"
+    # 400 events over ~4 s of event time in 1 s windows: several windows close
+    ref = bs.produce_topic(platform_config, topic, 400, window_s=1.0, rate=100)
+    assert ref.events == 400 and ref.complex and len({w for w, _ in ref.counts}) >= 3
+
+    native = bs.run_native(spark, platform_config, topic, 100, tmp_path / "native",
+                           window_s=1.0, reference=ref)
+    _well_formed(native, 400, 100)
+    assert native.outputs > 0  # at least one window closed under the watermark
+
+    pandas = bs.run_pandas_state(spark, platform_config, topic, 100, tmp_path / "pandas",
+                                 window_s=1.0, reference=ref)
+    _well_formed(pandas, 400, 100)
+    assert pandas.outputs == len(ref.complex)
+
+    again = bs.RunSample.from_dict(json.loads(json.dumps(pandas.as_dict())))
+    assert again.stats() == pandas.stats()  # what a peer's own process hands back
+    med = bs.medians([native, pandas])
+    assert med[(100, bs.NATIVE)]["events_per_s"] == native.stats()["events_per_s"]
+    lines = bs.ratio_lines(med, [100])
+    assert any("not measured" in x for x in lines)  # no keyshift sample: said, not faked
+
+
+def test_read_batches_sums_engine_tasks_per_batch(tmp_path):
+    bs = _bench()
+    lines = [{"batch_id": 0, "duration_s": 2.5,
+              "tasks": [{"engine": 0, "events": 3}, {"engine": 1, "events": 4}]},
+             {"batch_id": 1, "duration_s": 1.0,
+              "tasks": [{"engine": 0, "events": 5}, {"engine": 1, "restore": True}]}]
+    (tmp_path / "batches.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert bs.read_batches(tmp_path) == ([7, 5], [2.5, 1.0])
+    assert bs.read_batches(tmp_path / "none") == ([], [])
+
+
+def test_a_bounded_peer_run_counts_its_first_batches_and_is_not_checked():
+    bs = _bench()
+    progress = [{"numInputRows": n, "durationMs": {"triggerExecution": ms, "addBatch": ms // 2}}
+                for n, ms in ((100, 4000), (0, 300), (100, 1000), (100, 2000), (50, 900))]
+    s = bs._peer_sample(bs.NATIVE, 100, progress, 2, 9.0, check=lambda: ("ok", 1))
+    assert s.bounded and s.check.startswith("skipped") and s.rows == [100, 100]
+    assert s.durations_s == [4.0, 1.0] and s.extra["no_data_batches"] == 1
+    assert s.stats(warm=True) == {"events": 100, "batches": 1, "busy_s": 1.0,
+                                  "events_per_s": 100.0, "batch_p50_s": 1.0,
+                                  "batch_p95_s": 1.0}
+    full = bs._peer_sample(bs.NATIVE, 100, progress, None, 9.0, check=lambda: ("ok", 1))
+    assert not full.bounded and full.check == "ok" and sum(full.rows) == 350
+
+
+def test_the_reference_file_round_trips_without_pickle(tmp_path):
+    bs = _bench()
+    ref = bs.Reference(window_s=1.0, events=3)
+    ref.counts.update({(0, "a"): 2, (-1000, "b"): 1})
+    ref.complex.add(("a", 1500, "word_count", "{}", "p0-2"))
+    bs.save_reference(tmp_path / "ref.kss", ref)
+    assert (tmp_path / "ref.kss").read_bytes().startswith(b"KSSC")
+    back = bs.load_reference(tmp_path / "ref.kss")
+    assert back == ref and isinstance(back.counts, bs.Counter)
