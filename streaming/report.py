@@ -119,77 +119,27 @@ def write_report(rows: Rows, cfg: Config, run_id: str, tables: RunTables,
                  folder: Path, summary: dict[str, Any], app: str | None) -> Path:
     """PNG plots and ``report.html`` in the run folder; returns the HTML path (``rows``
     gives ``events_out`` for the click-stream app's top-k table)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     folder.mkdir(parents=True, exist_ok=True)
     m, d, mig = tables.metrics, tables.decisions, tables.migrations
     images = []
     if len(m):
-        t = (m.window_end - m.window_end.iloc[0]).dt.total_seconds().to_numpy()
-        fig, ax = plt.subplots(3, 1, figsize=(9, 9), sharex=True)
-        ax[0].plot(t, m.rstd, marker=".", label="imbScore / RSTD (%)")
-        moved_at = d[d.moved_groups.fillna(0) > 0] if len(d) else d
-        for _, row in moved_at.iterrows():
-            hit = m.batch_id == row.batch_id
-            if hit.any():
-                ax[0].axvline(t[hit.to_numpy()][0], color="tab:red", alpha=0.3)
-        if _has_floor(m):  # rows of schema version 2 on: the floor of each batch
-            ax[0].plot(t, m.floor_rstd, linestyle="--", color="tab:gray",
-                       label="floor: least RSTD of any plan keeping a key on one engine")
-        ax[0].legend(loc="upper right", fontsize=8)
-        ax[0].set_ylabel("RSTD (%)")
-        ax[0].set_title("Load imbalance per batch (red: a rebalance was decided)")
-        ax[1].plot(t, m.processed / m.batch_duration_s.clip(lower=1e-3), marker=".")
-        ax[1].set_ylabel("events/s (per batch)")
-        live = ax[1].twinx()  # N, which the engine scaler changes when [planner] is on
-        live.step(t, m.engines, where="post", color="tab:green", label="live engines")
-        live.set_ylabel("live engines")
-        live.set_ylim(0, max(int(m.engines.max()), 1) + 1)
-        live.legend(loc="upper right")
-        ax[2].plot(t, m.batch_duration_s, marker=".", label="batch duration (s)")
-        ax[2].set_ylabel("batch duration (s)")
-        ax[2].set_xlabel("seconds since the first batch")
-        lat = ax[2].twinx()  # Lat is per tuple: milliseconds, not the batch's seconds
-        lat.plot(t, 1000 * m.latency_s, marker=".", color="tab:orange",
-                 label="engine time per event (ms)")
-        lat.set_ylabel("Lat (ms per event)")
-        ax[2].legend(loc="upper left")
-        lat.legend(loc="upper right")
-        fig.tight_layout()
-        fig.savefig(folder / "timeline.png", dpi=90)
-        plt.close(fig)
-        images.append(("timeline.png", "RSTD, throughput and batch duration over time"))
+        import matplotlib
 
-        loads = np.array([np.asarray(x, dtype=float) for x in m.engine_loads], dtype=object)
-        width = max(len(x) for x in loads)
-        grid = np.zeros((len(loads), width))
-        for i, x in enumerate(loads):
-            grid[i, : len(x)] = x
-        fig, ax = plt.subplots(figsize=(9, 3.5))
-        ax.stackplot(t, grid.T, labels=[f"engine {e}" for e in range(width)])
-        ax.set_ylabel("events per batch")
-        ax.set_xlabel("seconds since the first batch")
-        ax.legend(loc="upper left", fontsize=7, ncol=4)
-        ax.set_title("Load per engine slot")
-        fig.tight_layout()
-        fig.savefig(folder / "engine_loads.png", dpi=90)
-        plt.close(fig)
+        matplotlib.use("Agg")
+        t = (m.window_end - m.window_end.iloc[0]).dt.total_seconds().to_numpy()
+        _timeline_plot(m, d, t, folder / "timeline.png")
+        images.append(("timeline.png", "RSTD, throughput and batch duration over time"))
+        _engine_loads_plot(m, t, folder / "engine_loads.png")
         images.append(("engine_loads.png", "events per engine per batch"))
         if _forecast_plot(tables.control, cfg.controller.window_s, m.window_start.min(),
                           folder / "forecast.png"):
             images.append(("forecast.png", "Input rate: the scaler's forecast vs actual"))
-
     extra = ""
-    floor = _floor_note(m, app, summary.get("policy"))
     if app == "clicks":
         out = rows.frame("events_out", run_id, ["detail"])
         top = TopK(10)
         top.update(json.loads(x)["pattern"] for x in out.detail)
         extra = _table(["pattern", "count"], top.top(), "Top-10 click patterns (top-k operator)")
-    rows = [(k, v) for k, v in summary.items()]
     dec_rows = [] if not len(d) else [
         (r.batch_id, r.action, f"{r.rstd_before:.1f}" if r.rstd_before == r.rstd_before else "",
          f"{r.rstd_after:.1f}" if r.rstd_after == r.rstd_after else "",
@@ -203,8 +153,8 @@ def write_report(rows: Rows, cfg: Config, run_id: str, tables: RunTables,
     ]
     body = (
         f"<h1>keyshift run {html.escape(run_id)}</h1>"
-        + _table(["metric", "value"], rows, "Summary")
-        + floor
+        + _table(["metric", "value"], list(summary.items()), "Summary")
+        + _floor_note(m, app, summary.get("policy"))
         + "".join(f'<h2>{html.escape(c)}</h2><img src="{f}" alt="{html.escape(c)}">'
                   for f, c in images)
         + _table(["batch", "action", "RSTD before", "RSTD after", "moved groups", "reason"],
@@ -222,6 +172,65 @@ def write_report(rows: Rows, cfg: Config, run_id: str, tables: RunTables,
     )
     (folder / "summary.json").write_text(json.dumps(summary, indent=2))
     return page
+
+
+def _timeline_plot(m: pd.DataFrame, d: pd.DataFrame, t: np.ndarray, path: Path) -> None:
+    """RSTD (with the floor and the rebalances), events/s with the live engines, and the
+    batch duration with Lat, one above the other on the batches' time."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(3, 1, figsize=(9, 9), sharex=True)
+    ax[0].plot(t, m.rstd, marker=".", label="imbScore / RSTD (%)")
+    moved_at = d[d.moved_groups.fillna(0) > 0] if len(d) else d
+    for _, row in moved_at.iterrows():
+        hit = m.batch_id == row.batch_id
+        if hit.any():
+            ax[0].axvline(t[hit.to_numpy()][0], color="tab:red", alpha=0.3)
+    if _has_floor(m):  # rows of schema version 2 on: the floor of each batch
+        ax[0].plot(t, m.floor_rstd, linestyle="--", color="tab:gray",
+                   label="floor: least RSTD of any plan keeping a key on one engine")
+    ax[0].legend(loc="upper right", fontsize=8)
+    ax[0].set_ylabel("RSTD (%)")
+    ax[0].set_title("Load imbalance per batch (red: a rebalance was decided)")
+    ax[1].plot(t, m.processed / m.batch_duration_s.clip(lower=1e-3), marker=".")
+    ax[1].set_ylabel("events/s (per batch)")
+    live = ax[1].twinx()  # N, which the engine scaler changes when [planner] is on
+    live.step(t, m.engines, where="post", color="tab:green", label="live engines")
+    live.set_ylabel("live engines")
+    live.set_ylim(0, max(int(m.engines.max()), 1) + 1)
+    live.legend(loc="upper right")
+    ax[2].plot(t, m.batch_duration_s, marker=".", label="batch duration (s)")
+    ax[2].set_ylabel("batch duration (s)")
+    ax[2].set_xlabel("seconds since the first batch")
+    lat = ax[2].twinx()  # Lat is per tuple: milliseconds, not the batch's seconds
+    lat.plot(t, 1000 * m.latency_s, marker=".", color="tab:orange",
+             label="engine time per event (ms)")
+    lat.set_ylabel("Lat (ms per event)")
+    ax[2].legend(loc="upper left")
+    lat.legend(loc="upper right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def _engine_loads_plot(m: pd.DataFrame, t: np.ndarray, path: Path) -> None:
+    """Events per engine slot per batch, stacked (slots a scale-out added start at 0)."""
+    import matplotlib.pyplot as plt
+
+    loads = [np.asarray(x, dtype=float) for x in m.engine_loads]
+    width = max(len(x) for x in loads)
+    grid = np.zeros((len(loads), width))
+    for i, x in enumerate(loads):
+        grid[i, : len(x)] = x
+    fig, ax = plt.subplots(figsize=(9, 3.5))
+    ax.stackplot(t, grid.T, labels=[f"engine {e}" for e in range(width)])
+    ax.set_ylabel("events per batch")
+    ax.set_xlabel("seconds since the first batch")
+    ax.legend(loc="upper left", fontsize=7, ncol=4)
+    ax.set_title("Load per engine slot")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
 
 
 def _has_floor(m: pd.DataFrame) -> bool:
