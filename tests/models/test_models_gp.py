@@ -430,7 +430,7 @@ def test_a_load_kernel_gp_reloads_and_keeps_conditioning_online(kernel):
 # -- issue 27: the profile's cycle ---------------------------------------------------------
 
 def _weekly_hours(weeks: int, seed: int = 1):
-    from tests.test_models_seasonal import weekly_hours
+    from test_models_seasonal import weekly_hours
 
     return weekly_hours(weeks, seed)
 
