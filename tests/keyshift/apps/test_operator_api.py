@@ -421,7 +421,7 @@ def test_the_guides_example_operator_loads_and_runs(tmp_path, monkeypatch) -> No
     """docs/operators.md's first code block is a working operator, loaded as module:Class."""
     from pathlib import Path
 
-    guide = (Path(__file__).parents[1] / "docs" / "operators.md").read_text()
+    guide = (Path(__file__).resolve().parents[3] / "docs" / "operators.md").read_text()
     code = guide.split("```python\n", 1)[1].split("```", 1)[0]
     name = f"guide_{uuid.uuid4().hex[:8]}"
     (tmp_path / f"{name}.py").write_text(code)
