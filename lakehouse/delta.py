@@ -97,14 +97,20 @@ def read_table(spark: SparkSession, cfg: Config, name: str) -> DataFrame:
     ran) and a :class:`TableMissingError` naming the table and the path, not a stack; a
     table without the contract's columns is a :class:`TableSchemaError`.
     """
-    schema = table(name)  # unknown names fail with the list of known ones
+    path = _existing_path(spark, cfg, name)
+    return conform(spark.read.format("delta").load(path), name, path)
+
+
+def _existing_path(spark: SparkSession, cfg: Config, name: str) -> str:
+    """The path of table ``name``, or the :class:`TableMissingError` naming it."""
+    table(name)  # unknown names fail with the list of known ones
     path = cfg.table_path(name)
     if not table_exists(spark, cfg, name):
         raise TableMissingError(
             f"{name}: no Delta table at {path} (warehouse.root={cfg.warehouse_path}); "
             "has the streaming job written there (or call ensure_tables)?"
         )
-    return conform(spark.read.format("delta").load(path), name, path)
+    return path
 
 
 def read_pinned(spark: SparkSession, cfg: Config, name: str) -> tuple[DataFrame, int]:
@@ -112,13 +118,12 @@ def read_pinned(spark: SparkSession, cfg: Config, name: str) -> tuple[DataFrame,
 
     The read is pinned to the version (time travel), so the version is exactly what was read
     even while the streaming job appends: it is a training run's lineage, and a reviewer
-    re-reads the same rows with ``versionAsOf``. The checked read comes first, so a missing
-    table or schema is still the error naming the path.
+    re-reads the same rows with ``versionAsOf``. A missing table or schema is the same error
+    naming the path as :func:`read_table`'s.
     """
     from delta.tables import DeltaTable
 
-    read_table(spark, cfg, name)
-    path = cfg.table_path(name)
+    path = _existing_path(spark, cfg, name)
     version = int(DeltaTable.forPath(spark, path).history(1).select("version").first()[0])
     pinned = spark.read.format("delta").option("versionAsOf", version).load(path)
     return conform(pinned, name, path), version  # an older table: added columns as nulls

@@ -618,8 +618,7 @@ class StreamJob:
         if self.staging.due(batch_id):  # behind the stream: the next batch need not wait
             self.staging.commit_behind(batch_id)
         writes_s = time.perf_counter() - t_writes
-        metrics, bal = self._metrics_row(batch_id, start_wall, plan, slots, split, ran,
-                                         duration=time.perf_counter() - t0)
+        metrics, bal = self._metrics_row(batch_id, start_wall, plan, slots, split, ran)
         if len(migration):
             self._measure_migration(batch_id, migration, prev, plan, ran.moved, engines_s,
                                     metrics["input_rate"])
@@ -730,9 +729,9 @@ class StreamJob:
         return controller_s
 
     def _metrics_row(self, batch_id: int, started: datetime, plan: Plan, slots: int,
-                     split: tuple[int, ...], ran: EngineRun, duration: float
-                     ) -> tuple[dict[str, Any], Balance]:
-        """The batch's ``metrics`` row and the balance of its live engines."""
+                     split: tuple[int, ...], ran: EngineRun) -> tuple[dict[str, Any], Balance]:
+        """The batch's ``metrics`` row (``batch_duration_s`` is the caller's, once the row is
+        about to be staged) and the balance of its live engines."""
         if split:  # the engines ran the tail; the split groups' tuples ran in the input tasks
             engine_loads = np.zeros(slots)
             for t in ran.tasks:
@@ -757,7 +756,6 @@ class StreamJob:
             # planner's unit (the scaler's too)
             "input_rate": valid / max(ran.arrival_span_s, self.trigger_s),
             "latency_s": ran.engine_s / valid if valid else 0.0,
-            "batch_duration_s": duration,
             "plan_version": plan.version, "policy": self.opt.policy,
             # what no plan keeping a key on one engine can beat in this batch (the control
             # loop's floor of a window, keyshift.control.floor): the report draws it

@@ -386,8 +386,7 @@ class ControlLoop:
             if d.candidate is not None and not balanced:
                 moved_groups = len(d.moves)
                 psi, moved = float(state[d.moves.groups].sum()), moved_groups
-                rstd_after = d.evaluation.balance.rstd if d.candidate is None else float(
-                    _rstd(d.candidate, window.loads))
+                rstd_after = float(_rstd(d.candidate, window.loads))
                 version = after.version if d.realized else None
                 engines_after = after.parallelism
                 if not replayed:

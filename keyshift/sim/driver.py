@@ -37,8 +37,7 @@ from keyshift.control import (
 )
 from keyshift.plan import Plan
 from keyshift.policies import Decision, Policy, SplitRouting
-from keyshift.sim.result import SimResult
-from keyshift.sim.result import WindowOutcome
+from keyshift.sim.result import SimResult, WindowOutcome
 
 
 class DrivenConfig(Protocol):
