@@ -3,8 +3,10 @@ core's fallback. Everything else about scaling is the loop's (:mod:`keyshift.con
 
 The window's sample (:class:`~keyshift.control.WindowSample`) is measured by the job:
 
-* ``in_tuples`` (In of Eq. 9) = the valid events routed to the engines in the window, the
-  sum of the per-group loads (``key_loads``), buffered events of arriving groups included;
+* ``in_tuples`` (In of Eq. 9) = the tuples that arrived in the window, per Δ: the valid
+  events routed to the engines (the sum of the per-group loads, ``key_loads``, buffered
+  events of arriving groups included) plus the growth of the Kafka lag, over the seconds
+  the window spanned (:meth:`keyshift.control.WindowStats.input_rate`);
 * ``lat_s`` (Lat of Eq. 9, seconds one engine spends per tuple) = the seconds the engine
   tasks of the window's batches worked (``keyshift.streaming.engines.work_seconds``: every engine
   and restore task's ``duration_s`` without its wait for the first input row; state

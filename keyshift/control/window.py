@@ -53,6 +53,9 @@ class WindowStats:
     # records of the input topic not yet read when the window closed (the job's Kafka lag);
     # None where no driver measures one (a model's window). The guard judges scale-outs on it
     lag: float | None = None
+    # the same lag when the previous window closed: with ``lag`` it gives the records that
+    # arrived but were not read (a growing backlog), which the input rate counts
+    lag_before: float | None = None
 
     @classmethod
     def empty(cls, index: int, groups: int, first_batch: int = 0) -> WindowStats:
@@ -94,8 +97,23 @@ class WindowStats:
     def lat_s(self) -> float | None:
         return self.engine_s / self.timed if self.timed > 0 and self.engine_s > 0 else None
 
+    @property
+    def arrived(self) -> float:
+        """Tuples that arrived in the window: those read, plus the growth of the backlog
+        (``lag - lag_before``; negative while a backlog drains). Without both lags, those
+        read.
+
+        The tuples read are what the job could take, not what the producers sent: a job
+        that falls behind reads at its own speed, and a scaler fed that number never sees
+        the demand it cannot meet (the Flink autoscaler plans on the source's arrival rate
+        for the same reason). The backlog's growth is the part it did not take."""
+        if self.lag is None or self.lag_before is None:
+            return self.tuples
+        return max(self.tuples + self.lag - self.lag_before, 0.0)
+
     def input_rate(self, window_s: float) -> float:
-        """In per second: the window's tuples over the span they arrived in.
+        """In per second: the tuples that arrived in the window (:attr:`arrived`) over the
+        span they arrived in.
 
         A window is counted in batches, not seconds: when batches run longer than the
         trigger, five of them span more than Δ and hold more than Δ's worth of input.
@@ -103,7 +121,7 @@ class WindowStats:
         engines because the machine is slow); the measured span does not.
         """
         span = self.span_s if self.span_s and self.span_s > 0 else window_s
-        return self.tuples / span if span > 0 else 0.0
+        return self.arrived / span if span > 0 else 0.0
 
     def in_tuples(self, window_s: float) -> float:
         """In per window of Δ = ``window_s`` seconds (the planner's unit) at the measured rate."""

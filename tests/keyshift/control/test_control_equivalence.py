@@ -126,3 +126,26 @@ def test_a_window_of_slow_batches_reports_the_rate_over_its_span() -> None:
     assert w.sample(2, 0.0).in_tuples == 100.0  # without Δ: as counted
     ev = evaluate(w, Plan.hashed(4, 2), 10.0)
     assert ev.input_rate == 2.5
+
+
+def test_a_growing_backlog_counts_in_the_input_rate() -> None:
+    """A job that falls behind reads at its own speed: the records that arrived but were
+    not read (the Kafka lag's growth over the window) are input too, or a scaler never sees
+    the demand it cannot meet. A draining backlog counts negative; the first window, with
+    no lag before it, counts what was read."""
+    cfg = config(False)
+    clock = Clock()
+    c = Controller(cfg, "run", "dlb-h", GROUPS, 2, 5, MemoryControlLog(),
+                   forecaster=FallbackForecaster(WINDOW_S), clock=clock)
+    c.recover(0)
+    per_batch = np.full(GROUPS, 2100.0 / GROUPS)
+    lags = {4: 1000.0, 9: 8000.0, 14: 3000.0, 19: None}
+    rates = []
+    for b in range(20):
+        c.collect(b, per_batch, np.zeros(GROUPS), engine_s=1.0, started=clock.t)
+        clock.t += 14.0
+        d = c.end_of_batch(b, lag=lags.get(b, 5.0))
+        if d is not None:
+            rates.append(d.evaluation.input_rate)
+    assert rates == pytest.approx([10_500 / 70, (10_500 + 7_000) / 70,
+                                   (10_500 - 5_000) / 70, 10_500 / 70])
