@@ -48,3 +48,16 @@ def ks_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("KEYSHIFT_HOME", str(home))
     monkeypatch.setenv("KEYSHIFT_CACHE", str(ROOT / ".keyshift" / "cache"))
     return home
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Slow tests first, then the other integration tests, then the pure core (each group in
+    collection order). `make test` hands tests to parallel workers as they free up
+    (pytest-xdist's ``--dist load``); a long test handed out last would run alone at the end
+    while the other workers idle, so the longest-first order keeps them busy to the end."""
+    def rank(item: pytest.Item) -> int:
+        if item.get_closest_marker("slow"):
+            return 0
+        return 1 if item.get_closest_marker("integration") else 2
+
+    items.sort(key=rank)
