@@ -5,10 +5,11 @@ VENV := .venv
 STAMP := $(VENV)/.keyshift-installed
 KS := $(VENV)/bin/keyshift
 PYTEST_ARGS ?=
-# The suite mostly waits (JVM starts, polls, restarts after a kill: about a fifth of one core
-# when run serially), so it runs in parallel workers, each with its own broker and Spark
-# session (tests/platform_fixtures.py). TEST_WORKERS=0 runs it in one process.
-TEST_WORKERS ?= 4
+# Much of a serial run is waiting (polls, timeouts, restarts after a kill), so the suite runs
+# in parallel workers that overlap the waits, each with its own broker and Spark session
+# (tests/platform_fixtures.py); more workers than 3 on 2 cores only add idle JVMs and
+# contention. TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 3
 
 .PHONY: venv demo test test-fast bench airflow clean-runtime
 
@@ -23,7 +24,7 @@ demo: $(STAMP)
 
 ## Run the whole test suite, integration tests included (this is what CI runs).
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist load $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 ## Only the pure-core tests (milliseconds to seconds).
 test-fast: $(STAMP)

@@ -52,9 +52,10 @@ def ks_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Slow tests first, then the other integration tests, then the pure core (each group in
-    collection order). `make test` hands tests to parallel workers as they free up
-    (pytest-xdist's ``--dist load``); a long test handed out last would run alone at the end
-    while the other workers idle, so the longest-first order keeps them busy to the end."""
+    collection order). `make test` runs parallel workers (pytest-xdist's ``--dist
+    worksteal``: each worker starts on its share of this order and an idle one takes half
+    of the longest queue left); a long test started last would run alone at the end while
+    the other workers idle, so the longest-first order keeps them busy to the end."""
     def rank(item: pytest.Item) -> int:
         if item.get_closest_marker("slow"):
             return 0
