@@ -51,11 +51,14 @@ def ks_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Slow tests first, then the other integration tests, then the pure core (each group in
-    collection order). `make test` runs parallel workers (pytest-xdist's ``--dist
-    worksteal``: each worker starts on its share of this order and an idle one takes half
-    of the longest queue left); a long test started last would run alone at the end while
-    the other workers idle, so the longest-first order keeps them busy to the end."""
+    """Under parallel workers (``make test TEST_WORKERS=N``), slow tests first, then the
+    other integration tests, then the pure core (each group in collection order). Each
+    worker starts on its share of this order and an idle one takes half of the longest
+    queue left (pytest-xdist's ``--dist worksteal``); a long test started last would run
+    alone at the end while the other workers idle."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # one process: collection order, as always
+
     def rank(item: pytest.Item) -> int:
         if item.get_closest_marker("slow"):
             return 0

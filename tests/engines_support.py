@@ -19,10 +19,9 @@ from keyshift.groups import group_of
 
 def produce_events(bootstrap: str, topic: str, app: str, count: int, skew: str, seed: int = 1,
                    keys: int | None = None, malformed: int = 0,
-                   phase: int = 0, rate: float = 1e9) -> list[dict[str, Any]]:
-    """Send ``count`` generated events (plus ``malformed`` bad records) at ``rate`` events/s
-    (as fast as the broker takes them by default); returns the good ones in production
-    order."""
+                   phase: int = 0) -> list[dict[str, Any]]:
+    """Send ``count`` generated events (plus ``malformed`` bad records); returns the good ones
+    in production order."""
     from keyshift.streaming.producer import connect, produce
     from keyshift.workloads.events import make_generator
 
@@ -44,7 +43,7 @@ def produce_events(bootstrap: str, topic: str, app: str, count: int, skew: str, 
     gen = Recording(make_generator(app, keys=keys, skew=skew, seed=seed,
                                         producer_id=f"p{phase}"))
     producer = connect(bootstrap)
-    stats = produce(producer, topic, gen, rate=rate, count=count, malformed=malformed, seed=seed)
+    stats = produce(producer, topic, gen, rate=1e9, count=count, malformed=malformed, seed=seed)
     assert stats.failed == 0, stats.first_error
     assert stats.good == count - malformed
     if not malformed:

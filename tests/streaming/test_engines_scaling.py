@@ -18,18 +18,13 @@ from engines_support import new_topic, outputs, produce_events, reference, table
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 PARAMS = {"window_s": 1.0}  # wordcount's tumbling event-time window
-# The ramp runs the CPU-heavy rule: about 1 ms of one core per event, so the engines' work
-# is what a batch spends its time on and more engines can carry more. A cheap operator
-# (wordcount's 15-70 µs) is carried by one engine at any rate this machine can produce:
-# the planner rightly keeps N at 1 there (In · Lat < 1), whatever the input does.
-HEAVY = {"work_us": 1000.0, "every": 16}
 TRIGGER_S = 0.2
-# Δt, the planner's statistic window. Each 0.2-s trigger closes one window whatever its length
-# (the window's input rate is measured over the seconds it spanned), so Δt only sets the
-# planner's unit: In per window = rate · Δt, one engine carries Δt / Lat per window. With
-# Lat ≈ 1.1 ms a producer at 3,000 events/s needs 3-4 engines, 40 events a batch one.
+# Δt, the planner's statistic window. Each 0.2-s trigger closes one window whatever its length,
+# so Δt only sets what one engine can carry per window: Δt / Lat. Wordcount's engine work
+# measured 45-70 µs per tuple in loaded windows here (task time without the wait for input),
+# so with Δt = 10 ms one engine carries ~150-220 tuples per window: a 5,000-tuple window needs
+# more than the 6 engines allowed even on a machine 3x faster, a 40-tuple window far fewer.
 WINDOW_S = 0.01
-RAMP_RATE = 3000.0  # events/s of the ramp's producer, for 3 s
 
 
 def scaling_config(base, tmp_path, **planner):
@@ -49,53 +44,48 @@ def scaling_config(base, tmp_path, **planner):
 
 def register_champions(cfg) -> dict:
     """Train and register both GPs, as the nightly job would, on a synthetic metrics history
-    of the last 12 minutes in the scaler's units (events/s; engine work seconds per tuple)
-    shaped like the heavy rule's: an input that swings between 20 and 3,980 events/s over 5
-    minutes, and a per-tuple latency of 1.1 ms plus a fixed 5 ms per window. A GP trained on
-    a history that varies learns to follow the recent windows (one trained on a flat history
-    takes a ramp for noise). Both models take the alias 'champion'."""
+    of the last 12 minutes in the scaler's units (tuples per second of Δt, engine work
+    seconds per tuple): a load that swings between 50 and 4,950 tuples per window over 5
+    minutes, and a per-tuple latency of a fixed 2 ms per window plus 15 µs per tuple. A GP
+    trained on a history that varies learns to follow the recent windows (one trained on a
+    flat history takes a ramp for noise). Both models take the alias 'champion'."""
     from keyshift.models.training import train_and_register
 
     rng = np.random.default_rng(0)
     n, spacing = 48, 15.0
     i = np.arange(n)
-    rate = (2000 + 1980 * np.sin(2 * np.pi * i * spacing / 300)) * (1 + rng.normal(0, 0.02, n))
-    tuples = rate * WINDOW_S
+    tuples = (2500 + 2450 * np.sin(2 * np.pi * i * spacing / 300)) * (1 + rng.normal(0, 0.02, n))
     metrics = pd.DataFrame({
         "window_start": pd.to_datetime(time.time() - spacing * (n - i), unit="s", utc=True),
-        "input_rate": rate,
-        "latency_s": 1.1e-3 + 5e-3 / np.maximum(tuples, 1),
+        "input_rate": tuples / WINDOW_S,
+        "latency_s": 2e-3 / np.maximum(tuples, 1) + 1.5e-5,
         "engines": 1 + i % 3,
-        "events_in": tuples,  # the window's size: the latency GP's fifth feature
+        "events_in": tuples.round(),  # the window's size: the latency GP's fifth feature
     })
     summary = train_and_register(metrics, cfg, min_rows=20, kernel="ard", iters=30)
     assert summary["models"]["input_rate"]["champion_moved"], summary
     return summary
 
 
-def start(spark, cfg, topic: str, max_offsets: int, run_id: str | None = None,
-          app: str = "wordcount", params: dict | None = None):
+def start(spark, cfg, topic: str, max_offsets: int, run_id: str | None = None):
     from keyshift.streaming.job import JobOptions, StreamJob
 
     job = StreamJob(spark, cfg, JobOptions(
-        app=app, policy="dlb-h", topic=topic, engines=2, app_params=params or PARAMS,
+        app="wordcount", policy="dlb-h", topic=topic, engines=2, app_params=PARAMS,
         trigger_s=TRIGGER_S, max_offsets_per_trigger=max_offsets,
         run_id=run_id or f"scale-{uuid.uuid4().hex[:6]}"))
     job.start()
     return job
 
 
-def feed(job, cfg, topic: str, phases, events: list, malformed: int = 0,
-         app: str = "wordcount") -> None:
+def feed(job, cfg, topic: str, phases, events: list, malformed: int = 0) -> None:
     """Produce each phase's events and wait until the job has taken them (one phase per
-    step, so the windows' sizes follow the ramp). A phase is (phase, count) or (phase,
-    count, events/s)."""
+    step, so the windows' sizes follow the ramp)."""
     taken = 0
-    for phase, count, *rate in phases:
+    for phase, count in phases:
         bad = malformed if phase == 0 else 0
-        events += produce_events(cfg.kafka.bootstrap, topic, app, count,
-                                 skew="zipf:1.0", keys=200, phase=phase, malformed=bad,
-                                 rate=rate[0] if rate else 1e9)
+        events += produce_events(cfg.kafka.bootstrap, topic, "wordcount", count,
+                                 skew="zipf:1.0", keys=200, phase=phase, malformed=bad)
         taken += count
         assert job.wait_for(taken, 600), f"phase {phase}: job stuck at {job.totals.records}"
 
@@ -106,17 +96,16 @@ def scaler_rows(spark, cfg, run_id: str) -> list:
 
 
 def test_ramp_scales_out_and_in_with_the_champion(spark, platform_config, tmp_path) -> None:
-    """A producer at 3,000 events/s of the heavy rule outruns two engines: the job falls
-    behind, the Kafka lag grows, and the input rate (what arrived, read or not) makes the
-    planner add engines; when the producer drops back to 40 events a phase, N follows."""
     cfg = scaling_config(platform_config, tmp_path)
     register_champions(cfg)
     topic = new_topic(cfg.kafka.bootstrap)
-    job = start(spark, cfg, topic, max_offsets=500, app="heavy", params=HEAVY)
+    job = start(spark, cfg, topic, max_offsets=5000)
     events: list = []
     try:
-        feed(job, cfg, topic, [(0, 40), (1, int(3 * RAMP_RATE), RAMP_RATE)]
-             + [(p, 40) for p in range(2, 10)], events, malformed=4, app="heavy")
+        # 40-event windows, then two of 5,000 (several engines' worth, see WINDOW_S), then
+        # small again for long enough that the input forecast comes down and N follows
+        feed(job, cfg, topic, [(0, 40), (1, 10000)] + [(p, 40) for p in range(2, 10)], events,
+             malformed=4)
     finally:
         job.stop()
     rows = scaler_rows(spark, cfg, job.run_id)
@@ -140,7 +129,8 @@ def test_ramp_scales_out_and_in_with_the_champion(spark, platform_config, tmp_pa
                 and r.batch_id > out_at[0]]
     assert in_after, "no scale-in after the ramp"
     # complex events equal a never-rebalanced run's; nothing lost, nothing doubled
-    assert outputs(spark, cfg, job.run_id) == reference("heavy", events, cfg.groups.count, HEAVY)
+    assert outputs(spark, cfg, job.run_id) == reference("wordcount", events,
+                                                        cfg.groups.count, PARAMS)
     assert job.totals.processed == job.totals.events_in == len(events)
     assert job.totals.records == job.totals.events_in + job.totals.dead_letter
     assert job.totals.dead_letter == 4

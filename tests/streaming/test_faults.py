@@ -110,11 +110,9 @@ def test_broker_down_mid_run_is_said_and_loses_nothing(own_broker, spark) -> Non
     assert max(got.values()) == 1
 
 
-@pytest.mark.timeout(1800)  # 6 starts of keyshift run: past the suite's 900 s on a busy host
-@pytest.mark.parametrize("kinds", [("phase",), ("clock", "start")],
-                         ids=["batch-phases", "wall-clock"])
+@pytest.mark.timeout(1800)  # 11 starts of keyshift run: past the suite's 900 s on a busy host
 def test_sigkill_at_random_points_of_a_batch_then_restart_gives_the_reference(
-        spark, platform_config, tmp_path, kinds) -> None:
+        spark, platform_config, tmp_path) -> None:
     """Ten SIGKILLs drawn at random (seed printed; KEYSHIFT_FAULT_SEED replays one), each
     hitting a restart of the same run: five at a phase of a batch
     (keyshift.streaming.faults), four at a random wall-clock time, 0-6 s after that
@@ -123,11 +121,7 @@ def test_sigkill_at_random_points_of_a_batch_then_restart_gives_the_reference(
     one at a random time of a restart's start-up (its recovery). DLB-H with migrations on a
     skew that shifts, so kills land before, during and after engines, migrations, the
     controller and the writes. The restarted run ends with every record once and exactly the
-    complex events of one uninterrupted operator.
-
-    The ten are drawn together and split in two runs of their own, the batch phases and the
-    wall-clock kills, so that parallel test workers take them side by side (the eleven
-    restarts in one test were the suite's longest, 431 s)."""
+    complex events of one uninterrupted operator."""
     import random
 
     from engines_support import job_config, outputs, reference
@@ -144,7 +138,6 @@ def test_sigkill_at_random_points_of_a_batch_then_restart_gives_the_reference(
     for _ in range(4):
         draws.insert(rng.randrange(len(draws) + 1), ("clock", round(rng.uniform(0, 6), 2)))
     draws.insert(rng.randrange(len(draws) + 1), ("start", round(rng.uniform(2, 15), 2)))
-    draws = [d for d in draws if d[0] in kinds]
     print(f"draws: {draws}")
     cfg = job_config(platform_config, policy="dlb-h", theta=10.0)
     total, bad = 1800, 4
@@ -188,7 +181,7 @@ def test_sigkill_at_random_points_of_a_batch_then_restart_gives_the_reference(
             killed.append(f"{kind} {at}")
     assert run() == 0, log.read_text()[-3000:]
     print(f"killed at {killed}")
-    assert len(killed) >= 3, (draws, killed)  # most draws fall inside the input
+    assert len(killed) >= 6, (draws, killed)  # most draws fall inside the input
 
     metrics = table_rows(spark, cfg, "metrics", run_id)
     batch_ids = [r.batch_id for r in metrics]
