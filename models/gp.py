@@ -47,13 +47,11 @@ from keyshift.models.gp_predictor import (
 )
 from keyshift.models.seasonal import (
     CYCLES,
-    LEVEL,
     PROFILE_STATS,
     SlotProfile,
     choose_cycle,
     regular_step,
     resample,
-    split_level,
 )
 
 KERNELS = ("ard", "ard+local", "ard+load", "ard+load+local", "ard+daily", "ard+weekly",
@@ -467,9 +465,8 @@ class GPForecaster:
         if self.cycle == "auto":
             return None
         names = list(dict.fromkeys(str(self.cycle).split("|")))
-        if any(split_level(c)[0] not in CYCLES or c == "none" + LEVEL for c in names):
-            raise ModelInputError("cycle", f"{self.cycle!r}: 'auto' or each of {CYCLES} "
-                                           f"(but 'none') with or without {LEVEL!r}, "
+        if any(c not in CYCLES for c in names):
+            raise ModelInputError("cycle", f"{self.cycle!r}: 'auto' or each of {CYCLES}, "
                                            "joined by '|'")
         return names
 

@@ -13,8 +13,8 @@ the predictive interval widens at busy hours and narrows at quiet ones.
 Which cycle (issue 27): ``none``, ``daily``, ``weekly`` or ``daily+weekly`` (a daily shape plus
 one level per day of the week, 24 + 7 numbers an hourly series estimates from every day where
 the weekly profile's 168 slots each see one hour a week). :func:`choose_cycle` picks among
-those the history supports, each also at the level of its last day (``daily+level``), by
-forecasting its own last days with each (the GP's held-out blocks); without a choice the cycle is a week when the history covers two weeks (as seasonal
+those the history supports by forecasting its own last days with each (the GP's held-out
+blocks); without a choice the cycle is a week when the history covers two weeks (as seasonal
 naive's), else a day when it covers ``MIN_CYCLES`` days, else there is no cycle: one slot,
 whose mean is the current level of the series (simple exponential smoothing, its smoothing weight fitted on the
 one-step errors of the history). Under a day of history (NASA's one day at 5-minute bins, the
@@ -48,12 +48,6 @@ shifts: a season, a holiday period)."""
 _SMOOTH_SLOTS = 2  # the spread of a slot is pooled with this many neighbours on each side
 CYCLES = ("none", "daily", "weekly", "daily+weekly")
 _CYCLE_PERIOD_S = {"none": 0.0, "daily": DAY_S, "weekly": WEEK_S, "daily+weekly": WEEK_S}
-LEVEL = "+level"
-"""Suffix of a cycle whose profile is set to the level of the last day ("daily+level"): the
-shape from the weighted cycles, the level from the last 24 hours. A series whose level
-moves by more than the half-life follows (WorldCup98 after the final: traffic halves in a
-few days, and a profile of the last two weeks forecast it at twice what came, where
-yesterday's value did not)."""
 _NICE_STEPS_S = (1.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1200.0, 1800.0,
                  3600.0, 7200.0, 10_800.0, 14_400.0, 21_600.0, 43_200.0, DAY_S)
 """Steps an irregular series is resampled to (each divides a day, so slots line up with it)."""
@@ -128,18 +122,14 @@ class SlotProfile:
         GP chooses on held-out blocks (:class:`keyshift.models.gp.GPForecaster`).
 
         ``cycle`` (one of CYCLES) sets the period; ``daily+weekly`` is a weekly profile whose
-        slot means are the daily slot's plus the day of the week's level. A cycle with the
-        suffix ``+level`` (:data:`LEVEL`) is then moved to the level of the last 24 hours. ``slot_s`` pins the
+        slot means are the daily slot's plus the day of the week's level. ``slot_s`` pins the
         slot length (default: the median spacing)."""
         if stat not in PROFILE_STATS:
             raise ValueError(f"stat: {stat!r} is not one of {PROFILE_STATS}")
-        level = False
         if cycle is not None:
-            base, level = split_level(cycle)
-            if base not in CYCLES or (level and base == "none"):
-                raise ValueError(f"cycle: {cycle!r} is not one of {CYCLES}, or one of them "
-                                 f"but 'none' with {LEVEL!r}")
-            period_s = _CYCLE_PERIOD_S[base]
+            if cycle not in CYCLES:
+                raise ValueError(f"cycle: {cycle!r} is not one of {CYCLES}")
+            period_s = _CYCLE_PERIOD_S[cycle]
         t = np.asarray(t, dtype=np.float64)
         y = np.asarray(y, dtype=np.float64)
         span = float(t[-1] - t[0]) if t.size else 0.0
@@ -170,7 +160,7 @@ class SlotProfile:
         mean = np.where(count > 0, total / np.where(count > 0, count, 1.0), overall)
         if stat == "median":
             mean = _weighted_medians(idx, y, w, mean)
-        if cycle.startswith("daily+weekly") and n_slots > 1:
+        if cycle == "daily+weekly" and n_slots > 1:
             mean = _daily_plus_weekly(t, y, w, slot, n_slots, stat)
         sq = np.bincount(idx, weights=w * (y - mean[idx]) ** 2, minlength=n_slots)
         seen = np.bincount(idx, minlength=n_slots).astype(np.float64)
@@ -185,10 +175,7 @@ class SlotProfile:
         var = np.where(seen > 1, sq / np.where(count > 0, count, 1.0) * seen / np.maximum(seen - 1, 1.0),
                        float(y.var()) if y.size else 1.0)
         floor = max(float(y.std()) * 0.05, 1e-9) if y.size else 1e-9
-        spread = np.sqrt(var)
-        if level and y.size:
-            mean, spread = _at_last_day_level(t, y, idx, mean, spread)
-        return cls(float(period_s), slot, mean, np.maximum(spread, floor), stat, cycle)
+        return cls(float(period_s), slot, mean, np.maximum(np.sqrt(var), floor), stat, cycle)
 
     def slot(self, t: np.ndarray) -> np.ndarray:
         return slot_index(t, self.period_s, self.slot_s, self.mean.size)
@@ -205,25 +192,6 @@ class SlotProfile:
 
     def as_tuple(self) -> tuple[float, float, np.ndarray, np.ndarray]:
         return self.period_s, self.slot_s, self.mean, self.spread
-
-
-def split_level(cycle: str) -> tuple[str, bool]:
-    """("daily", True) for "daily+level"; (cycle, False) for a plain cycle."""
-    return (cycle[: -len(LEVEL)], True) if cycle.endswith(LEVEL) else (cycle, False)
-
-
-def _at_last_day_level(t: np.ndarray, y: np.ndarray, idx: np.ndarray, mean: np.ndarray,
-                       spread: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The profile moved to the level of the last 24 hours of (t, y): scaled by the ratio
-    of what came to what the profile expected there for a series that is never negative
-    (a day at half the traffic has half the swing), shifted by the mean difference
-    otherwise (a log target, where a shift is a ratio)."""
-    last = t > t[-1] - DAY_S
-    expected = mean[idx[last]]
-    if (y >= 0).all() and expected.sum() > 0:
-        ratio = float(y[last].sum() / expected.sum())
-        return mean * ratio, spread * ratio
-    return mean + float(np.mean(y[last] - expected)), spread
 
 
 def _slot_stat(idx: np.ndarray, y: np.ndarray, w: np.ndarray, n: int, stat: str,
@@ -293,7 +261,6 @@ def choose_cycle(t: np.ndarray, y: np.ndarray, stat: str = "mean",
     t = np.asarray(t, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
     possible = supported_cycles(t)
-    possible += [c + LEVEL for c in possible if c != "none"]
     names = [c for c in (cycles or possible) if c in possible] or ["none"]
     blocks = cycle_blocks(t)
     if len(names) == 1 or not blocks:

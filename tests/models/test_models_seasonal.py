@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from keyshift.models.seasonal import SlotProfile, smoothed_level
 
@@ -96,44 +95,12 @@ def test_a_weekly_rhythm_chooses_a_weekly_cycle_that_beats_daily_seasonal_naive(
     cut = t.size - 24 * 7
     cycle, errors = choose_cycle(t[:cut], y[:cut])
     assert cycle == "weekly", errors
-    assert set(errors) == {"none", "daily", "weekly", "daily+weekly", "daily+level",
-                           "weekly+level", "daily+weekly+level"}
+    assert set(errors) == {"none", "daily", "weekly", "daily+weekly"}
     profile = SlotProfile.fit(t[:cut], y[:cut], cycle=cycle)
     forecast = profile.mean[profile.slot(t[cut:])]
     daily_naive = np.resize(y[cut - 24:cut], t.size - cut)
     mase = np.abs(y[cut:] - forecast).mean() / np.abs(y[cut:] - daily_naive).mean()
     assert mase < 0.5
-
-
-def test_a_level_that_halves_is_followed_by_the_last_days_level():
-    """Three weeks of a daily shape, then the traffic decays by a fifth a day (a tournament
-    over): a profile weighted over the last cycles forecasts the next day far above what
-    comes; the one moved to the last day's level (``+level``) is chosen, and its forecast
-    keeps the shape at the new level, within the day's noise of it."""
-    rng = np.random.default_rng(5)
-    t = 1_700_006_400.0 + 3600.0 * np.arange(24 * 28)
-    hour = (t % DAY_S) / 3600.0
-    day = (t - t[0]) // DAY_S
-    level = np.where(day < 21, 1000.0, 1000.0 * 0.8 ** (day - 20))
-    y = level * (1 + 0.5 * np.sin(2 * np.pi * hour / 24)) * (1 + rng.normal(0, 0.02, t.size))
-    cut = t.size - 24
-    cycle, errors = choose_cycle(t[:cut], y[:cut])
-    assert cycle.endswith("+level"), errors
-    assert errors[cycle] < 0.5 * errors[cycle.removesuffix("+level")]
-    profile = SlotProfile.fit(t[:cut], y[:cut], cycle=cycle)
-    forecast = profile.mean[profile.slot(t[cut:])]
-    plain = SlotProfile.fit(t[:cut], y[:cut], cycle=cycle.removesuffix("+level"))
-    err = np.abs(y[cut:] - forecast).mean()
-    assert err < 0.3 * np.abs(y[cut:] - plain.mean[plain.slot(t[cut:])]).mean()
-    assert err < 0.35 * y[cut:].mean()  # the next day decays by a fifth again
-
-
-def test_level_is_a_suffix_of_a_cycle_only():
-    t, y = weekly_hours(weeks=3)
-    with pytest.raises(ValueError, match="cycle"):
-        SlotProfile.fit(t, y, cycle="none+level")
-    p = SlotProfile.fit(t, y, cycle="daily+level")
-    assert (p.cycle_name, p.period_s) == ("daily+level", DAY_S)
 
 
 def test_one_day_repeated_chooses_a_daily_cycle():
