@@ -81,7 +81,6 @@ class Controller:
         self._window: WindowStats | None = None
         self._clock = clock
         self._window_end: float | None = None  # wall time the last window closed
-        self._last_lag: float | None = None  # Kafka lag when the last window closed
         self.decide_s = 0.0
         self.last_decision: ControlDecision | None = None
         # every decision also as a JSON event on [events] topic (off when ""); a broker
@@ -162,8 +161,9 @@ class Controller:
         w = self._window
         w.last_batch = batch_id
         w.span_s = self._span(w)
-        w.lag, w.lag_before, self._last_lag = lag, self._last_lag, lag
+        w.lag = lag
         self._window = WindowStats.empty(w.index + 1, self.groups, batch_id + 1)
+        self._window.lag_before = lag  # the next window's backlog starts where this one's ends
         self.last_decision = d = self.loop.step(w)
         if self.events is not None:
             self.events.publish(events_of(d.rows, self.run_id, d.window, d.realized))

@@ -50,7 +50,7 @@ def ks_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under parallel workers (``make test TEST_WORKERS=N``), slow tests first, then the
     other integration tests, then the pure core (each group in collection order). Each
     worker starts on its share of this order and an idle one takes half of the longest

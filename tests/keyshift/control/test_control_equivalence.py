@@ -92,6 +92,16 @@ def test_simulator_and_job_adapters_decide_alike(policy, planner, zipf, band) ->
         assert "declined" in actions
 
 
+def slow_batches_controller() -> tuple[Controller, Clock, np.ndarray]:
+    """A recovered controller of 5-batch windows on a fake clock, and one batch's group
+    loads (2,100 tuples)."""
+    clock = Clock()
+    c = Controller(config(False), "run", "dlb-h", GROUPS, 2, 5, MemoryControlLog(),
+                   forecaster=FallbackForecaster(WINDOW_S), clock=clock)
+    c.recover(0)
+    return c, clock, np.full(GROUPS, 2100.0 / GROUPS)
+
+
 def test_a_window_of_slow_batches_reports_the_rate_over_its_span() -> None:
     """Five batches of a 10 s window took 14 s each: the window spans 70 s, its 10,500
     tuples arrived at 150/s, not 1,050/s (issue 28 item 1); the scaler's In per window and
@@ -100,12 +110,7 @@ def test_a_window_of_slow_batches_reports_the_rate_over_its_span() -> None:
     from keyshift.control.window import WindowStats
     from keyshift.plan import Plan
 
-    cfg = config(False)
-    clock = Clock()
-    c = Controller(cfg, "run", "dlb-h", GROUPS, 2, 5, MemoryControlLog(),
-                   forecaster=FallbackForecaster(WINDOW_S), clock=clock)
-    c.recover(0)
-    per_batch = np.full(GROUPS, 2100.0 / GROUPS)
+    c, clock, per_batch = slow_batches_controller()
     decisions = []
     for b in range(10):
         c.collect(b, per_batch, np.zeros(GROUPS), engine_s=1.0, started=clock.t)
@@ -133,12 +138,7 @@ def test_a_growing_backlog_counts_in_the_input_rate() -> None:
     not read (the Kafka lag's growth over the window) are input too, or a scaler never sees
     the demand it cannot meet. A draining backlog counts negative; the first window, with
     no lag before it, counts what was read."""
-    cfg = config(False)
-    clock = Clock()
-    c = Controller(cfg, "run", "dlb-h", GROUPS, 2, 5, MemoryControlLog(),
-                   forecaster=FallbackForecaster(WINDOW_S), clock=clock)
-    c.recover(0)
-    per_batch = np.full(GROUPS, 2100.0 / GROUPS)
+    c, clock, per_batch = slow_batches_controller()
     lags = {4: 1000.0, 9: 8000.0, 14: 3000.0, 19: None}
     rates = []
     for b in range(20):
