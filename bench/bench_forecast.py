@@ -255,7 +255,7 @@ def main() -> int:
     if "gp" in names:
         detail = Table(title="GP per series, with the targets (MASE < 1, coverage 85–95 %, CC ≥ 0.94)")
         for col in ("series", "points", "horizon", "MAE", "RMSE", "MASE", "MASE best naive",
-                    "CC", "cover 90%", "95% CI", "fit s", "cycle", "targets missed"):
+                    "CC", "cover 90%", "95% CI", "fit s", "cycle", "mean", "targets missed"):
             detail.add_column(col, justify="left" if col in ("series", "targets missed") else "right")
         for key, res in results.items():
             m = res["models"]["gp"]
@@ -271,7 +271,7 @@ def main() -> int:
                            f"{m['mase_best_naive']:.3f}", f"{m['cc']:.3f}",
                            f"{m['coverage_90']:.1%}", f"{low:.0%}–{high:.0%}",
                            f"{m['train_s'] / res['origins']:.1f}", m.get("cycle", ""),
-                           ", ".join(missed) or "—")
+                           m.get("mean", ""), ", ".join(missed) or "—")
         console.print(detail)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))

@@ -39,6 +39,9 @@ from keyshift.models.features import FeatureError, rate_features, to_epoch_secon
 from keyshift.models.gp import Z_90, InputRateGP
 
 METRICS = ("mae", "rmse", "mase", "cc", "coverage_90", "train_s")
+CHOICES = ("kernel", "cycle", "mean")
+"""What a model chooses per origin (its ``kernel_``, ``cycle_``, ``mean_``), counted over the
+origins in each backtest result."""
 
 
 class SeriesError(FieldError):
@@ -218,8 +221,8 @@ def backtest(
     preds: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {name: [] for name in chosen}
     naive: list[np.ndarray] = []
     train_s = {name: 0.0 for name in chosen}
-    kernels: dict[str, list[str]] = {}
-    cycles: dict[str, list[str]] = {}
+    # what a model chose at each origin: the GP's kernel, profile cycle (issue 27) and mean
+    choices: dict[str, dict[str, list[str]]] = {}
     for k, start in enumerate(starts):
         lo = 0 if max_train is None else max(0, start - max_train)
         X_tr, y_tr, X_te = X[lo:start], values[lo:start], X[start:start + horizon]
@@ -232,10 +235,10 @@ def backtest(
             model.fit(X_tr, y_tr)
             train_s[name] += time.perf_counter() - started
             preds[name].append(model.predict(X_te))
-            if getattr(model, "kernel_", None):
-                kernels.setdefault(name, []).append(model.kernel_)
-            if getattr(model, "cycle_", None):  # the GP's seasonal profile (issue 27)
-                cycles.setdefault(name, []).append(model.cycle_)
+            for attr in CHOICES:
+                if getattr(model, f"{attr}_", None):
+                    choices.setdefault(name, {}).setdefault(attr, []).append(
+                        getattr(model, f"{attr}_"))
     y_te = values[starts[0]:starts[-1] + horizon]
     naive_mae = float(np.abs(np.concatenate(naive) - y_te).mean())
     results: dict[str, Any] = {}
@@ -245,12 +248,9 @@ def backtest(
         std = np.concatenate([np.broadcast_to(s, m.shape) for m, s in preds[name]])
         predictions[name] = mean
         results[name] = {**score(y_te, mean, std, naive_mae), "train_s": train_s[name]}
-        if name in kernels:  # the kernel of each origin, "ard+local ×3, ard ×2"
-            results[name]["kernel"] = ", ".join(
-                f"{k} ×{n}" if n > 1 else k for k, n in Counter(kernels[name]).items())
-        if name in cycles:  # the profile's cycle of each origin, "weekly ×4, daily"
-            results[name]["cycle"] = ", ".join(
-                f"{c} ×{n}" if n > 1 else c for c, n in Counter(cycles[name]).items())
+        for attr, picks in choices.get(name, {}).items():  # "ard+local ×3, ard ×2"
+            results[name][attr] = ", ".join(
+                f"{c} ×{n}" if n > 1 else c for c, n in Counter(picks).items())
     return {
         "n_train": int(starts[0]),
         "n_test": int(len(y_te)),

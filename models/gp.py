@@ -7,7 +7,9 @@ defaults are there too ("Why the GP is built this way"). In short:
 
 - ``mean``: ``"profile"`` (input rate) models the residual of the seasonal slot profile
   (:mod:`keyshift.models.seasonal`, its cycle and slot statistic chosen on held-out days),
-  so far from its data the GP reverts to the profile, not to a constant; ``"constant"``
+  so far from its data the GP reverts to the profile, not to a constant; ``"profile+level"``
+  to the residual's level over the last day (the input rate's default chooses between the
+  two on the held-out days); ``"constant"``
   (latency) is the paper's; ``"profile+offset"`` adds a fitted offset (the planner's
   :class:`keyshift.models.forecasters.GPRateForecaster` keeps it).
 - ``kernel``: ``"ard"`` is Eq. 8; ``+local`` adds a short time scale (the current level),
@@ -62,7 +64,13 @@ whose features have them, and what ``"auto"`` means for :class:`LatencyGP`, whos
 blocks hold only the N the job ran and so cannot judge how a kernel answers for another N,
 which is what the planner asks (docs/models.md, "Why the GP is built this way")."""
 METHODS = ("exact", "sgpr", "auto")
-MEANS = ("constant", "profile", "profile+offset", "auto")
+MEANS = ("constant", "profile", "profile+level", "profile+offset", "auto")
+LEVEL_MEANS = ("profile", "profile+level")
+"""The means one fit can choose between on its held-out blocks: they share the profile and the
+hyper-parameters and differ only in the constant the residual reverts to."""
+LEVEL_SPAN_S = 86_400.0
+"""The ``profile+level`` mean is the residual's average over this much of the most recent
+history (a day: one full turn of the daily profile, so the level is not a time of day's)."""
 STORED_FORMAT = 3
 """Version of the stored form (:meth:`GPForecaster.to_parts`). 3: JSON description, .npz
 arrays and a tensors-only state dict, nothing pickled. 2: profile mean, sparse posterior,
@@ -200,6 +208,15 @@ class _Candidate(NamedTuple):
     mll: float
     variance_scale: float = 1.0  # the prior-variance calibration's factor
     held: list | tuple = ()  # (error, std) per held-out block: the interval calibration
+    mean: str = "constant"  # the GP's mean: one of MEANS but "auto"
+    times: np.ndarray | None = None  # the rows' timestamps (the level's last day)
+
+
+def recent_level(t: np.ndarray, z: np.ndarray, span_s: float = LEVEL_SPAN_S) -> float:
+    """The mean residual of the rows in the last ``span_s`` seconds before the latest one."""
+    if z.size == 0:
+        return 0.0
+    return float(np.mean(z[t >= t[-1] - span_s]))
 
 
 def inducing_rows(n: int, m: int) -> np.ndarray:
@@ -230,12 +247,22 @@ class _SparsePosterior:
             kuu = self._k(z, z)
             self.l_uu = _cholesky(kuu)
             self.sigma = kuu.clone()
-            self.b = torch.zeros(z.shape[0], dtype=torch.float64)
+            # b = σ⁻²K_uf(y − m) kept as its two sums, so that the constant can move
+            # (the "profile+level" mean) without going back to the rows
+            self.b_y = torch.zeros(z.shape[0], dtype=torch.float64)
+            self.b_1 = torch.zeros(z.shape[0], dtype=torch.float64)
             self.n = 0
             self.extend(x, y)
 
+    @property
+    def b(self):
+        return self.b_y - self.const * self.b_1
+
     def _k(self, a, b):
         return self.model.covar_module(a, b).to_dense()
+
+    def set_constant(self, const: float) -> None:
+        self.const = float(const)
 
     def extend(self, x_new, y_new) -> None:
         torch = _torch()
@@ -243,7 +270,8 @@ class _SparsePosterior:
             for lo in range(0, x_new.shape[0], 4096):  # bounded K_uf blocks
                 kuf = self._k(self.z, x_new[lo:lo + 4096])
                 self.sigma += kuf @ kuf.T / self.noise
-                self.b += kuf @ (y_new[lo:lo + 4096] - self.const) / self.noise
+                self.b_y += kuf @ y_new[lo:lo + 4096] / self.noise
+                self.b_1 += kuf.sum(1) / self.noise
             self.n += int(x_new.shape[0])
             self.l_sigma = _cholesky(self.sigma)
 
@@ -333,6 +361,9 @@ class _OnlinePosterior:
         padded[:self.n] = b
         a = self._buf.mT if transpose else self._buf
         return torch.linalg.solve_triangular(a, padded, upper=transpose)[:self.n]
+
+    def set_constant(self, const: float) -> None:
+        self.const, self._alpha = float(const), None
 
     def alpha(self):
         if self._alpha is None:
@@ -435,8 +466,7 @@ class GPForecaster:
     def _validate_params(self) -> list[str]:
         if self.method not in METHODS:
             raise ModelInputError("method", f"{self.method!r} not one of {METHODS}")
-        if self.mean not in MEANS:
-            raise ModelInputError("mean", f"{self.mean!r} not one of {MEANS}")
+        self._means()
         self._profile_stats()
         self._cycles()
         checks = [("iters", 1), ("inducing", 2), ("exact_max", 2), ("hyper_points", 3),
@@ -450,6 +480,18 @@ class GPForecaster:
         if not (isinstance(self.lr, (int, float)) and 0 < self.lr <= 10):
             raise ModelInputError("lr", f"must be in (0, 10], got {self.lr!r}")
         return self._candidates()
+
+    def _means(self) -> list[str]:
+        """The means ``mean`` names (``"auto"``: the target's default); several, joined by
+        ``|``, only among LEVEL_MEANS, which one fit chooses between on its held-out blocks."""
+        names = list(dict.fromkeys(str(self.default_mean if self.mean == "auto"
+                                       else self.mean).split("|")))
+        if any(m not in MEANS or m == "auto" for m in names):
+            raise ModelInputError("mean", f"{self.mean!r} not one of {MEANS}")
+        if len(names) > 1 and any(m not in LEVEL_MEANS for m in names):
+            raise ModelInputError("mean", f"{self.mean!r}: only {LEVEL_MEANS} can be chosen "
+                                          "between (joined by '|')")
+        return names
 
     def _profile_stats(self) -> list[str]:
         """The slot statistics ``profile_stat`` names (``"mean|median"``: both), in order."""
@@ -539,55 +581,59 @@ class GPForecaster:
         torch = _torch()
         torch.set_num_threads(self.threads)
         started = time.perf_counter()
-        self.mean_ = self.default_mean if self.mean == "auto" else self.mean
+        means = self._means()
+        self.mean_ = means[0]  # LEVEL_MEANS train alike: the constant is set after (_adopt)
         y_log = self._log(y)
         t = X[:, TIMESTAMP_COLUMN]
-        profiles: list[SlotProfile | None] = [None]
+        profile: SlotProfile | None = None
         self.cycle_, self.cycle_errors_ = None, {}
         if self.mean_.startswith("profile"):
             cycle, stat, step, tp, yp = self._choose_profile(t, y_log)
             self.cycle_ = cycle
-            profiles = [SlotProfile.fit(tp, yp, stat=stat, cycle=cycle, slot_s=step)]
+            profile = SlotProfile.fit(tp, yp, stat=stat, cycle=cycle, slot_s=step)
         self.method_ = ("exact" if self.method == "exact" or
                         (self.method == "auto" and X.shape[0] <= self.exact_max) else "sgpr")
         n, keep = X.shape[0], min(self.hyper_points, X.shape[0])
-        if profiles[0] is not None:
+        if profile is not None:
             sub = np.arange(n - keep, n)
         else:
             sub = np.unique(np.linspace(0, n - 1, keep).round().astype(int))
         self._fit_rows = int(X.shape[0])
         blocks = self._held_out_blocks(X)
-        select = len(candidates) * len(profiles) > 1 and bool(blocks)
+        select = len(candidates) * len(means) > 1 and bool(blocks)
         self.kernel_scores_: dict[str, float] = {}
         self.kernel_errors_: dict[str, float] = {}
-        results: dict[str, _Candidate] = {}
-        for profile in profiles:
-            self._profile = profile
-            z = self._deseason(X, y_log)
-            self._scaling = _Scaling.of(X, z)  # what _train standardises with
-            for kernel in candidates:
-                fitted = _Candidate(kernel, profile, self._scaling, z,
-                                    *self._train(kernel, X[sub], z[sub]))
-                self._adopt(fitted)  # the calibrations below work on the current model
-                scale = self._calibrate_prior_variance()
-                held = (self._held_out_all(X, y_log, blocks)
+        self.mean_errors_: dict[str, float] = {}
+        results: dict[tuple[str, str], _Candidate] = {}
+        errors: dict[tuple[str, str], float] = {}
+        self._profile = profile
+        z = self._deseason(X, y_log)
+        self._scaling = _Scaling.of(X, z)  # what _train standardises with
+        for kernel in candidates:
+            fitted = _Candidate(kernel, profile, self._scaling, z,
+                                *self._train(kernel, X[sub], z[sub]), mean=means[0], times=t)
+            self._adopt(fitted)  # the calibrations below work on the current model
+            scale = self._calibrate_prior_variance()
+            self.kernel_scores_[kernel] = fitted.mll
+            for mean in means:  # the same hyper-parameters, another constant: no new fit
+                held = (self._held_out_all(X, y_log, blocks, mean)
                         if select or (self.calibrate_interval and blocks) else [])
-                # one key per candidate: the kernel, and the profile's statistic when several
-                key = kernel if len(profiles) == 1 else f"{kernel} ({profile.stat})"
-                self.kernel_scores_[key] = fitted.mll
                 if select:
-                    self.kernel_errors_[key] = float(np.mean(np.abs(np.concatenate(
+                    errors[kernel, mean] = float(np.mean(np.abs(np.concatenate(
                         [err for err, _ in held]))))
-                results[key] = fitted._replace(variance_scale=scale, held=held)
-        # several kernels: the one that forecast the held-out blocks of the training tail best
-        # (the marginal likelihood prefers the most flexible kernel, which chased the bursts of
-        # the AAPL tweets and the Christmas week of the bikes); the likelihood decides only
-        # when the history is too short to hold a block out
-        # (likelihoods of different profiles score different targets: without held-out
-        # blocks the first profile, the weighted mean, is kept)
-        first = [key for key, c in results.items() if c.profile is profiles[0]]
-        best = results[min(self.kernel_errors_, key=self.kernel_errors_.get) if select
-                       else max(first, key=self.kernel_scores_.get)]
+                results[kernel, mean] = fitted._replace(variance_scale=scale, held=held,
+                                                        mean=mean)
+        # several kernels (or means): the pair that forecast the held-out blocks of the
+        # training tail best (the marginal likelihood prefers the most flexible kernel, which
+        # chased the bursts of the AAPL tweets and the Christmas week of the bikes); the
+        # likelihood decides only when the history is too short to hold a block out, and
+        # then with the first mean asked for. Each kernel's error is that of its best mean,
+        # each mean's that of its best kernel.
+        for (kernel, mean), err in errors.items():
+            self.kernel_errors_[kernel] = min(err, self.kernel_errors_.get(kernel, np.inf))
+            self.mean_errors_[mean] = min(err, self.mean_errors_.get(mean, np.inf))
+        best = results[min(errors, key=errors.get) if select else
+                       (max(self.kernel_scores_, key=self.kernel_scores_.get), means[0])]
         self._adopt(best)
         self.variance_scale_ = best.variance_scale
         self.profile_stat_ = None if self._profile is None else self._profile.stat
@@ -605,6 +651,35 @@ class GPForecaster:
         self._model, self._likelihood, self.mll_, self.kernel_ = (c.model, c.likelihood,
                                                                   c.mll, c.kernel)
         self._profile, self._scaling = c.profile, c.scaling
+        if c.mean in LEVEL_MEANS:
+            self.mean_ = c.mean
+            with _torch().no_grad():
+                self._model.mean_module.constant = self._prior_constant(c.mean, c.times, c.z)
+
+    def _prior_constant(self, mean: str, t: np.ndarray, z: np.ndarray) -> float:
+        """The GP's constant mean (standardised) for residuals ``z`` at times ``t``: the
+        profile itself (z = 0) under ``"profile"``, the residual's level over the last day
+        under ``"profile+level"``.
+
+        Far from its data the GP reverts to its mean; with the profile as the mean a series
+        whose level moved (the WorldCup98 trace halving in the week after the final) is
+        forecast back at the level the profile learnt over past weeks. With the last day's
+        residual level it reverts to where the series is now; the choice between the two is
+        made on the held-out days, like the kernel's."""
+        level = recent_level(t, z) if mean == "profile+level" else 0.0
+        return (level - self._scaling.y_mean) / self._scaling.y_std
+
+    def _follow_level(self) -> None:
+        """Move a ``profile+level`` GP's constant to the level of the rows it conditions on
+        now (after new windows), in the model and in a cached posterior."""
+        if self.mean_ != "profile+level":
+            return
+        const = self._prior_constant(self.mean_, self._X[:, TIMESTAMP_COLUMN], self._y)
+        with _torch().no_grad():
+            self._model.mean_module.constant = const
+        cache = getattr(self, "_posterior", None)
+        if cache is not None:
+            cache.set_constant(const)
 
     def _calibrate_prior_variance(self) -> float:
         """Scale every output scale and the noise by one factor so that the GP's prior
@@ -651,29 +726,31 @@ class GPForecaster:
         return [(n - (b + 1) * h, n - b * h)
                 for b in range(min(_HELD_OUT_BLOCKS, (n // 2) // h))]
 
-    def _held_out_all(self, X: np.ndarray, y_log: np.ndarray, blocks: list[tuple[int, int]]
-                      ) -> list[tuple[np.ndarray, np.ndarray]]:
+    def _held_out_all(self, X: np.ndarray, y_log: np.ndarray, blocks: list[tuple[int, int]],
+                      mean: str | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
         """:meth:`_held_out` of every block. The exact posterior factorises K + σ²I once, on
         the rows before the latest block: each earlier block's history is a prefix of those
         rows, and the leading m × m block of a Cholesky factor is the factor of the leading
         m × m block of the matrix, so the blocks share one O(n³) factorisation instead of one
         each (a third of a 2,000-row fit's time went to the five)."""
         if self.method_ != "exact" or not blocks:
-            return [self._held_out(X, y_log, lo, hi) for lo, hi in blocks]
+            return [self._held_out(X, y_log, lo, hi, mean=mean) for lo, hi in blocks]
         torch = _torch()
         rows = max(lo for lo, _ in blocks)
         x = torch.as_tensor(self._scaling.x(X[:rows]), dtype=torch.float64)
         shared = _OnlinePosterior(self._model, x, torch.zeros(rows, dtype=torch.float64))
-        return [self._held_out(X, y_log, lo, hi, shared) for lo, hi in blocks]
+        return [self._held_out(X, y_log, lo, hi, shared, mean) for lo, hi in blocks]
 
     def _held_out(self, X: np.ndarray, y_log: np.ndarray, lo: int, hi: int,
-                  shared: _OnlinePosterior | None = None) -> tuple[np.ndarray, np.ndarray]:
+                  shared: _OnlinePosterior | None = None, mean: str | None = None
+                  ) -> tuple[np.ndarray, np.ndarray]:
         """Errors and predictive stds (in the (log) target's units) of the forecast of rows
         [lo, hi) by the current hyper-parameters conditioned on the rows before ``lo`` only,
         with a seasonal profile fitted on those rows too (the full profile has seen the block
         and would flatter it). With ``shared`` (:meth:`_held_out_all`) the model is left as
         it was; without, it is left conditioned on those rows and the caller conditions it on
-        all of them again."""
+        all of them again. ``mean`` (one of LEVEL_MEANS) sets the constant from those rows
+        too; None keeps the model's."""
         torch = _torch()
         t = X[:, TIMESTAMP_COLUMN]
         profile = (None if self._profile is None
@@ -684,11 +761,14 @@ class GPForecaster:
         x_tail = torch.as_tensor(self._scaling.x(X[lo:hi]), dtype=torch.float64)
         if shared is not None:  # the factor of the rows before lo, cut from the shared one
             y_head = torch.as_tensor(self._scaling.y(head), dtype=torch.float64)
-            mean, var = shared.prefix(lo, y_head).predict(x_tail, include_noise=True)
+            post = shared.prefix(lo, y_head)
         else:
             self._condition_on(X[:lo], head)
-            mean, var = self._posterior_now().predict(x_tail, include_noise=True)
+            post = self._posterior_now()
             self._posterior, self._inducing_z = None, None
+        if mean is not None:
+            post.set_constant(self._prior_constant(mean, t[:lo], head))
+        mean, var = post.predict(x_tail, include_noise=True)
         s = self._scaling
         mean, std = mean * s.y_std + s.y_mean, np.sqrt(np.maximum(var, 1e-12)) * s.y_std
         if profile is not None:
@@ -760,7 +840,7 @@ class GPForecaster:
         y_t = torch.as_tensor(self._scaling.y(y), dtype=torch.float64)
         model, likelihood = _build_model(kernel, x_t, y_t, self._scaling)
         model.double()
-        if self.mean_ == "profile":
+        if self.mean_ in LEVEL_MEANS:
             # The prior mean is the profile itself (z = 0): far from its data the GP reverts
             # to the slot mean, or without a cycle to the smoothed level, not to the average
             # deviation of the rows it was fitted on (which a ramp or a storm in them moves).
@@ -867,6 +947,7 @@ class GPForecaster:
                 cache.extend(torch.as_tensor(self._scaling.x(X), dtype=torch.float64),
                              torch.as_tensor(self._scaling.y(z), dtype=torch.float64))
             self._X, self._y = rows, targets
+            self._follow_level()
             return self
         cap = self._exact_cap()
         if cache is not None and rows.shape[0] <= cap + _ONLINE_SLACK:
@@ -876,8 +957,9 @@ class GPForecaster:
                          torch.as_tensor(self._scaling.y(z), dtype=torch.float64))
             self._X, self._y = rows, targets
             self._model.set_train_data(inputs=cache.x, targets=cache.y, strict=False)
-            return self
-        self._condition_on(rows[-cap:], targets[-cap:])
+        else:
+            self._condition_on(rows[-cap:], targets[-cap:])
+        self._follow_level()
         return self
 
     def _exact_cap(self) -> int:
@@ -1185,7 +1267,7 @@ class InputRateGP(GPForecaster):
     the seasonal profile by default."""
 
     feature_names = RATE_FEATURES
-    default_mean = "profile"
+    default_mean = "profile|profile+level"
     default_profile_stat = "mean|median"
     calibrate_interval = True
 
