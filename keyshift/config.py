@@ -141,6 +141,9 @@ class SparkConfig(_Section):
     app_name: str = "keyshift"
     shuffle_partitions: int = Field(4, ge=1, le=10000)
     driver_memory: str = Field("2g", pattern=r"^\d+[kmgt]?$")
+    # More options of the driver JVM, after keyshift's own (docs/platform.md): each a
+    # -X/-D option, none a shell word. The test suite passes -XX:TieredStopAtLevel=1.
+    driver_java_options: str = ""
     trigger_s: float = Field(2.0, gt=0, le=3600)
     max_offsets_per_trigger: int = Field(20000, ge=1)
     # delta-spark's PyPI patch releases can run ahead of its Maven jars (4.4.1 on PyPI, 4.4.0
@@ -159,6 +162,18 @@ class SparkConfig(_Section):
     pyspark_python: str = ""  # executors' Python; "" = the driver's interpreter (the venv's)
     master_timeout_s: float = Field(10.0, gt=0, le=600)  # a spark:// master must answer
     executor_wait_s: float = Field(120.0, ge=0, le=3600)  # first executor; 0 = do not wait
+
+    @field_validator("driver_java_options")
+    @classmethod
+    def _java_options(cls, options: str) -> str:
+        for word in options.split():
+            if not re.fullmatch(r"-[A-Za-z][^;&|`$<>()'\"\\]*", word):
+                raise ValueError(f"{word!r}: each option must start with '-' (like "
+                                 "-XX:TieredStopAtLevel=1), with no quote or shell character")
+            if word.startswith("-Xmx"):
+                raise ValueError(f"{word!r}: the heap cap is [spark] driver_memory (Spark "
+                                 "refuses -Xmx among the driver's options)")
+        return options.strip()
 
     @field_validator("master")
     @classmethod

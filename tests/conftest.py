@@ -19,6 +19,11 @@ ROOT = Path(__file__).resolve().parents[1]
 # UDF workers must start this interpreter, not the system one.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+# Every Spark driver the suite starts (its session, `keyshift run` subprocesses, the demo)
+# compiles with C1 alone: a test's driver lives seconds to minutes on tiny data, and the C2
+# compiler's CPU never paid back, about half a driver's CPU (docs/platform.md).
+TEST_DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+os.environ.setdefault("KEYSHIFT_SPARK__DRIVER_JAVA_OPTIONS", TEST_DRIVER_JAVA_OPTIONS)
 
 
 def import_bench(name: str) -> ModuleType:

@@ -50,7 +50,8 @@ def spark_config(platform_home: Path):
 
     return load_config(
         env={}, home=str(platform_home),
-        spark={"master": "local[2]", "shuffle_partitions": 2, "trigger_s": 1.0},
+        spark={"master": "local[2]", "shuffle_partitions": 2, "trigger_s": 1.0,
+               "driver_java_options": os.environ["KEYSHIFT_SPARK__DRIVER_JAVA_OPTIONS"]},
         groups={"count": 64},
     )
 

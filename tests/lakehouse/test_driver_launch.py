@@ -30,7 +30,7 @@ CAPTURE = textwrap.dedent('''
     from keyshift.config import load_config
     from keyshift.lakehouse import session
 
-    home, memory = Path(sys.argv[1]), sys.argv[2]
+    home, memory, options = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 
     class Captured(Exception):
         pass
@@ -42,7 +42,8 @@ CAPTURE = textwrap.dedent('''
     gateway.Popen = popen
     session.spark_jars = lambda *args, **kwargs: []  # no download: jars do not matter here
     session.jvm_stderr = lambda: home / "jvm.err"  # the job's path: _launch_driver
-    cfg = load_config(env={}, home=str(home), spark={"driver_memory": memory})
+    cfg = load_config(env={}, home=str(home), spark={"driver_memory": memory,
+                                                     "driver_java_options": options})
     try:
         session.get_spark(cfg)
     except Captured:
@@ -63,11 +64,14 @@ def java_command(submit: list[str], spark_home: Path) -> list[str]:
 
 
 @pytest.mark.skipif(shutil.which("java") is None, reason="needs a JDK (as Spark does)")
-@pytest.mark.parametrize("memory", ["768m", "2g"])
-def test_driver_memory_becomes_the_jvm_heap_cap(tmp_path: Path, memory: str) -> None:
+@pytest.mark.parametrize("memory, options", [("768m", ""),
+                                             ("2g", "-XX:TieredStopAtLevel=1 -Dks.x=1")])
+def test_driver_memory_becomes_the_jvm_heap_cap(tmp_path: Path, memory: str,
+                                                options: str) -> None:
+    """... and ``[spark] driver_java_options`` reach it too, after keyshift's own."""
     import pyspark
 
-    captured = subprocess.run([sys.executable, "-c", CAPTURE, str(tmp_path), memory],
+    captured = subprocess.run([sys.executable, "-c", CAPTURE, str(tmp_path), memory, options],
                               capture_output=True, text=True, timeout=120, check=False)
     assert captured.returncode == 0, captured.stderr
     submit = json.loads(captured.stdout.strip().splitlines()[-1])
@@ -77,3 +81,5 @@ def test_driver_memory_becomes_the_jvm_heap_cap(tmp_path: Path, memory: str) -> 
     assert Path(command[0]).name == "java"
     heap = [a for a in command if a.startswith("-Xmx")]
     assert heap == [f"-Xmx{memory}"], command
+    assert all(o in command for o in options.split()), command
+    assert any(a.startswith("-Dderby.system.home=") for a in command), command
