@@ -15,7 +15,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections import Counter
 
 import pytest
 from engines_support import job_env, new_topic, produce_events, table_rows
@@ -77,18 +76,17 @@ class Run:
         return json.loads(out.strip().splitlines()[-1])
 
 
-def _outputs(spark, cfg, run_id: str) -> Counter:
-    return Counter((r.key, r.ts, r.kind, r.detail, r.event_id)
-                   for r in table_rows(spark, cfg, "events_out", run_id))
-
-
 def test_broker_down_mid_run_is_said_and_loses_nothing(own_broker, spark) -> None:
     """The broker stops after the first batch for 35 s: the job says within its grace that it
     waits for the broker (while it is still down), says when it is back, and ends with every
-    event processed once and the complex events of a run that never saw the outage."""
+    event processed once and the complex events of one operator that saw every event in
+    order (the reference the SIGKILL test compares against; a second ``keyshift run`` as the
+    reference cost a JVM start and half this test's time)."""
+    from engines_support import outputs, reference
+
     cfg, broker = own_broker
     topic = new_topic(cfg.kafka.bootstrap, partitions=2)
-    produce_events(cfg.kafka.bootstrap, topic, "wordcount", 3000, "zipf:1.0")
+    events = produce_events(cfg.kafka.bootstrap, topic, "wordcount", 3000, "zipf:1.0")
     faulty = Run(cfg, topic, "broker-down", "--max-offsets", "300")
     assert faulty.wait_for("batch ", 300), "\n".join(faulty.lines[-40:])
     broker.stop()
@@ -102,12 +100,9 @@ def test_broker_down_mid_run_is_said_and_loses_nothing(own_broker, spark) -> Non
     assert any(x.startswith("keyshift: the Kafka broker at") and "is back" in x
                for x in faulty.lines), "\n".join(faulty.lines[-40:])
     assert summary["events_in"] == 3000 and summary["dead_letter"] == 0
-
-    reference = Run(cfg, topic, "broker-up").finish()
-    assert reference["events_in"] == 3000
-    got, want = _outputs(spark, cfg, "broker-down"), _outputs(spark, cfg, "broker-up")
-    assert got and got == want  # the same complex events, none of them twice
-    assert max(got.values()) == 1
+    got = outputs(spark, cfg, "broker-down")
+    # the same complex events, none of them twice (both sides are sorted lists)
+    assert got and got == reference("wordcount", events, cfg.groups.count, {})
 
 
 @pytest.mark.timeout(1800)  # 11 starts of keyshift run: past the suite's 900 s on a busy host
