@@ -155,12 +155,17 @@ run for nights already missed; the first scheduled run is the next one on the cl
 
 def nightly(cron: str) -> Any:
     """The schedule of a nightly DAG: ``cron`` in UTC, and no run for a time already past
-    when the DAG first appears or is first unpaused (``run_immediately=False``, and no
-    ``start_date``, which would make Airflow run the latest missed time at once even with
-    ``catchup=False``)."""
+    when the DAG first appears or is first unpaused (no ``start_date``, which would make
+    Airflow run the latest missed time at once even with ``catchup=False``).
+
+    ``run_immediately`` is a zero timedelta, not False: in Airflow 3.3 False takes the
+    same undocumented buffer as None (the past time runs at once when it is within a tenth
+    of the interval, at least 5 min, of now: 2.4 h for a nightly DAG), so a DAG unpaused at
+    02:16 ran for 02:00 on the spot (apache/airflow PR #64162 makes False mean "never"). A
+    zero buffer is "never" on every version."""
     from airflow.sdk import CronTriggerTimetable
 
-    return CronTriggerTimetable(cron, timezone="UTC", run_immediately=False)
+    return CronTriggerTimetable(cron, timezone="UTC", run_immediately=timedelta(0))
 
 
 def job_timeout(key: str) -> timedelta:

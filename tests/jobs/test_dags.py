@@ -22,14 +22,32 @@ from airflow.timetables.base import TimeRestriction
 bag = DagBag(dag_folder=sys.argv[1])
 out = {"errors": {k: str(v) for k, v in bag.import_errors.items()}, "dags": {}}
 
-def first_run(dag):
+def first_run(dag, now=None):
     # when the scheduler would start the first run of a DAG that just appeared (or was
-    # unpaused for the first time): the timetable as the scheduler reads it (serialized)
+    # unpaused for the first time): the timetable as the scheduler reads it (serialized);
+    # at ``now`` when given (the clock the timetable reads, replaced)
+    import airflow.timetables.trigger as trigger
+
+    if now is not None:
+        real, trigger.utcnow = trigger.utcnow, lambda: now
+        try:
+            return first_run(dag)
+        finally:
+            trigger.utcnow = real
     core = decode_timetable(encode_timetable(dag.timetable))
     info = core.next_dagrun_info(last_automated_data_interval=None,
                                  restriction=TimeRestriction(dag.start_date, dag.end_date,
                                                              dag.catchup))
     return None if info is None else info.run_after.isoformat()
+
+def just_after(dag):
+    expression = encode_timetable(dag.timetable)["__var"].get("expression")
+    if expression is None:
+        return {}
+    minute, hour = (int(x) for x in expression.split()[:2])
+    now = datetime.now(timezone.utc).replace(hour=hour, minute=minute + 1, second=0,
+                                             microsecond=0)
+    return {f"{hour:02d}:{minute + 1:02d}": first_run(dag, now)}
 
 for dag in bag.dags.values():
     t = dag.tasks[0]
@@ -40,6 +58,8 @@ for dag in bag.dags.values():
         "first_run": first_run(dag) if "expression" in encode_timetable(dag.timetable)["__var"]
                      else None,
         "now": datetime.now(timezone.utc).isoformat(),
+        # a minute after this day's time on the DAG's clock (02:01 for "0 2 * * *")
+        "just_after": just_after(dag),
         "start_date": dag.start_date and dag.start_date.isoformat(),
         "default_args": sorted(dag.default_args),
         "doc_md": dag.doc_md,
@@ -122,13 +142,20 @@ def test_table_maintenance_dag(bag: dict) -> None:
 def test_a_new_dag_starts_no_run_for_a_time_already_past(bag: dict) -> None:
     """Unpausing a nightly DAG for the first time waits for the next time on its clock
     (with a start_date and catchup=False, Airflow would run the latest missed one at once)."""
-    from datetime import datetime
+    from datetime import datetime, timedelta
 
     for dag_id in ("keyshift_nightly_retrain", "keyshift_table_maintenance"):
         d = bag["dags"][dag_id]
         assert d["start_date"] is None and d["catchup"] is False, dag_id
         assert d["first_run"] is not None, dag_id
         assert datetime.fromisoformat(d["first_run"]) > datetime.fromisoformat(d["now"]), d
+        # also a minute after the time on its clock, which run_immediately=False ran at once
+        # (Airflow 3.3's buffer of a tenth of the interval): whatever the hour of the test
+        (when, run), = d["just_after"].items()
+        assert run is not None and run[11:16] != when, d["just_after"]
+        assert datetime.fromisoformat(run) - datetime.fromisoformat(d["now"]).replace(
+            hour=int(when[:2]), minute=int(when[3:]), second=0, microsecond=0) > timedelta(
+            hours=23), d["just_after"]
 
 
 def test_every_dag_says_it_starts_paused_and_how_to_unpause(bag: dict) -> None:
