@@ -213,10 +213,12 @@ class _Candidate(NamedTuple):
 
 
 def recent_level(t: np.ndarray, z: np.ndarray, span_s: float = LEVEL_SPAN_S) -> float:
-    """The mean residual of the rows in the last ``span_s`` seconds before the latest one."""
+    """The median residual of the rows in the last ``span_s`` seconds before the latest one:
+    the median, because a burst in the last day is not a new level (with the mean the
+    synthetic bursty series lost 2.4 % of MASE at 20 origins, with the median nothing)."""
     if z.size == 0:
         return 0.0
-    return float(np.mean(z[t >= t[-1] - span_s]))
+    return float(np.median(z[t >= t[-1] - span_s]))
 
 
 def inducing_rows(n: int, m: int) -> np.ndarray:
@@ -615,9 +617,11 @@ class GPForecaster:
             self._adopt(fitted)  # the calibrations below work on the current model
             scale = self._calibrate_prior_variance()
             self.kernel_scores_[kernel] = fitted.mll
-            for mean in means:  # the same hyper-parameters, another constant: no new fit
-                held = (self._held_out_all(X, y_log, blocks, mean)
-                        if select or (self.calibrate_interval and blocks) else [])
+            # the same hyper-parameters and conditioning, another constant: no new fit
+            helds = (self._held_out_all(X, y_log, blocks, means)
+                     if select or (self.calibrate_interval and blocks) else {})
+            for mean in means:
+                held = helds.get(mean, [])
                 if select:
                     errors[kernel, mean] = float(np.mean(np.abs(np.concatenate(
                         [err for err, _ in held]))))
@@ -659,7 +663,7 @@ class GPForecaster:
     def _prior_constant(self, mean: str, t: np.ndarray, z: np.ndarray) -> float:
         """The GP's constant mean (standardised) for residuals ``z`` at times ``t``: the
         profile itself (z = 0) under ``"profile"``, the residual's level over the last day
-        under ``"profile+level"``.
+        (its median) under ``"profile+level"``.
 
         Far from its data the GP reverts to its mean; with the profile as the mean a series
         whose level moved (the WorldCup98 trace halving in the week after the final) is
@@ -727,30 +731,35 @@ class GPForecaster:
                 for b in range(min(_HELD_OUT_BLOCKS, (n // 2) // h))]
 
     def _held_out_all(self, X: np.ndarray, y_log: np.ndarray, blocks: list[tuple[int, int]],
-                      mean: str | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
-        """:meth:`_held_out` of every block. The exact posterior factorises K + σ²I once, on
-        the rows before the latest block: each earlier block's history is a prefix of those
-        rows, and the leading m × m block of a Cholesky factor is the factor of the leading
-        m × m block of the matrix, so the blocks share one O(n³) factorisation instead of one
-        each (a third of a 2,000-row fit's time went to the five)."""
-        if self.method_ != "exact" or not blocks:
-            return [self._held_out(X, y_log, lo, hi, mean=mean) for lo, hi in blocks]
-        torch = _torch()
-        rows = max(lo for lo, _ in blocks)
-        x = torch.as_tensor(self._scaling.x(X[:rows]), dtype=torch.float64)
-        shared = _OnlinePosterior(self._model, x, torch.zeros(rows, dtype=torch.float64))
-        return [self._held_out(X, y_log, lo, hi, shared, mean) for lo, hi in blocks]
+                      means: list[str]) -> dict[str, list[tuple[np.ndarray, np.ndarray]]]:
+        """:meth:`_held_out` of every block, for each of ``means``. The exact posterior
+        factorises K + σ²I once, on the rows before the latest block: each earlier block's
+        history is a prefix of those rows, and the leading m × m block of a Cholesky factor
+        is the factor of the leading m × m block of the matrix, so the blocks share one O(n³)
+        factorisation instead of one each (a third of a 2,000-row fit's time went to the
+        five)."""
+        shared = None
+        if self.method_ == "exact" and blocks:
+            torch = _torch()
+            rows = max(lo for lo, _ in blocks)
+            x = torch.as_tensor(self._scaling.x(X[:rows]), dtype=torch.float64)
+            shared = _OnlinePosterior(self._model, x, torch.zeros(rows, dtype=torch.float64))
+        held: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {m: [] for m in means}
+        for lo, hi in blocks:
+            for mean, errors in self._held_out(X, y_log, lo, hi, means, shared).items():
+                held[mean].append(errors)
+        return held
 
-    def _held_out(self, X: np.ndarray, y_log: np.ndarray, lo: int, hi: int,
-                  shared: _OnlinePosterior | None = None, mean: str | None = None
-                  ) -> tuple[np.ndarray, np.ndarray]:
+    def _held_out(self, X: np.ndarray, y_log: np.ndarray, lo: int, hi: int, means: list[str],
+                  shared: _OnlinePosterior | None = None
+                  ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """Errors and predictive stds (in the (log) target's units) of the forecast of rows
         [lo, hi) by the current hyper-parameters conditioned on the rows before ``lo`` only,
         with a seasonal profile fitted on those rows too (the full profile has seen the block
-        and would flatter it). With ``shared`` (:meth:`_held_out_all`) the model is left as
-        it was; without, it is left conditioned on those rows and the caller conditions it on
-        all of them again. ``mean`` (one of LEVEL_MEANS) sets the constant from those rows
-        too; None keeps the model's."""
+        and would flatter it), for each of ``means``: LEVEL_MEANS differ only in the
+        constant, set from those rows; another mean keeps the model's. With ``shared``
+        (:meth:`_held_out_all`) the model is left as it was; without, it is left conditioned
+        on those rows and the caller conditions it on all of them again."""
         torch = _torch()
         t = X[:, TIMESTAMP_COLUMN]
         profile = (None if self._profile is None
@@ -766,14 +775,17 @@ class GPForecaster:
             self._condition_on(X[:lo], head)
             post = self._posterior_now()
             self._posterior, self._inducing_z = None, None
-        if mean is not None:
-            post.set_constant(self._prior_constant(mean, t[:lo], head))
-        mean, var = post.predict(x_tail, include_noise=True)
         s = self._scaling
-        mean, std = mean * s.y_std + s.y_mean, np.sqrt(np.maximum(var, 1e-12)) * s.y_std
-        if profile is not None:
-            mean, std = profile.restore(t[lo:hi], mean, std)
-        return y_log[lo:hi] - mean, std
+        out = {}
+        for mean_name in means:
+            if mean_name in LEVEL_MEANS:
+                post.set_constant(self._prior_constant(mean_name, t[:lo], head))
+            mean, var = post.predict(x_tail, include_noise=True)
+            mean, std = mean * s.y_std + s.y_mean, np.sqrt(np.maximum(var, 1e-12)) * s.y_std
+            if profile is not None:
+                mean, std = profile.restore(t[lo:hi], mean, std)
+            out[mean_name] = (y_log[lo:hi] - mean, std)
+        return out
 
     def _calibrate_interval(self, held: list[tuple[np.ndarray, np.ndarray]]) -> float:
         """Rescale the predictive interval to cover 90 % of the held-out blocks (errors and
