@@ -197,19 +197,16 @@ def _build_model(kernel: str, x, y, scaling: _Scaling):
 
 
 class _Candidate(NamedTuple):
-    """One (kernel, profile) pair as fitted, and what choosing it restores."""
+    """One (kernel, mean) pair as fitted, and what choosing it restores (the profile, the
+    scaling and the targets are one fit's, shared by every candidate)."""
 
     kernel: str
-    profile: SlotProfile | None
-    scaling: _Scaling
-    z: np.ndarray  # the targets the GP saw (deseasoned)
     model: Any
     likelihood: Any
     mll: float
     variance_scale: float = 1.0  # the prior-variance calibration's factor
     held: list | tuple = ()  # (error, std) per held-out block: the interval calibration
     mean: str = "constant"  # the GP's mean: one of MEANS but "auto"
-    times: np.ndarray | None = None  # the rows' timestamps (the level's last day)
 
 
 def recent_level(t: np.ndarray, z: np.ndarray, span_s: float = LEVEL_SPAN_S) -> float:
@@ -612,8 +609,7 @@ class GPForecaster:
         z = self._deseason(X, y_log)
         self._scaling = _Scaling.of(X, z)  # what _train standardises with
         for kernel in candidates:
-            fitted = _Candidate(kernel, profile, self._scaling, z,
-                                *self._train(kernel, X[sub], z[sub]), mean=means[0], times=t)
+            fitted = _Candidate(kernel, *self._train(kernel, X[sub], z[sub]), mean=means[0])
             self._adopt(fitted)  # the calibrations below work on the current model
             scale = self._calibrate_prior_variance()
             self.kernel_scores_[kernel] = fitted.mll
@@ -644,7 +640,8 @@ class GPForecaster:
         self._inducing_z = None
         self.interval_scale_ = (self._calibrate_interval(best.held)
                                 if self.calibrate_interval and best.held else 1.0)
-        self._condition_on(X, best.z)
+        self._condition_on(X, z)
+        self._follow_level()  # a profile+level constant, from the rows just conditioned on
         self._posterior_now()  # the factorisation is part of fitting, not of a forecast
         self.train_seconds_ = time.perf_counter() - started
         return self
@@ -654,11 +651,7 @@ class GPForecaster:
         forecasting read)."""
         self._model, self._likelihood, self.mll_, self.kernel_ = (c.model, c.likelihood,
                                                                   c.mll, c.kernel)
-        self._profile, self._scaling = c.profile, c.scaling
-        if c.mean in LEVEL_MEANS:
-            self.mean_ = c.mean
-            with _torch().no_grad():
-                self._model.mean_module.constant = self._prior_constant(c.mean, c.times, c.z)
+        self.mean_ = c.mean
 
     def _prior_constant(self, mean: str, t: np.ndarray, z: np.ndarray) -> float:
         """The GP's constant mean (standardised) for residuals ``z`` at times ``t``: the

@@ -28,16 +28,16 @@ def first_run(dag, now=None):
     # at ``now`` when given (the clock the timetable reads, replaced)
     import airflow.timetables.trigger as trigger
 
+    real = trigger.utcnow
     if now is not None:
-        real, trigger.utcnow = trigger.utcnow, lambda: now
-        try:
-            return first_run(dag)
-        finally:
-            trigger.utcnow = real
-    core = decode_timetable(encode_timetable(dag.timetable))
-    info = core.next_dagrun_info(last_automated_data_interval=None,
-                                 restriction=TimeRestriction(dag.start_date, dag.end_date,
-                                                             dag.catchup))
+        trigger.utcnow = lambda: now
+    try:
+        core = decode_timetable(encode_timetable(dag.timetable))
+        info = core.next_dagrun_info(last_automated_data_interval=None,
+                                     restriction=TimeRestriction(dag.start_date, dag.end_date,
+                                                                 dag.catchup))
+    finally:
+        trigger.utcnow = real
     return None if info is None else info.run_after.isoformat()
 
 def just_after(dag):
