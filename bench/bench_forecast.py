@@ -13,7 +13,8 @@ sampling noise)", not evidence of a bad interval. The Wilson interval treats the
 independent; a day's errors are correlated, so the true uncertainty is wider still.
 
     .venv/bin/python bench/bench_forecast.py [--series taxi,bike,...] [--models gp,...]
-                                             [--origins 5] [--kernel K] [--json FILE]
+                                             [--origins 5] [--kernel K] [--half-life H]
+                                             [--json FILE]
 """
 
 from __future__ import annotations
@@ -206,6 +207,9 @@ def main() -> int:
     ap.add_argument("--iters", type=int, default=60)
     ap.add_argument("--kernel", default=DEFAULT_KERNEL,
                     help="the GP's kernel, or several joined by '|' (default %(default)s)")
+    ap.add_argument("--half-life", default=None, metavar="H",
+                    help="the GP profile's half-life in cycles, several joined by '|' or "
+                         "'auto' to choose per origin (default: the GP's, 2)")
     ap.add_argument("--max-train", type=int, default=None, metavar="N",
                     help="at most N rows before each origin for every model (default: all)")
     ap.add_argument("--json", metavar="FILE", help="also write every score as JSON")
@@ -225,7 +229,8 @@ def main() -> int:
         t, y = load()
         h = horizon_of(t, args.origins)
         started = time.process_time()
-        factories = {**default_models(gp_iters=args.iters, kernel=args.kernel),
+        factories = {**default_models(gp_iters=args.iters, kernel=args.kernel,
+                                      half_life=args.half_life),
                      **NAIVES}
         r = backtest(t, y, origins=args.origins, horizon=h, models=factories,
                      names=names + [n for n in NAIVES if n not in names],
@@ -255,7 +260,8 @@ def main() -> int:
     if "gp" in names:
         detail = Table(title="GP per series, with the targets (MASE < 1, coverage 85–95 %, CC ≥ 0.94)")
         for col in ("series", "points", "horizon", "MAE", "RMSE", "MASE", "MASE best naive",
-                    "CC", "cover 90%", "95% CI", "fit s", "cycle", "mean", "targets missed"):
+                    "CC", "cover 90%", "95% CI", "fit s", "cycle", "half-life", "mean",
+                    "targets missed"):
             detail.add_column(col, justify="left" if col in ("series", "targets missed") else "right")
         for key, res in results.items():
             m = res["models"]["gp"]
@@ -271,7 +277,7 @@ def main() -> int:
                            f"{m['mase_best_naive']:.3f}", f"{m['cc']:.3f}",
                            f"{m['coverage_90']:.1%}", f"{low:.0%}–{high:.0%}",
                            f"{m['train_s'] / res['origins']:.1f}", m.get("cycle", ""),
-                           m.get("mean", ""), ", ".join(missed) or "—")
+                           str(m.get("half_life", "")), m.get("mean", ""), ", ".join(missed) or "—")
         console.print(detail)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))

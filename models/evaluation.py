@@ -39,9 +39,9 @@ from keyshift.models.features import FeatureError, rate_features, to_epoch_secon
 from keyshift.models.gp import Z_90, InputRateGP
 
 METRICS = ("mae", "rmse", "mase", "cc", "coverage_90", "train_s")
-CHOICES = ("kernel", "cycle", "mean")
-"""What a model chooses per origin (its ``kernel_``, ``cycle_``, ``mean_``), counted over the
-origins in each backtest result."""
+CHOICES = ("kernel", "cycle", "half_life", "mean")
+"""What a model chooses per origin (its ``kernel_``, ``cycle_``, ``half_life_``, ``mean_``),
+counted over the origins in each backtest result."""
 
 
 class SeriesError(FieldError):
@@ -143,21 +143,24 @@ AAPL tweets (0.83 against 0.69) and the bikes (1.05 against 0.97): no one kernel
 
 
 def default_models(gp_iters: int = 60, kernel: str = DEFAULT_KERNEL, seed: int = 0,
-                   baseline_rows: int = 2000) -> dict[str, Callable[[], Any]]:
+                   baseline_rows: int = 2000, half_life: str | None = None
+                   ) -> dict[str, Callable[[], Any]]:
     """Factories of the Table II line-up, the sparse GP, and the two seasonal bars.
 
     ``gp`` is the structured GP (residual of the seasonal profile, exact up to 4,000 rows and
     sparse beyond: every row of the history; ``kernel`` as :class:`InputRateGP` takes it, a
-    list joined by ``|`` chosen per origin on the training tail); ``gp-eq8`` the paper's constant-mean ARD GP on a
+    list joined by ``|`` chosen per origin on the training tail; ``half_life`` its profile's,
+    default the GP's); ``gp-eq8`` the paper's constant-mean ARD GP on a
     strided subset, for reference; ``gp-sparse`` forces the sparse posterior. SVM and NN fit
     the most recent ``baseline_rows`` (their cost grows too fast for more).
     """
     return {
-        "gp": lambda: InputRateGP(kernel=kernel, iters=gp_iters, seed=seed),
+        "gp": lambda: InputRateGP(kernel=kernel, iters=gp_iters, seed=seed,
+                                  half_life=half_life),
         "gp-eq8": lambda: InputRateGP(kernel="ard", mean="constant", method="exact",
                                       max_train=4000, iters=gp_iters, seed=seed),
         "gp-sparse": lambda: InputRateGP(kernel=kernel, method="sgpr", iters=gp_iters,
-                                         seed=seed),
+                                         seed=seed, half_life=half_life),
         "svm": lambda: RecentRows(SVMForecaster(), baseline_rows),
         "nn": lambda: RecentRows(NNForecaster(seed=seed), baseline_rows),
         "seasonal-naive": lambda: SeasonalNaive(),
@@ -250,7 +253,7 @@ def backtest(
         results[name] = {**score(y_te, mean, std, naive_mae), "train_s": train_s[name]}
         for attr, picks in choices.get(name, {}).items():  # "ard+local ×3, ard ×2"
             results[name][attr] = ", ".join(
-                f"{c} ×{n}" if n > 1 else c for c, n in Counter(picks).items())
+                f"{c} ×{n}" if n > 1 else str(c) for c, n in Counter(picks).items())
     return {
         "n_train": int(starts[0]),
         "n_test": int(len(y_te)),

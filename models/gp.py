@@ -49,9 +49,12 @@ from keyshift.models.gp_predictor import (
 )
 from keyshift.models.seasonal import (
     CYCLES,
+    HALF_LIFE_CYCLES,
+    HALF_LIVES,
     PROFILE_STATS,
+    ProfileChoice,
     SlotProfile,
-    choose_cycle,
+    choose_profile,
     regular_step,
     resample,
 )
@@ -425,6 +428,7 @@ class GPForecaster:
     default_mean: str = "constant"  # what mean="auto" means for this target
     default_kernel: str = "ard"  # the kernel when none is named
     default_profile_stat: str = "mean"  # the profile's slot statistic when none is named
+    default_half_life: str = "2"  # the profile's half-life (cycles) when none is named
 
     def __init__(
         self,
@@ -441,6 +445,7 @@ class GPForecaster:
         threads: int = 1,
         profile_stat: str | None = None,
         cycle: str = "auto",
+        half_life: str | float | None = None,
     ) -> None:
         self.kernel = self.default_kernel if kernel is None else kernel
         self.profile_stat = self.default_profile_stat if profile_stat is None else profile_stat
@@ -455,12 +460,14 @@ class GPForecaster:
         self.seed = seed
         self.threads = threads
         self.cycle = cycle
+        self.half_life = self.default_half_life if half_life is None else half_life
 
     # -- parameters --------------------------------------------------------------------
     def get_params(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in
                 ("kernel", "method", "mean", "iters", "lr", "inducing", "max_train",
-                 "exact_max", "hyper_points", "seed", "threads", "profile_stat", "cycle")}
+                 "exact_max", "hyper_points", "seed", "threads", "profile_stat", "cycle",
+                 "half_life")}
 
     def _validate_params(self) -> list[str]:
         if self.method not in METHODS:
@@ -468,6 +475,7 @@ class GPForecaster:
         self._means()
         self._profile_stats()
         self._cycles()
+        self._half_lives()
         checks = [("iters", 1), ("inducing", 2), ("exact_max", 2), ("hyper_points", 3),
                   ("threads", 1)]
         if self.max_train is not None:
@@ -511,39 +519,47 @@ class GPForecaster:
                                            "joined by '|'")
         return names
 
+    def _half_lives(self) -> list[float]:
+        """The profile's half-lives (in cycles) to choose among: ``"auto"`` is HALF_LIVES,
+        ``"0.5|2"`` those listed, one number that one.
+
+        The default is two cycles, not a choice: chosen per origin on the profile's own
+        forecasts of the last week, the half-life made the GP beat yesterday's value on the
+        taxi series and lose more to it on three others (docs/models.md, "How far back the
+        profile looks")."""
+        if self.half_life == "auto":
+            return list(HALF_LIVES)
+        try:
+            values = [float(v) for v in str(self.half_life).split("|")]
+        except ValueError:
+            values = []
+        if not values or not all(np.isfinite(v) and v > 0 for v in values):
+            raise ModelInputError("half_life", f"{self.half_life!r}: 'auto' or numbers > 0 "
+                                               "(cycles), joined by '|'")
+        return list(dict.fromkeys(values))
+
     def _choose_profile(self, t: np.ndarray, y: np.ndarray
-                        ) -> tuple[str, str, float | None, np.ndarray, np.ndarray]:
-        """The cycle and slot statistic of the seasonal profile (issue 27): the pair among
-        ``cycle`` × ``profile_stat`` whose profile forecast the last week of the history
-        best, day by day (:func:`keyshift.models.seasonal.choose_cycle`), an irregular
-        history resampled to a regular grid first; with the slot length and the rows the
-        profile is fitted on. ``cycle_errors_`` holds each pair's error ("weekly (median)").
+                        ) -> tuple[ProfileChoice, float | None, np.ndarray, np.ndarray]:
+        """The cycle, slot statistic and half-life of the seasonal profile (issue 27): those
+        among ``cycle`` × ``profile_stat`` × ``half_life`` whose profile forecast the last
+        week of the history best, day by day (:func:`keyshift.models.seasonal.choose_profile`),
+        an irregular history resampled to a regular grid first; with the slot length and the
+        rows the profile is fitted on. ``cycle_errors_`` holds each setting's error
+        ("weekly (median, half-life 0.5)").
 
-        The statistic was chosen with the kernel on the GP's held-out blocks, a GP per
-        (kernel, statistic); chosen on the profile's own forecasts it costs no GP fit, and a
-        fit of 2,000 rows takes half the time (two kernels, not four pairs).
-
-        Before, a history of two weeks always took the weekly profile (168 hourly slots,
-        each from the three or four weeks that weigh most) and a shorter one the daily
-        profile, whatever the series; issue 27 reported the GP at 1.4x seasonal naive's MAE
-        on an hourly series of four months that repeats every week."""
+        The statistic and the half-life are chosen on the profile's own forecasts, which
+        cost no GP fit (a GP per statistic on the held-out blocks took twice the time).
+        Before the cycle was chosen, a history of two weeks always took the weekly profile
+        and a shorter one the daily profile, whatever the series; issue 27 reported the GP
+        at 1.4x seasonal naive's MAE on an hourly series of four months that repeats every
+        week. The half-life is chosen only when ``half_life`` names several (see
+        :meth:`_half_lives` for why the default does not)."""
         step = regular_step(t)
         if step is not None:
             t, y = resample(t, y, step)
-        stats = self._profile_stats()
-        picks: dict[str, tuple[str, float]] = {}
-        self.cycle_errors_ = {}
-        for stat in stats:
-            cycle, errors = choose_cycle(t, y, stat, self._cycles(), slot_s=step)
-            picks[stat] = (cycle, errors.get(cycle, np.inf))
-            if len(stats) == 1:
-                self.cycle_errors_.update(errors)
-            else:
-                self.cycle_errors_.update({f"{c} ({stat})": e for c, e in errors.items()})
-            if cycle == "none":  # one slot: no statistic to pick
-                break
-        stat = min(picks, key=lambda st: picks[st][1])
-        return picks[stat][0], stat, step, t, y
+        choice, self.cycle_errors_ = choose_profile(t, y, self._profile_stats(), self._cycles(),
+                                                    self._half_lives(), slot_s=step)
+        return choice, step, t, y
 
     def _candidates(self) -> list[str]:
         """The kernels ``kernel`` names: ``"auto"`` is every one of KERNELS, ``"a|b"`` those
@@ -587,9 +603,10 @@ class GPForecaster:
         profile: SlotProfile | None = None
         self.cycle_, self.cycle_errors_ = None, {}
         if self.mean_.startswith("profile"):
-            cycle, stat, step, tp, yp = self._choose_profile(t, y_log)
-            self.cycle_ = cycle
-            profile = SlotProfile.fit(tp, yp, stat=stat, cycle=cycle, slot_s=step)
+            choice, step, tp, yp = self._choose_profile(t, y_log)
+            self.cycle_ = choice.cycle
+            profile = SlotProfile.fit(tp, yp, stat=choice.stat, cycle=choice.cycle, slot_s=step,
+                                      half_life=choice.half_life)
         self.method_ = ("exact" if self.method == "exact" or
                         (self.method == "auto" and X.shape[0] <= self.exact_max) else "sgpr")
         n, keep = X.shape[0], min(self.hyper_points, X.shape[0])
@@ -637,6 +654,7 @@ class GPForecaster:
         self._adopt(best)
         self.variance_scale_ = best.variance_scale
         self.profile_stat_ = None if self._profile is None else self._profile.stat
+        self.half_life_ = None if self._profile is None else self._profile.half_life
         self._inducing_z = None
         self.interval_scale_ = (self._calibrate_interval(best.held)
                                 if self.calibrate_interval and best.held else 1.0)
@@ -758,7 +776,8 @@ class GPForecaster:
         profile = (None if self._profile is None
                    else SlotProfile.fit(t[:lo], y_log[:lo], stat=self._profile.stat,
                                         cycle=self._profile.cycle_name,
-                                        slot_s=self._profile.slot_s))
+                                        slot_s=self._profile.slot_s,
+                                        half_life=self._profile.half_life))
         head = y_log[:lo] if profile is None else profile.standardise(t[:lo], y_log[:lo])
         x_tail = torch.as_tensor(self._scaling.x(X[lo:hi]), dtype=torch.float64)
         if shared is not None:  # the factor of the rows before lo, cut from the shared one
@@ -1035,7 +1054,9 @@ class GPForecaster:
             "y_std": float(s.y_std),
             "profile": None if profile is None else {"period_s": float(profile.period_s),
                                                      "slot_s": float(profile.slot_s),
-                                                     "cycle": profile.cycle_name},
+                                                     "cycle": profile.cycle_name,
+                                                     "stat": profile.stat,
+                                                     "half_life": profile.half_life},
             "log_target": bool(self.log_target),
         }
         arrays = {"x_mean": s.x_mean, "x_std": s.x_std, "X": self._X,
@@ -1212,7 +1233,9 @@ class GPForecaster:
                                    float(desc["y_std"]))
             gp._profile = None if profile is None else SlotProfile(
                 float(profile["period_s"]), float(profile["slot_s"]), arrays["profile_mean"],
-                arrays["profile_spread"], cycle=str(profile.get("cycle", "")))
+                arrays["profile_spread"], cycle=str(profile.get("cycle", "")),
+                stat=str(profile.get("stat", "mean")),
+                half_life=profile.get("half_life", HALF_LIFE_CYCLES))
             X, z = arrays["X"], arrays["y"]
             if X.ndim != 2 or X.shape[1] != len(cls.feature_names) or z.shape != (X.shape[0],):
                 raise ModelInputError("arrays.npz.X", f"shapes {X.shape} and {z.shape} do not "

@@ -12,9 +12,9 @@ the predictive interval widens at busy hours and narrows at quiet ones.
 
 Which cycle (issue 27): ``none``, ``daily``, ``weekly`` or ``daily+weekly`` (a daily shape plus
 one level per day of the week, 24 + 7 numbers an hourly series estimates from every day where
-the weekly profile's 168 slots each see one hour a week). :func:`choose_cycle` picks among
+the weekly profile's 168 slots each see one hour a week). :func:`choose_profile` picks among
 those the history supports by forecasting its own last days with each (the GP's held-out
-blocks); without a choice the cycle is a week when the history covers two weeks (as seasonal
+blocks), with the slot statistic and how far back the profile looks (its half-life); without a choice the cycle is a week when the history covers two weeks (as seasonal
 naive's), else a day when it covers ``MIN_CYCLES`` days, else there is no cycle: one slot,
 whose mean is the current level of the series (simple exponential smoothing, its smoothing weight fitted on the
 one-step errors of the history). Under a day of history (NASA's one day at 5-minute bins, the
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import pairwise
+from typing import NamedTuple
 
 import numpy as np
 
@@ -44,7 +45,11 @@ the GP forecast the flat mean (MASE 7.2 against yesterday's value); with two it 
 HALF_LIFE_CYCLES = 2.0
 """Weight halves per cycle of age: the profile is mostly the last three or four weeks (days),
 between seasonal naive (the last cycle only) and the all-history mean (which lags level
-shifts: a season, a holiday period)."""
+shifts: a season, a holiday period). The default; :func:`choose_profile` can choose among
+``HALF_LIVES``."""
+HALF_LIVES = (0.1, 0.5, 1.0, 2.0, 4.0)
+"""The half-lives a GP's profile chooses among (:func:`choose_profile`): 0.1 is the last cycle
+alone (weights 1, 0.001, ...), seasonal naive's forecast; 4 averages about six cycles."""
 _SMOOTH_SLOTS = 2  # the spread of a slot is pooled with this many neighbours on each side
 CYCLES = ("none", "daily", "weekly", "daily+weekly")
 _CYCLE_PERIOD_S = {"none": 0.0, "daily": DAY_S, "weekly": WEEK_S, "daily+weekly": WEEK_S}
@@ -102,6 +107,7 @@ class SlotProfile:
     spread: np.ndarray
     stat: str = "mean"
     cycle: str = ""  # one of CYCLES; "" (a stored profile of an older form): from period_s
+    half_life: float | None = HALF_LIFE_CYCLES  # in cycles; None: every cycle weighs alike
 
     @property
     def cycle_name(self) -> str:
@@ -148,7 +154,7 @@ class SlotProfile:
             var = float(np.mean((y - level) ** 2))
             floor = max(float(y.std()) * 0.05, 1e-9)
             return cls(0.0, slot, np.array([level]), np.array([max(np.sqrt(var), floor)]),
-                       stat, "none")
+                       stat, "none", half_life)
         if half_life is not None and period_s > 0 and t.size:
             age = np.floor((t[-1] - t) / period_s)
             w = np.power(0.5, age / half_life)
@@ -175,7 +181,8 @@ class SlotProfile:
         var = np.where(seen > 1, sq / np.where(count > 0, count, 1.0) * seen / np.maximum(seen - 1, 1.0),
                        float(y.var()) if y.size else 1.0)
         floor = max(float(y.std()) * 0.05, 1e-9) if y.size else 1e-9
-        return cls(float(period_s), slot, mean, np.maximum(np.sqrt(var), floor), stat, cycle)
+        return cls(float(period_s), slot, mean, np.maximum(np.sqrt(var), floor), stat, cycle,
+                   half_life)
 
     def slot(self, t: np.ndarray) -> np.ndarray:
         return slot_index(t, self.period_s, self.slot_s, self.mean.size)
@@ -251,29 +258,64 @@ def cycle_blocks(t: np.ndarray, days: int = 7) -> list[tuple[int, int]]:
     return out
 
 
-def choose_cycle(t: np.ndarray, y: np.ndarray, stat: str = "mean",
-                 cycles: list[str] | None = None, slot_s: float | None = None
-                 ) -> tuple[str, dict[str, float]]:
-    """The cycle whose profile, fitted on the rows before each of the last days
-    (:func:`cycle_blocks`), forecast those days with the least mean absolute error; with
-    the errors per cycle. Among ``cycles`` (default: :func:`supported_cycles`) the history
-    supports; when no day can be held out, weekly, else daily, else the first."""
+class ProfileChoice(NamedTuple):
+    """A seasonal profile's settings: its cycle, slot statistic and half-life (in cycles)."""
+
+    cycle: str
+    stat: str = "mean"
+    half_life: float | None = HALF_LIFE_CYCLES
+
+    def label(self, stats: int = 1, half_lives: int = 1) -> str:
+        """"weekly", "weekly (median)", "weekly (median, half-life 0.5)": the settings that
+        were chosen between (``stats``, ``half_lives``: how many were), the cycle always.
+        ``none`` (one slot, the smoothed level) has neither a statistic nor a half-life."""
+        parts = []
+        if self.cycle != "none":
+            parts += [self.stat] if stats > 1 else []
+            parts += [f"half-life {self.half_life:g}"] if half_lives > 1 else []
+        return f"{self.cycle} ({', '.join(parts)})" if parts else self.cycle
+
+
+def choose_profile(t: np.ndarray, y: np.ndarray, stats: tuple[str, ...] | list[str] = ("mean",),
+                   cycles: list[str] | None = None,
+                   half_lives: tuple[float, ...] | list[float] = (HALF_LIFE_CYCLES,),
+                   slot_s: float | None = None) -> tuple[ProfileChoice, dict[str, float]]:
+    """The profile (cycle × statistic × half-life) that, fitted on the rows before each of
+    the last days (:func:`cycle_blocks`), forecast those days with the least mean absolute
+    error; with each setting's error under :meth:`ProfileChoice.label`. Cycles among
+    ``cycles`` (default: :func:`supported_cycles`) the history supports. When no day can be
+    held out: the longest plain cycle the history supports, the first statistic and the
+    default half-life (if offered).
+
+    The half-life is the trade-off between seasonal naive (the last cycle alone, a
+    half-life of 0.1) and a profile averaged over weeks: the first follows a level or a
+    shape that moved (the bikes' Christmas fortnight, the WorldCup98 match days), the second
+    ignores one odd day. Which one forecasts better depends on the series and the season
+    (docs/models.md, "How far back the profile looks")."""
     t = np.asarray(t, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
+    stats, half_lives = list(dict.fromkeys(stats)), list(dict.fromkeys(half_lives))
     possible = supported_cycles(t)
     names = [c for c in (cycles or possible) if c in possible] or ["none"]
     blocks = cycle_blocks(t)
-    if len(names) == 1 or not blocks:
-        # the rule without a choice: the longest plain cycle the history supports
-        return next((c for c in ("weekly", "daily") if c in names), names[0]), {}
-    errors: dict[str, float] = {}
+    default_hl = HALF_LIFE_CYCLES if HALF_LIFE_CYCLES in half_lives else half_lives[0]
+    if not blocks or (len(names) == 1 and len(stats) == 1 and len(half_lives) == 1) or \
+            names == ["none"]:
+        cycle = next((c for c in ("weekly", "daily") if c in names), names[0])
+        return ProfileChoice(cycle, stats[0], default_hl), {}
+    errors: dict[ProfileChoice, float] = {}
     for c in names:
-        err = []
-        for lo, hi in blocks:
-            p = SlotProfile.fit(t[:lo], y[:lo], stat=stat, cycle=c, slot_s=slot_s)
-            err.append(np.abs(y[lo:hi] - p.mean[p.slot(t[lo:hi])]))
-        errors[c] = float(np.mean(np.concatenate(err)))
-    return min(errors, key=errors.get), errors
+        settings = ([(stats[0], default_hl)] if c == "none" else
+                    [(st, hl) for st in stats for hl in half_lives])
+        for stat, hl in settings:
+            err = []
+            for lo, hi in blocks:
+                p = SlotProfile.fit(t[:lo], y[:lo], stat=stat, cycle=c, slot_s=slot_s,
+                                    half_life=hl)
+                err.append(np.abs(y[lo:hi] - p.mean[p.slot(t[lo:hi])]))
+            errors[ProfileChoice(c, stat, hl)] = float(np.mean(np.concatenate(err)))
+    best = min(errors, key=errors.get)
+    return best, {k.label(len(stats), len(half_lives)): e for k, e in errors.items()}
 
 
 def regular_step(t: np.ndarray) -> float | None:

@@ -130,12 +130,16 @@ def train_and_register(
                 # chosen by marginal likelihood gets its own key (MLflow params are write-once)
                 mlflow.log_params({f"{which}.kernel_chosen": gp.kernel_,
                                    f"{which}.profile_stat_chosen": gp.profile_stat_ or "none",
+                                   f"{which}.cycle_chosen": gp.cycle_ or "none",
+                                   f"{which}.half_life_chosen": gp.half_life_ or "none",
                                    f"{which}.n_train": cut, f"{which}.n_test": len(y) - cut})
                 # what the choice compared, for a reviewer: each candidate's marginal
                 # likelihood and, when blocks were held out, its mean absolute error on them
                 # (in the GP's target units: events/s, or log seconds for the latency GP)
                 mlflow.log_dict({"chosen": {"kernel": gp.kernel_,
-                                            "profile_stat": gp.profile_stat_},
+                                            "profile_stat": gp.profile_stat_,
+                                            "cycle": gp.cycle_, "half_life": gp.half_life_},
+                                 "profile_held_out_mae": gp.cycle_errors_,
                                  "marginal_log_likelihood": gp.kernel_scores_,
                                  "held_out_mae": gp.kernel_errors_,
                                  "interval_scale": gp.interval_scale_,

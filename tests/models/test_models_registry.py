@@ -13,6 +13,7 @@ import pytest
 from keyshift.config import load_config
 from keyshift.models.features import latency_features, rate_features
 from keyshift.models.gp import KERNELS
+from keyshift.models.seasonal import CYCLES
 from keyshift.models.registry import (
     RegistryError,
     load_champion,
@@ -147,11 +148,16 @@ def test_auto_kernel_logs_requested_and_chosen_kernels(cfg):
     assert params["input_rate.kernel_chosen"] in KERNELS
     assert params["input_rate.profile_stat_chosen"] in ("mean", "median")
     assert params["latency.profile_stat_chosen"] == "none"
+    assert params["input_rate.cycle_chosen"] in CYCLES and params["latency.cycle_chosen"] == "none"
+    assert params["input_rate.half_life_chosen"] == "2.0"  # the default, not a choice
+    assert params["latency.half_life_chosen"] == "none"
     # the candidates the choice compared are an artifact a reviewer can open; read from the
     # local store (MLflow's download helpers leave a default store in the working directory)
     artifacts = Path(urlparse(run.info.artifact_uri).path)
     candidates = json.loads((artifacts / "input_rate" / "candidates.json").read_text())
     assert candidates["chosen"]["kernel"] == params["input_rate.kernel_chosen"]
+    assert candidates["chosen"]["cycle"] == params["input_rate.cycle_chosen"]
+    assert isinstance(candidates["profile_held_out_mae"], dict)
     assert set(candidates["marginal_log_likelihood"]) >= {
         k for k in candidates["held_out_mae"]}
     assert len(candidates["marginal_log_likelihood"]) > 1

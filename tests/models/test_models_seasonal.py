@@ -70,7 +70,8 @@ def test_an_unknown_statistic_is_refused():
 from keyshift.models.seasonal import (  # noqa: E402
     DAY_S,
     WEEK_S,
-    choose_cycle,
+    ProfileChoice,
+    choose_profile,
     regular_step,
     resample,
     supported_cycles,
@@ -93,7 +94,8 @@ def weekly_hours(weeks: int = 10, seed: int = 1) -> tuple[np.ndarray, np.ndarray
 def test_a_weekly_rhythm_chooses_a_weekly_cycle_that_beats_daily_seasonal_naive():
     t, y = weekly_hours()
     cut = t.size - 24 * 7
-    cycle, errors = choose_cycle(t[:cut], y[:cut])
+    choice, errors = choose_profile(t[:cut], y[:cut])
+    cycle = choice.cycle
     assert cycle == "weekly", errors
     assert set(errors) == {"none", "daily", "weekly", "daily+weekly"}
     profile = SlotProfile.fit(t[:cut], y[:cut], cycle=cycle)
@@ -107,8 +109,8 @@ def test_one_day_repeated_chooses_a_daily_cycle():
     t, _ = weekly_hours(weeks=4)
     hour = (t % DAY_S) / 3600.0
     y = 100 + 50 * np.sin(2 * np.pi * hour / 24) + np.random.default_rng(3).normal(0, 5, t.size)
-    assert choose_cycle(t, y)[0] in ("daily", "daily+weekly")
-    assert choose_cycle(t, y, cycles=["none", "weekly"])[0] == "weekly"
+    assert choose_profile(t, y)[0].cycle in ("daily", "daily+weekly")
+    assert choose_profile(t, y, cycles=["none", "weekly"])[0].cycle == "weekly"
 
 
 def test_daily_plus_weekly_is_the_daily_shape_plus_a_level_per_day():
@@ -125,7 +127,7 @@ def test_short_histories_support_only_the_cycles_they_cover():
     t = 1_700_000_000.0 + 3600.0 * np.arange(24 * 10)
     assert supported_cycles(t) == ["none", "daily"]
     assert supported_cycles(t[:30]) == ["none"]
-    assert choose_cycle(t[:30], np.ones(30)) == ("none", {})
+    assert choose_profile(t[:30], np.ones(30)) == (ProfileChoice("none"), {})
 
 
 def test_irregular_timestamps_are_resampled_to_a_regular_grid():
@@ -139,7 +141,7 @@ def test_irregular_timestamps_are_resampled_to_a_regular_grid():
     assert step == 3600.0 and regular_step(t) is None
     grid, values = resample(t_irr, y_irr, step)
     assert np.all(np.diff(grid) == 3600.0) and np.isfinite(values).all()
-    cycle, _ = choose_cycle(grid, values, slot_s=step)
+    cycle = choose_profile(grid, values, slot_s=step)[0].cycle
     assert cycle == "weekly"
     assert SlotProfile.fit(grid, values, cycle=cycle, slot_s=step).mean.size == 168
 
@@ -149,3 +151,47 @@ def test_an_unknown_cycle_is_refused():
 
     with pytest.raises(ValueError, match="cycle"):
         SlotProfile.fit(np.arange(10.0), np.ones(10), cycle="monthly")
+
+
+# -- how far back the profile looks ----------------------------------------------------------
+
+def _daily_hours(days: int, peak: np.ndarray | float, noise: float, seed: int):
+    rng = np.random.default_rng(seed)
+    t = 1_700_006_400.0 + 3600.0 * np.arange(24 * days)
+    hour = (t % DAY_S) / 3600.0
+    y = 100 + 80 * np.exp(-((hour - peak) ** 2) / 4) + rng.normal(0, noise, t.size)
+    return t, y
+
+
+def test_a_shape_that_moved_four_days_ago_chooses_a_short_half_life():
+    """The daily peak moved from 09:00 to 18:00 four days before the end: a profile that
+    remembers the old weeks forecasts a peak where there is none, the last day alone does
+    not. The short half-life is chosen and forecasts the next day better than the default."""
+    days = 28
+    t, _ = _daily_hours(days, 9.0, 0.0, 0)
+    peak = np.where(t <= t[-1] - 4 * DAY_S, 9.0, 18.0)
+    t, y = _daily_hours(days + 1, np.concatenate([peak, np.full(24, 18.0)]), 3.0, 4)
+    cut = t.size - 24
+    choice, errors = choose_profile(t[:cut], y[:cut], half_lives=(0.1, 0.5, 2.0, 4.0),
+                                    cycles=["daily"])
+    assert choice.half_life <= 0.5, errors
+    assert set(errors) == {f"daily (half-life {h:g})" for h in (0.1, 0.5, 2.0, 4.0)}
+    assert errors[choice.label(1, 4)] == min(errors.values())
+
+    def next_day_mae(half_life):
+        p = SlotProfile.fit(t[:cut], y[:cut], cycle="daily", half_life=half_life)
+        assert p.half_life == half_life
+        return np.abs(y[cut:] - p.mean[p.slot(t[cut:])]).mean()
+
+    assert next_day_mae(choice.half_life) < 0.6 * next_day_mae(2.0)  # measured 0.51
+
+
+def test_a_steady_noisy_shape_chooses_a_long_half_life():
+    """The same shape every day under noise: the last day alone copies its noise, a profile
+    over several days averages it away."""
+    t, y = _daily_hours(28, 12.0, 15.0, 5)
+    choice, errors = choose_profile(t, y, stats=("mean", "median"), half_lives=(0.1, 2.0, 4.0),
+                                    cycles=["daily"])
+    assert choice.half_life >= 2.0, errors
+    assert "daily (median, half-life 0.1)" in errors
+    assert errors["daily (mean, half-life 0.1)"] > 1.2 * min(errors.values())
