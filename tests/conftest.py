@@ -21,8 +21,11 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 # Every Spark driver the suite starts (its session, `keyshift run` subprocesses, the demo)
 # compiles with C1 alone: a test's driver lives seconds to minutes on tiny data, and the C2
-# compiler's CPU never paid back, about half a driver's CPU (docs/platform.md).
-TEST_DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+# compiler's CPU never paid back, about half a driver's CPU (docs/platform.md). C1 alone
+# also shrinks the JIT's code cache to 48 MB, which a driver filled in ~35 s ("CodeCache is
+# full. Compiler has been disabled."): everything after ran interpreted. 240 MB is the
+# cache's size with both compilers.
+TEST_DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 os.environ.setdefault("KEYSHIFT_SPARK__DRIVER_JAVA_OPTIONS", TEST_DRIVER_JAVA_OPTIONS)
 
 
