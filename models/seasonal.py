@@ -14,7 +14,8 @@ Which cycle (issue 27): ``none``, ``daily``, ``weekly`` or ``daily+weekly`` (a d
 one level per day of the week, 24 + 7 numbers an hourly series estimates from every day where
 the weekly profile's 168 slots each see one hour a week). :func:`choose_profile` picks among
 those the history supports by forecasting its own last days with each (the GP's held-out
-blocks), with the slot statistic and how far back the profile looks (its half-life); without a choice the cycle is a week when the history covers two weeks (as seasonal
+blocks), with the slot statistic and how far back the profile looks (its half-life);
+without a choice the cycle is a week when the history covers two weeks (as seasonal
 naive's), else a day when it covers ``MIN_CYCLES`` days, else there is no cycle: one slot,
 whose mean is the current level of the series (simple exponential smoothing, its smoothing weight fitted on the
 one-step errors of the history). Under a day of history (NASA's one day at 5-minute bins, the
