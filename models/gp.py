@@ -527,9 +527,9 @@ class GPForecaster:
         ``"0.5|2"`` those listed, one number that one.
 
         The default is two cycles, not a choice: chosen per origin on the profile's own
-        forecasts of the last week, the half-life made the GP beat yesterday's value on the
-        taxi series and lose more to it on three others (docs/models.md, "How far back the
-        profile looks")."""
+        forecasts of the last week, the half-life took the GP below yesterday's value on the
+        taxi series (1.005 -> 0.992 MASE) and back above it on the bikes (0.934 -> 1.062)
+        (docs/models.md, "how far back the profile looks")."""
         if self.half_life == "auto":
             return list(HALF_LIVES)
         try:
