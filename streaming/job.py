@@ -77,6 +77,7 @@ from .engines import (
 from .faults import kill_during, kill_point
 from .heartbeat import Heartbeat
 from .migration import Migration, record
+from .placement import placement_keys
 from .staging import StagedAppends
 from .storage_watch import StorageWatch, storage_failure
 
@@ -493,17 +494,11 @@ class StreamJob:
         same hash as SQL's ``hash()``; with pkey = salts[engine], partition e holds exactly
         engine e's rows, so the engine stage has one task per engine and the task's
         partition index is its engine id, with Spark's Arrow path and no Python shuffle.
+        The keys are computed in Python (:mod:`keyshift.streaming.placement`), not by a
+        Spark job at the run's start.
         """
         if slots not in self._salts:
-            from pyspark.sql import functions as F
-
-            rows = (self.spark.range(0, 64 * slots)
-                    .select("id", F.expr(f"pmod(hash(id), {slots})").alias("p"))
-                    .groupBy("p").agg(F.min("id").alias("id")).collect())
-            found = {int(r["p"]): int(r["id"]) for r in rows}
-            if len(found) < slots:
-                raise RuntimeError(f"no placement key for some of {slots} engine slots")
-            self._salts[slots] = [found[e] for e in range(slots)]
+            self._salts[slots] = placement_keys(slots)
         return self._salts[slots]
 
     def _routes_frame(self, plan, slots: int) -> DataFrame:

@@ -1,0 +1,41 @@
+"""Placement keys computed in Python (keyshift.streaming.placement) are the ones Spark's own
+hash gives: each engine's key lands in that engine's shuffle partition."""
+
+from __future__ import annotations
+
+import pytest
+
+from keyshift.streaming.placement import placement_keys, spark_hash_long
+
+pytestmark = pytest.mark.integration
+
+
+def test_the_python_hash_is_sparks_hash_of_a_long(spark) -> None:
+    from pyspark.sql import functions as F
+
+    ids = list(range(-300, 300)) + [2**31, 2**31 - 1, -2**31, 2**40 + 7, -2**63, 2**63 - 1]
+    rows = (spark.createDataFrame([(i,) for i in ids], "id long")
+            .select("id", F.hash("id").alias("h")).collect())
+    assert [(r.id, spark_hash_long(r.id)) for r in rows] == [(r.id, r.h) for r in rows]
+
+
+@pytest.mark.parametrize("slots", [1, 2, 4, 7, 16])
+def test_each_key_lands_in_its_engines_partition(spark, slots: int) -> None:
+    """What the job did with a Spark job before: the smallest id per partition of
+    pmod(hash(id), slots); and repartition(slots, key) puts key e in partition e."""
+    from pyspark.sql import functions as F
+
+    keys = placement_keys(slots)
+    rows = (spark.range(0, 64 * slots)
+            .select("id", F.expr(f"pmod(hash(id), {slots})").alias("p"))
+            .groupBy("p").agg(F.min("id").alias("id")).collect())
+    assert keys == [r["id"] for r in sorted(rows, key=lambda r: r["p"])]
+    placed = (spark.createDataFrame([(k,) for k in keys], "pkey long")
+              .repartition(slots, "pkey")
+              .select("pkey", F.spark_partition_id().alias("part")).collect())
+    assert {r.pkey: r.part for r in placed} == {k: e for e, k in enumerate(keys)}
+
+
+def test_no_slot_is_refused() -> None:
+    with pytest.raises(ValueError, match="slots"):
+        placement_keys(0)
