@@ -300,21 +300,21 @@ def choose_profile(t: np.ndarray, y: np.ndarray, stats: tuple[str, ...] | list[s
     names = [c for c in (cycles or possible) if c in possible] or ["none"]
     blocks = cycle_blocks(t)
     default_hl = HALF_LIFE_CYCLES if HALF_LIFE_CYCLES in half_lives else half_lives[0]
-    if not blocks or (len(names) == 1 and len(stats) == 1 and len(half_lives) == 1) or \
-            names == ["none"]:
+    # "none" is one slot, the smoothed level: neither a statistic nor a half-life to vary
+    settings = [ProfileChoice(c, st, hl) for c in names
+                for st, hl in ([(stats[0], default_hl)] if c == "none"
+                               else [(st, hl) for st in stats for hl in half_lives])]
+    if len(settings) == 1 or not blocks:
         cycle = next((c for c in ("weekly", "daily") if c in names), names[0])
         return ProfileChoice(cycle, stats[0], default_hl), {}
     errors: dict[ProfileChoice, float] = {}
-    for c in names:
-        settings = ([(stats[0], default_hl)] if c == "none" else
-                    [(st, hl) for st in stats for hl in half_lives])
-        for stat, hl in settings:
-            err = []
-            for lo, hi in blocks:
-                p = SlotProfile.fit(t[:lo], y[:lo], stat=stat, cycle=c, slot_s=slot_s,
-                                    half_life=hl)
-                err.append(np.abs(y[lo:hi] - p.mean[p.slot(t[lo:hi])]))
-            errors[ProfileChoice(c, stat, hl)] = float(np.mean(np.concatenate(err)))
+    for choice in settings:
+        err = []
+        for lo, hi in blocks:
+            p = SlotProfile.fit(t[:lo], y[:lo], stat=choice.stat, cycle=choice.cycle,
+                                slot_s=slot_s, half_life=choice.half_life)
+            err.append(np.abs(y[lo:hi] - p.mean[p.slot(t[lo:hi])]))
+        errors[choice] = float(np.mean(np.concatenate(err)))
     best = min(errors, key=errors.get)
     return best, {k.label(len(stats), len(half_lives)): e for k, e in errors.items()}
 

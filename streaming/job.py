@@ -208,7 +208,6 @@ class StreamJob:
         self.per_window = max(1, round(cfg.controller.window_s / self.trigger_s))
         self.totals = Totals()
         self.on_batch = on_batch
-        self._salts: dict[int, list[int]] = {}  # slots → a key per engine (see _placement)
         self.run_uri = cfg.runs_uri(self.run_id)  # the run's files by Delta
         self._idle: threading.Timer | None = None  # commits the staged rows when input stops
         self._lock = threading.Lock()
@@ -281,11 +280,10 @@ class StreamJob:
         self.appends.fresh = read_if_exists(marker) is None
         write_atomically(marker, datetime.now(UTC).isoformat().encode())
         if self.appends.fresh:
-            # a new run starts at batch 0: set the controller up now (initial plan,
-            # placement keys), as run set-up rather than inside the first batch; a resumed
-            # run recovers in its first batch, whose id only Spark's checkpoint knows
+            # a new run starts at batch 0: set the controller up now (initial plan), as run
+            # set-up rather than inside the first batch; a resumed run recovers in its first
+            # batch, whose id only Spark's checkpoint knows
             self.controller.recover(0)
-            self._placement(self.controller.plan_for(0).engines)
             self._recovered = True
         # what a predecessor staged goes to Delta before anything reads it (the controller
         # reads the open window's key loads, plans and control state); a new run commits
@@ -487,25 +485,11 @@ class StreamJob:
                 f"engines: run {self.run_id} started with {first.engines} engines and resumes "
                 f"with its own plans; drop --engines {self.opt.engines} or use a new --run-id")
 
-    def _placement(self, slots: int) -> list[int]:
-        """For each engine e, a key whose Spark hash lands in shuffle partition e.
-
-        ``repartition(slots, pkey)`` sends a row to partition pmod(murmur3(pkey), slots), the
-        same hash as SQL's ``hash()``; with pkey = salts[engine], partition e holds exactly
-        engine e's rows, so the engine stage has one task per engine and the task's
-        partition index is its engine id, with Spark's Arrow path and no Python shuffle.
-        The keys are computed in Python (:mod:`keyshift.streaming.placement`), not by a
-        Spark job at the run's start.
-        """
-        if slots not in self._salts:
-            self._salts[slots] = placement_keys(slots)
-        return self._salts[slots]
-
     def _routes_frame(self, plan, slots: int) -> DataFrame:
         """(grp, pkey) of the plan: the broadcast side of the routing join, one per version."""
         key = (plan.version, slots)
         if self._route is None or self._route[0] != key:
-            salts = self._placement(slots)
+            salts = placement_keys(slots)
             rows = [(g, salts[int(e)]) for g, e in enumerate(plan.assignment.tolist())]
             self._route = (key, self.spark.createDataFrame(rows, "grp INT, pkey BIGINT"))
         return self._route[1]
@@ -528,7 +512,7 @@ class StreamJob:
             F.col("partition").cast("int"), F.col("offset").cast("bigint"), "event", "reason",
             "raw", F.col("timestamp").cast("double").alias("kts"),
             F.when(F.col("reason").isNull(), F.col("pkey"))
-            .otherwise(F.lit(self._placement(slots)[0])).alias("pkey"),
+            .otherwise(F.lit(placement_keys(slots)[0])).alias("pkey"),
             F.lit(None).cast("string").alias("summary"),
         )
         if not spec.split_homes:
@@ -667,7 +651,7 @@ class StreamJob:
     def _batch_spec(self, batch_id: int, plan: Plan, migration: Migration, slots: int,
                     split: tuple[int, ...], started: datetime) -> BatchSpec:
         """What every engine task of the batch is told (shipped in the closure)."""
-        salts = self._placement(slots)
+        salts = placement_keys(slots)
         return BatchSpec(
             batch_id=batch_id, app=self.app, params=dict(self.opt.app_params),
             run_key=self.run_id, state_uri=self.state_uri,

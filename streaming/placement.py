@@ -1,5 +1,8 @@
 """Placement keys: for each engine slot, a key that Spark's ``repartition(slots, key)`` sends
-to exactly that shuffle partition (see :meth:`keyshift.streaming.job.StreamJob._placement`).
+to exactly that shuffle partition. With pkey = keys[engine] on every row of an engine,
+partition e holds exactly engine e's rows, so the engine stage has one task per engine and
+the task's partition index is its engine id, with Spark's Arrow path and no Python shuffle
+(:class:`keyshift.streaming.job.StreamJob`).
 
 Spark routes a row to partition pmod(hash(key), slots), where ``hash`` is Murmur3 x86_32
 with seed 42 (``Murmur3Hash``; for a long, ``Murmur3_x86_32.hashLong``). Computed here, the
@@ -45,7 +48,8 @@ def spark_hash_long(value: int, seed: int = _SEED) -> int:
 
 def placement_keys(slots: int) -> list[int]:
     """For each partition e of ``slots``, the smallest non-negative long whose Spark hash
-    lands in partition e: pmod(hash(key), slots) == e."""
+    lands in partition e: pmod(hash(key), slots) == e. About slots·ln(slots) hashes of a
+    few microseconds each, so a batch asks again rather than keeping them."""
     if slots < 1:
         raise ValueError(f"slots must be >= 1, got {slots}")
     found: dict[int, int] = {}
