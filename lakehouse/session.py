@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from keyshift.config import Config, load_config
 
+from .class_sharing import driver_options
 from .jars import spark_jars
 from .logs import jvm_stderr, relayed_logger, session_level
 
@@ -69,7 +70,8 @@ def get_spark(cfg: Config | None = None, app_name: str | None = None,
         "spark.local.dir": str(local_dir),
         "spark.sql.warehouse.dir": str(cfg.warehouse_path / "_catalog"),
         "spark.driver.extraJavaOptions": " ".join(filter(None, [
-            f"-Dderby.system.home={cfg.home_path / 'derby'}", cfg.spark.driver_java_options])),
+            f"-Dderby.system.home={cfg.home_path / 'derby'}", *driver_options(cfg),
+            cfg.spark.driver_java_options])),
         "spark.sql.session.timeZone": "UTC",
         "spark.databricks.delta.snapshotPartitions": "2",
         "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",

@@ -20,7 +20,23 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="session")
 def platform_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     os.environ.setdefault("KEYSHIFT_CACHE", str(ROOT / ".keyshift" / "cache"))
+    _class_archive()
     return tmp_path_factory.mktemp("platform")
+
+
+def _class_archive() -> None:
+    """The drivers' class archive, built once if the bootstrap did not (about a minute):
+    every driver the suite starts after it maps it, ~4 s sooner each. A failed build only
+    warns; tests/lakehouse/test_class_sharing.py fails on it."""
+    from keyshift.config import load_config
+    from keyshift.lakehouse.class_sharing import ArchiveBuildError, build_archive
+
+    try:
+        build_archive(load_config(env={}))
+    except ArchiveBuildError as exc:
+        import warnings
+
+        warnings.warn(f"no class archive, drivers start slower: {exc}", stacklevel=1)
 
 
 @pytest.fixture(scope="session")
