@@ -9,11 +9,12 @@ PYTEST_ARGS ?=
 # its own broker and Spark session (tests/platform_fixtures.py), the slow tests handed out
 # first. On this project's 2-core machine the suite is CPU-bound (Spark local[2] and the
 # job subprocesses' JVMs fill both cores), so workers only add contention: 3 of them had
-# done 93 % after 38 min against 45-50 min for the whole suite in one process, with 0 %
-# idle CPU and timing-sensitive tests failing. Hence 0 (one process) by default; use N on a
-# host with 2N cores or more. What cut the one-process time instead (36 min at stop 33):
-# every test driver JVM compiles with C1 alone, with the full code cache (tests/conftest.py),
-# and fewer JVM starts per test.
+# done 93 % after 38 min against 45-50 min for the whole suite in one process (stop 31), and
+# 2 of them took over 48 min against 43 min 44 s in one process on the same day (stop 34,
+# load average 7-8, the SIGKILL test last). Hence 0 (one process) by default; use N on a
+# host with 2N cores or more. What cut the one-process time instead: every test driver JVM
+# compiles with C1 alone, with the full code cache (tests/conftest.py), maps the class
+# archive built at install (lakehouse/class_sharing.py), and fewer JVM starts per test.
 TEST_WORKERS ?= 0
 
 .PHONY: venv demo test test-fast bench airflow clean-runtime
