@@ -32,6 +32,7 @@ from pathlib import Path
 from keyshift.config import Config, load_config
 
 ARCHIVE_FOLDER = "cds"
+WORKLOAD = "keyshift.lakehouse.class_workload"  # run by name: it imports the session
 BUILD_TIMEOUT_S = 600.0
 # Off: the JVM's notes about an archive it cannot map (they go to stdout, the user's terminal).
 QUIET = "-Xlog:cds=off,cds+dynamic=off,class+path=off"
@@ -114,7 +115,7 @@ def build_archive(cfg: Config | None = None, force: bool = False,
                   timeout_s: float = BUILD_TIMEOUT_S) -> Path:
     """Build this JDK's and class path's archive unless it exists (``force``: again).
 
-    Runs :func:`_workload` in a child Python whose driver writes the archive at exit, checks
+    Runs the workload (:mod:`keyshift.lakehouse.class_workload`) in a child Python whose driver writes the archive at exit, checks
     it maps, and renames it into place. One builder at a time per cache (a file lock): a
     second caller waits and then finds the archive built. Older archives of other keys in
     the folder are removed (each is some 200 MB)."""
@@ -162,7 +163,7 @@ def _child(mode: str, java_options: str, home: Path, cache: Path,
                 "KEYSHIFT_SPARK__CLASS_DATA_SHARING": "false",
                 "KEYSHIFT_SPARK__DRIVER_JAVA_OPTIONS": java_options})
     try:
-        return subprocess.run([sys.executable, "-m", "keyshift.lakehouse.class_sharing", mode],
+        return subprocess.run([sys.executable, "-m", WORKLOAD, mode],
                               env=env, cwd=folder, capture_output=True, text=True,
                               timeout=timeout_s, check=False)  # cwd: a JVM's crash file
     except subprocess.TimeoutExpired as exc:
@@ -175,52 +176,8 @@ def _tail(done: subprocess.CompletedProcess) -> str:
     return " | ".join(line[:300] for line in lines[-3:]) or "no output"
 
 
-def _workload() -> None:
-    """What a job's driver does, small: the session, keyshift's tables, a stateful stream
-    whose batches go through Arrow to Python and into Delta, reads back. The archive keeps
-    the classes this loads."""
-    from pyspark.sql import functions as F
-
-    from .delta import ensure_tables, read_table
-    from .session import get_spark
-
-    cfg = load_config()
-    spark = get_spark(cfg, app_name="keyshift-class-archive")
-    ensure_tables(spark, cfg)
-    out = str(cfg.warehouse_path / "_archive_workload")
-
-    def batch(df, batch_id):  # noqa: ANN001 - Spark's foreachBatch signature
-        def double(batches):
-            for b in batches:
-                yield b
-        (df.repartition(2, "key").mapInArrow(double, df.schema)
-         .write.format("delta").mode("append").save(out))
-
-    source = str(cfg.home_path / "archive-source")
-    spark.range(2000).selectExpr("id AS value").write.mode("overwrite").parquet(source)
-    query = (spark.readStream.schema("value LONG").option("maxFilesPerTrigger", 1)
-             .parquet(source)
-             .withColumn("key", F.col("value") % 7)
-             .groupBy("key").agg(F.count("*").alias("n"))
-             .writeStream.outputMode("update")
-             .option("checkpointLocation", str(cfg.home_path / "archive-checkpoint"))
-             .trigger(availableNow=True).foreachBatch(batch).start())
-    query.awaitTermination(120)
-    spark.read.format("delta").load(out).groupBy("key").agg(F.sum("n")).collect()
-    read_table(spark, cfg, "metrics").count()
-    spark.stop()
-
-
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if args == ["--workload"]:
-        _workload()
-        return 0
-    if args == ["--check"]:
-        from .session import get_spark
-
-        get_spark(load_config()).range(10).count()
-        return 0
     start = time.monotonic()
     try:
         path = build_archive(force="--force" in args)
