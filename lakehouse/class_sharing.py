@@ -9,7 +9,7 @@ a representative workload (``-XX:ArchiveClassesAtExit`` once, ``-XX:SharedArchiv
 after) took 4 s off that start here (docs/platform.md).
 
 An archive fits one JDK and one class path exactly, so it is named by a key of both (the
-``java`` binary, its version, pyspark's jars and keyshift's Maven jars): a new JDK or Spark
+``java`` binary and its ``libjvm.so``, pyspark's jars and keyshift's Maven jars): a new JDK or Spark
 finds no archive under its key and starts as before until :func:`build_archive` runs again
 (the bootstrap does, and so does the test suite). The JVM writes an archive when it exits,
 so it is built in a child process into a temporary file, checked by a JVM that must map it
@@ -27,9 +27,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from keyshift.config import Config, load_config
+
+from .jars import pyspark_jars, spark_jars
 
 ARCHIVE_FOLDER = "cds"
 WORKLOAD = "keyshift.lakehouse.class_workload"  # run by name: it imports the session
@@ -53,42 +56,34 @@ def java_binary() -> str:
     return str(Path(found).resolve())
 
 
-def spark_class_path() -> list[Path]:
-    """The driver's class path as spark-submit builds it from the pip-installed pyspark."""
-    import pyspark
-
-    return sorted(Path(pyspark.__file__).parent.joinpath("jars").glob("*.jar"))
-
-
-def archive_key(cfg: Config) -> str:
+def archive_key(jars: Sequence[Path]) -> str:
     """What the archive must match: the JDK (path, size and time of its ``libjvm``) and every
-    jar of the driver, its class path and ``spark.jars`` (names, sizes, times)."""
-    from .jars import spark_jars
-
+    jar of the driver, pyspark's and ``jars`` (``spark.jars``; names, sizes, times)."""
     java = Path(java_binary())
     parts = [str(java)]
     for libjvm in sorted(java.parent.parent.glob("lib/server/libjvm.so")):
         stat = libjvm.stat()
         parts.append(f"{libjvm}:{stat.st_size}:{stat.st_mtime_ns}")
-    for jar in [*spark_class_path(), *spark_jars(cfg.cache_path / "jars", cfg.spark.delta_version)]:
+    for jar in [*pyspark_jars(), *jars]:
         stat = Path(jar).stat()
         parts.append(f"{Path(jar).name}:{stat.st_size}:{stat.st_mtime_ns}")
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
-def archive_path(cfg: Config) -> Path:
+def archive_path(cfg: Config, jars: Sequence[Path]) -> Path:
     """Where this JDK's and class path's archive lives (it may not exist yet)."""
-    return cfg.cache_path / ARCHIVE_FOLDER / f"driver-{archive_key(cfg)}.jsa"
+    return cfg.cache_path / ARCHIVE_FOLDER / f"driver-{archive_key(jars)}.jsa"
 
 
-def driver_options(cfg: Config) -> list[str]:
-    """The driver's JVM options that map the archive, or none when it is off or not built.
-    Never raises: a driver without an archive only starts slower."""
+def driver_options(cfg: Config, jars: Sequence[Path]) -> list[str]:
+    """The driver's JVM options that map the archive, or none when it is off or not built;
+    ``jars`` are the session's ``spark.jars``, already resolved. Never raises: a driver
+    without an archive only starts slower."""
     if not cfg.spark.class_data_sharing:
         return []
     try:
-        path = archive_path(cfg)
-    except Exception:  # noqa: BLE001 - no java or no jars yet: get_spark says so itself
+        path = archive_path(cfg, jars)
+    except Exception:  # noqa: BLE001 - no java: the driver's start says so itself
         return []
     return archive_options(path)
 
@@ -115,12 +110,13 @@ def build_archive(cfg: Config | None = None, force: bool = False,
                   timeout_s: float = BUILD_TIMEOUT_S) -> Path:
     """Build this JDK's and class path's archive unless it exists (``force``: again).
 
-    Runs the workload (:mod:`keyshift.lakehouse.class_workload`) in a child Python whose driver writes the archive at exit, checks
-    it maps, and renames it into place. One builder at a time per cache (a file lock): a
-    second caller waits and then finds the archive built. Older archives of other keys in
-    the folder are removed (each is some 200 MB)."""
+    Runs the workload (:mod:`keyshift.lakehouse.class_workload`) in a child Python whose
+    driver writes the archive at exit, checks it maps, and renames it into place. One
+    builder at a time per cache (a file lock): a second caller waits and then finds the
+    archive built. Older archives of other keys in the folder are removed (some 200 MB
+    each)."""
     cfg = cfg or load_config()
-    target = archive_path(cfg)
+    target = archive_path(cfg, spark_jars(cfg.cache_path / "jars", cfg.spark.delta_version))
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target.parent / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

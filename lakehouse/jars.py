@@ -136,6 +136,11 @@ def resolve(
     return jars
 
 
+def pyspark_jars() -> list[Path]:
+    """The jars pyspark ships: the driver's class path as spark-submit builds it."""
+    return sorted((Path(pyspark.__file__).parent / "jars").glob("*.jar"))
+
+
 def spark_jars(
     cache_root: Path, delta_version: str, timeout_s: float = DEFAULT_TIMEOUT_S
 ) -> list[Path]:
@@ -145,7 +150,7 @@ def spark_jars(
     put two copies of the same classes on the classpath.
     """
     coords = spark_packages(delta_version)
-    jar_names = {p.name for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+    jar_names = {p.name for p in pyspark_jars()}
     dest = cache_dir(cache_root, "spark-jars", coords)
     hit = cached(dest)
     if hit is None:

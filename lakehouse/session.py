@@ -70,7 +70,7 @@ def get_spark(cfg: Config | None = None, app_name: str | None = None,
         "spark.local.dir": str(local_dir),
         "spark.sql.warehouse.dir": str(cfg.warehouse_path / "_catalog"),
         "spark.driver.extraJavaOptions": " ".join(filter(None, [
-            f"-Dderby.system.home={cfg.home_path / 'derby'}", *driver_options(cfg),
+            f"-Dderby.system.home={cfg.home_path / 'derby'}", *driver_options(cfg, jars),
             cfg.spark.driver_java_options])),
         "spark.sql.session.timeZone": "UTC",
         "spark.databricks.delta.snapshotPartitions": "2",

@@ -54,7 +54,7 @@ def test_a_truncated_or_unstamped_archive_is_never_mapped(tmp_path: Path, size: 
 
 def test_off_in_config_maps_nothing(tmp_path: Path) -> None:
     cfg = load_config(env={}, home=str(tmp_path), spark={"class_data_sharing": False})
-    assert driver_options(cfg) == []
+    assert driver_options(cfg, []) == []
 
 
 def test_the_key_follows_the_jars(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -63,13 +63,11 @@ def test_the_key_follows_the_jars(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     jars = tmp_path / "jars"
     jars.mkdir()
     (jars / "a.jar").write_bytes(b"a")
-    monkeypatch.setattr(class_sharing, "spark_class_path", lambda: sorted(jars.glob("*.jar")))
-    monkeypatch.setattr("keyshift.lakehouse.jars.spark_jars", lambda *a, **k: [])
-    cfg = load_config(env={}, home=str(tmp_path))
-    key = class_sharing.archive_key(cfg)
-    assert class_sharing.archive_key(cfg) == key
+    monkeypatch.setattr(class_sharing, "pyspark_jars", lambda: sorted(jars.glob("*.jar")))
+    key = class_sharing.archive_key([])
+    assert class_sharing.archive_key([]) == key
     (jars / "b.jar").write_bytes(b"b")
-    assert class_sharing.archive_key(cfg) != key
+    assert class_sharing.archive_key([]) != key
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +78,6 @@ def suite_archive() -> Path:
 
 
 MAPPED = textwrap.dedent('''
-    import sys
     from keyshift.config import load_config
     from keyshift.lakehouse.session import get_spark
 
@@ -137,4 +134,6 @@ def test_a_build_that_fails_leaves_no_archive(tmp_path: Path,
     with pytest.raises(ArchiveBuildError, match="took over"):
         build_archive(cfg, timeout_s=0.5)
     assert sorted(p.name for p in (cache / "cds").iterdir()) == [".lock"]
-    assert driver_options(cfg) == []
+    from keyshift.lakehouse.jars import spark_jars
+
+    assert driver_options(cfg, spark_jars(cache / "jars", cfg.spark.delta_version)) == []
