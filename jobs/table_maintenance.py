@@ -63,7 +63,7 @@ def run(cfg: Config, tables: Sequence[str] | str | None = None,
     stop the others; :class:`MaintenanceError` names every failed table at the end.
     """
     from keyshift.lakehouse.delta import table_exists
-    from keyshift.lakehouse.maintenance import listing_parallelism, maintain_table
+    from keyshift.lakehouse.maintenance import maintain_table
     from keyshift.lakehouse.session import get_spark
 
     names = parse_tables(tables)
@@ -71,18 +71,19 @@ def run(cfg: Config, tables: Sequence[str] | str | None = None,
     spark = spark or get_spark(cfg, app_name="keyshift-table-maintenance")
     results: dict[str, dict[str, Any]] = {}
     failed: dict[str, str] = {}
-    with listing_parallelism(spark, cfg.spark.shuffle_partitions):
-        for name in names:
-            if not table_exists(spark, cfg, name):
-                results[name] = {"status": "absent"}
-                continue
-            try:
-                results[name] = maintain_table(spark, cfg.table_path(name), retention)
-            except Exception as exc:  # noqa: BLE001 - the other tables still get maintained
-                first = (str(exc).strip().splitlines()[0] if str(exc).strip()
-                         else type(exc).__name__)
-                failed[name] = first
-                results[name] = {"status": "failed", "error": first}
+    for name in names:
+        if not table_exists(spark, cfg, name):
+            results[name] = {"status": "absent"}
+            continue
+        try:
+            results[name] = maintain_table(
+                spark, cfg.table_path(name), retention,
+                listing_tasks=cfg.spark.shuffle_partitions)
+        except Exception as exc:  # noqa: BLE001 - the other tables still get maintained
+            first = (str(exc).strip().splitlines()[0] if str(exc).strip()
+                     else type(exc).__name__)
+            failed[name] = first
+            results[name] = {"status": "failed", "error": first}
     if failed:
         raise MaintenanceError("; ".join(f"{n}: {e}" for n, e in failed.items()))
     summary: dict[str, Any] = {"job": JOB, "warehouse": cfg.warehouse_uri,

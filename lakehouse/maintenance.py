@@ -16,9 +16,10 @@ week later.
 Time: VACUUM lists the table's folder with Spark's parallel file listing, whose parallelism
 (``spark.sql.sources.parallelPartitionDiscovery.parallelism``) defaults to 10,000: 100,046
 tasks per table, 66-156 s for a table of one file on a loaded 2-core machine, 20 min for
-keyshift's tables. :func:`listing_parallelism` lowers it for the maintenance run (to
+keyshift's tables. :func:`maintain_table` lowers it around its own work (to
 ``spark.shuffle_partitions``: 66 tasks, 6-7 s per table) and gives the session its setting
-back afterwards.
+back afterwards, so no caller can forget it: the maintenance test's own VACUUM once did,
+and spent 32-36 s deleting 43 files of a one-file table.
 """
 
 from __future__ import annotations
@@ -36,13 +37,23 @@ RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
 LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
 
 
-def maintain_table(spark: SparkSession, path: str, retention_hours: float) -> dict[str, Any]:
+def maintain_table(spark: SparkSession, path: str, retention_hours: float,
+                   listing_tasks: int | None = None) -> dict[str, Any]:
     """OPTIMIZE then VACUUM one Delta table; the file counts before and after.
 
     ``files_before``/``files_after`` are the table's active files (what a reader opens);
     ``vacuumed_files`` the removed files VACUUM deleted from storage (older than the
-    retention), read back from the table's history.
+    retention), read back from the table's history. VACUUM's file listing runs
+    ``listing_tasks`` tasks (default: the session's ``spark.sql.shuffle.partitions``), not
+    Spark's 10,000 (module docstring).
     """
+    tasks = listing_tasks or int(spark.conf.get("spark.sql.shuffle.partitions"))
+    with listing_parallelism(spark, tasks):
+        return _optimize_and_vacuum(spark, path, retention_hours)
+
+
+def _optimize_and_vacuum(spark: SparkSession, path: str,
+                         retention_hours: float) -> dict[str, Any]:
     from delta.tables import DeltaTable
 
     started = time.monotonic()

@@ -33,7 +33,7 @@ from airflow.dag_processing.dagbag import DagBag
 from airflow.utils.session import create_session
 from delta.tables import DeltaTable
 from keyshift.config import load_config
-from keyshift.lakehouse.maintenance import maintain_table
+from keyshift.lakehouse.maintenance import LISTING_PARALLELISM, maintain_table
 from keyshift.lakehouse.delta import append_rows
 from keyshift.lakehouse.session import get_spark
 
@@ -79,7 +79,15 @@ append_rows(spark, cfg, "dead_letter",
 run(23)
 files(path)
 spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
-print("VACUUM0 " + json.dumps(maintain_table(spark, path, 0.0)), flush=True)
+sc = spark.sparkContext
+sc.setJobGroup("vacuum0", "maintain_table by hand")
+vacuum0 = maintain_table(spark, path, 0.0)    # no listing setting of its caller around it
+tracker = sc.statusTracker()
+stages = [tracker.getStageInfo(s) for j in tracker.getJobIdsForGroup("vacuum0")
+          for s in tracker.getJobInfo(j).stageIds]
+vacuum0["max_stage_tasks"] = max(s.numTasks for s in stages if s is not None)
+vacuum0["listing_after"] = spark.conf.get(LISTING_PARALLELISM, None)
+print("VACUUM0 " + json.dumps(vacuum0), flush=True)
 files(path)
 """.replace("APPENDS", str(APPENDS))
 
@@ -154,6 +162,9 @@ class TestMaintenanceDag:
     ) -> None:
         v = maintenance["vacuum0"]
         assert v["files_after"] == 1
+        # maintain_table lowers VACUUM's file listing itself (Spark's default: 10,000 tasks
+        # per listing, half a minute for this one-file table) and gives the setting back
+        assert v["max_stage_tasks"] < 1000 and v["listing_after"] is None
         assert v["vacuumed_files"] == maintenance["files"][3]["on_disk"] - 1
         assert maintenance["files"][-1] == {"active": 1, "on_disk": 1}
 
