@@ -80,34 +80,6 @@ def test_demo_json_summary_and_report(tmp_path: Path) -> None:
     assert 0 < vs_kg["floor_vs_kg"] <= vs_kg["busiest_vs_kg"] + 1e-9
 
 
-@pytest.mark.integration
-@pytest.mark.slow
-def test_demo_with_the_planner_lets_the_scaler_choose_n(tmp_path: Path) -> None:
-    """``--planner``: the engine scaler runs beside DLB-H. A fresh home has no champion in its
-    MLflow store, so the pure-core forecast decides once it has measured three windows;
-    engine-seconds cost ten times a missed tuple here, so the 4 initial engines are too
-    many for 50 events/s and N comes down. At most 50 records per trigger, so that the 400
-    events make eight windows, not two large catch-up batches. The summary and the report
-    say so."""
-    home = tmp_path / "ks"
-    env = {**_demo_env(home, free_port()), "KEYSHIFT_PLANNER__EC": "10",
-           "KEYSHIFT_SPARK__MAX_OFFSETS_PER_TRIGGER": "50"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "keyshift.cli", "demo", "--duration", "8", "--rate", "50",
-         "--planner", "--json"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "engine scaler on" in proc.stderr
-    summary = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert summary["planner"] is True
-    assert summary["processed"] + summary["dead_letter"] == summary["events_in"] == 400
-    assert summary["scale_actions"] >= 1, summary
-    assert summary["engines_max"] == 4 and summary["engines_min"] < 4, summary
-    page = (Path(summary["run_dir"]) / "report.html").read_text()
-    assert "fallback SeasonalProfile+EngineLatency" in page  # the scaler's row and reason
-
-
 def _port_open(port: int) -> bool:
     import socket
 
