@@ -39,7 +39,7 @@ from keyshift.config import Config, KafkaConfig
 from keyshift.errors import ConfigError
 from keyshift.lakehouse.jars import JarResolutionError, cache_dir, resolve
 
-from .broker_watch import reachable
+from .broker_watch import nobody_listens, reachable
 
 log = logging.getLogger(__name__)
 
@@ -321,7 +321,10 @@ class Broker:
         """Start the broker unless it is already healthy; returns what happened."""
         if self.sasl_plain is not None:
             check_sasl_plain_user(*self.sasl_plain)
-        if self.healthy(timeout_s=3):
+        # a closed port is answered at once; the client's own "no broker" takes its whole
+        # timeout (3 s of every start)
+        listening = _port_in_use(self.host, self.port)
+        if listening and self.healthy(timeout_s=3):
             found = self.find()
             return f"already running at {self.bootstrap} (pid {found[0] if found else 'unknown'})"
         pid = self.pid()
@@ -340,7 +343,8 @@ class Broker:
         ports += [(port, f"the {proto} listener's port {port}", "choose another port")
                   for proto, port in self.tls_listeners]
         for port, where, fix in ports:
-            if _port_in_use(self.host, port):
+            # the client port was probed above: no second connection to a stranger's socket
+            if listening if port == self.port else _port_in_use(self.host, port):
                 raise BrokerError(
                     f"{where} on {self.host} is already taken by another process "
                     f"(not a keyshift broker); free it or {fix}"
@@ -582,9 +586,15 @@ class Broker:
                 )
             if proc is None and not _alive(pid):
                 return False
+            # until the port listens a probe is refused at once, while the client's metadata
+            # request would wait its 2 s timeout out: the broker is found within 0.1 s of
+            # listening, not up to 2.5 s after
+            if not _port_in_use(self.host, self.port):
+                time.sleep(0.1)
+                continue
             if self.healthy(timeout_s=2):
                 return True
-            time.sleep(0.5)
+            time.sleep(0.2)
         return False
 
     def _tail(self, lines: int = 15) -> str:
@@ -593,6 +603,10 @@ class Broker:
             if f.is_file():
                 texts += f.read_text(errors="replace").splitlines()[-lines:]
         return "\n".join(texts[-lines:]) or "(no log output)"
+
+
+#: why a client gave up at once (:func:`nobody_listens`)
+REFUSED = "nothing listens there (connection refused)"
 
 
 def metadata(bootstrap: str, timeout_s: float = 5.0,
@@ -605,6 +619,8 @@ def metadata(bootstrap: str, timeout_s: float = 5.0,
 
     security = environment_security() if security is None else dict(security)
     timeout_ms = int(timeout_s * 1000)
+    if nobody_listens(bootstrap):
+        raise BrokerError(f"no Kafka broker answers at {bootstrap}: {REFUSED}")
     try:
         admin = KafkaAdminClient(
             bootstrap_servers=bootstrap, client_id="keyshift-health",
@@ -680,6 +696,9 @@ def create_topic(
         raise BrokerError(f"partitions must be >= 1, got {partitions}")
     security = environment_security() if security is None else dict(security)
     timeout_ms = int(timeout_s * 1000)
+    if nobody_listens(bootstrap):
+        raise BrokerError(f"no Kafka broker answers at {bootstrap} (run 'keyshift kafka "
+                          f"start'): {REFUSED}")
     try:
         admin = KafkaAdminClient(
             bootstrap_servers=bootstrap, client_id="keyshift-admin",

@@ -33,6 +33,27 @@ def reachable(bootstrap: str, timeout_s: float = 2.0) -> bool:
     return False
 
 
+def nobody_listens(bootstrap: str, timeout_s: float = 1.0) -> bool:
+    """Whether every bootstrap server refuses a TCP connection outright (nothing listens on
+    its port). A Kafka client learns no more than that by waiting its whole bootstrap
+    timeout, so callers give up at once; a server that does not answer at all (a dropped
+    SYN, an unknown host) is left to the client's own timeout."""
+    servers = [s.strip().rpartition(":") for s in bootstrap.split(",") if s.strip()]
+    if not servers:
+        return False
+    for host, _, port in servers:
+        if not port.isdigit():
+            return False
+        try:
+            with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s):
+                return False
+        except ConnectionRefusedError:
+            continue
+        except OSError:
+            return False
+    return True
+
+
 class BrokerWatch:
     """Probes ``bootstrap`` every ``every_s`` seconds on a daemon thread until :meth:`stop`."""
 

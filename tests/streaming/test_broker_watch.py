@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import socket
 
-from keyshift.streaming.broker_watch import BrokerWatch, reachable
+from keyshift.streaming.broker_watch import BrokerWatch, nobody_listens, reachable
 
 
 class Clock:
@@ -61,3 +61,42 @@ def test_reachable_probes_each_bootstrap_server() -> None:
         assert reachable(f"nohost-x:1,127.0.0.1:{port}", timeout_s=0.5)
     assert not reachable(f"127.0.0.1:{port}", timeout_s=0.5)  # closed now
     assert not reachable("not-a-port", timeout_s=0.5)
+
+
+def test_nobody_listens_only_when_every_server_refuses() -> None:
+    """A refused connection is a broker that is not there, said at once; a server that
+    answers, or one whose fate is not known (no such host, nothing parsable), is left to the
+    Kafka client's own timeout."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        assert not nobody_listens(f"127.0.0.1:{port}")
+        with socket.socket() as other:
+            other.bind(("127.0.0.1", 0))
+            closed = other.getsockname()[1]  # bound, never listening: refused
+        assert not nobody_listens(f"127.0.0.1:{closed},127.0.0.1:{port}")
+    assert nobody_listens(f"127.0.0.1:{port}")
+    assert nobody_listens(f"127.0.0.1:{port},127.0.0.1:{closed}")
+    assert not nobody_listens(f"nohost-x.invalid:1,127.0.0.1:{port}")
+    assert not nobody_listens("not-a-port") and not nobody_listens("")
+
+
+def test_clients_give_up_at_once_when_nobody_listens() -> None:
+    """Health check, topic creation and the producer say "nothing listens" instead of
+    waiting out a bootstrap timeout (a minute here, which the test would otherwise show as
+    its own time)."""
+    import pytest
+
+    from keyshift.streaming.broker import BrokerError, create_topic, metadata
+    from keyshift.streaming.producer import ProducerError, connect
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        bootstrap = f"127.0.0.1:{s.getsockname()[1]}"
+    with pytest.raises(BrokerError, match=r"no Kafka broker answers at .*connection refused"):
+        metadata(bootstrap, timeout_s=60, security={})
+    with pytest.raises(BrokerError, match=r"keyshift kafka start.*connection refused"):
+        create_topic(bootstrap, "t", 1, timeout_s=60, security={})
+    with pytest.raises(ProducerError, match=r"no Kafka broker answers.*connection refused"):
+        connect(bootstrap, timeout_s=60, security={})
