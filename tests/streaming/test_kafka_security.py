@@ -170,15 +170,17 @@ def test_job_on_a_sasl_plain_broker_and_wrong_credentials_fail_fast(tmp_path):
     try:
         good = broker.security
         bad = {**good, "sasl_plain_password": "wrong"}
-        # wrong password, and no credentials at all: a clear error within seconds
+        # wrong password, and no credentials at all: a clear error within seconds (a client
+        # retries a refused login until its bootstrap timeout, 3 s here, so each call takes
+        # that whole timeout: the test's 30 s would catch a hang)
         for security in (bad, {}):
             started = time.monotonic()
             with pytest.raises(BrokerError) as err:
-                metadata(broker.bootstrap, timeout_s=10, security=security)
+                metadata(broker.bootstrap, timeout_s=3, security=security)
             assert time.monotonic() - started < 30
             assert "\n" not in str(err.value) and "wrong" not in str(err.value)
-        assert "authentication failed" in str(
-            pytest.raises(BrokerError, metadata, broker.bootstrap, 10, bad).value)
+            if security:
+                assert "authentication failed" in str(err.value)
 
         topic = "secure-words"
         create_topic(broker.bootstrap, topic, 2, security=good)
