@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 from engines_support import job_env, new_topic, produce_events, table_rows
@@ -59,12 +60,21 @@ class Run:
             self.lines.append(line.rstrip("\n"))
 
     def wait_for(self, prefix: str, timeout_s: float) -> bool:
+        return self.wait_for_after(0, prefix, timeout_s)
+
+    def wait_for_after(self, start: int, prefix: str, timeout_s: float,
+                       contains: str = "") -> bool:
+        """Whether a line from the ``start``-th on begins with ``prefix`` (and holds
+        ``contains``) within ``timeout_s`` or before the process ends."""
+        def found() -> bool:
+            return any(x.startswith(prefix) and contains in x for x in self.lines[start:])
+
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and self.proc.poll() is None:
-            if any(x.startswith(prefix) for x in self.lines):
+            if found():
                 return True
             time.sleep(0.2)
-        return any(x.startswith(prefix) for x in self.lines)
+        return found()
 
     def finish(self, timeout_s: float = 600) -> dict:
         # stdout alone: communicate() would also read stderr, racing the reader thread for
@@ -300,36 +310,47 @@ class _Full:
         self.filler.unlink()
 
 
-def _outage_mid_run(spark, platform_config, home, run_id: str, begin, end) -> list[str]:
-    """``keyshift run`` over 1,500 events in batches of 100; after the first batch the
-    warehouse fails (``begin``) for 20 s, then is back (``end``). The job must say once that
-    it waits (while the outage lasts) and once that it goes on, end with exit 0, every record
-    once (batch ids unique in metrics, key loads once per batch, group and engine) and the
-    complex events of one uninterrupted operator. Returns the job's stderr lines."""
+def _outages_mid_run(spark, platform_config, home, run_id: str,
+                     outages: list[tuple[Callable[[], None], Callable[[], None]]],
+                     ) -> list[list[str]]:
+    """``keyshift run`` over 2,000 events in batches of 100; after its first batch, and again
+    after the first batch that follows each recovery, the warehouse fails (an outage's
+    ``begin``) for 20 s, then is back (its ``end``). For each outage the job must say once
+    that it waits (while the outage lasts) and once that it goes on, in that order; it ends
+    with exit 0, every record once (batch ids unique in metrics, key loads once per batch,
+    group and engine) and the complex events of one uninterrupted operator. Returns, per
+    outage, the job's "waiting" and "answers again" lines. One run for several outages: a
+    job must ride out an outage after it has already ridden out another one, and the suite
+    starts one driver instead of one per outage."""
     from engines_support import outputs, reference
 
     cfg = platform_config.model_copy(update={"home": str(home)})
-    total = 1500
+    total = 2000
     topic = new_topic(cfg.kafka.bootstrap)
     events = produce_events(cfg.kafka.bootstrap, topic, "wordcount", total, skew="zipf:1.0",
                             keys=200)
     job = Run(cfg, topic, run_id, "--max-offsets", "100", "--params", '{"window_s": 1.0}')
-    assert job.wait_for("batch ", 300), "\n".join(job.lines[-40:])
-    begin()
-    began = time.monotonic()
-    try:
-        waited = job.wait_for("keyshift: waiting for the warehouse", 20)
-        while time.monotonic() - began < 20:
-            time.sleep(0.2)
-    finally:
-        end()
+    seen = 0  # lines read up to the last outage's end
+    for begin, end in outages:
+        assert job.wait_for_after(seen, "batch ", 300), "\n".join(job.lines[-40:])
+        begin()
+        began = time.monotonic()
+        try:
+            waited = job.wait_for_after(seen, "keyshift: waiting for the warehouse", 20)
+            while time.monotonic() - began < 20:
+                time.sleep(0.2)
+        finally:
+            end()
+        assert waited, "\n".join(job.lines[-40:])  # said while the warehouse was still out
+        assert job.wait_for_after(seen, "keyshift: the warehouse", 300, contains="answers again")
+        seen = len(job.lines)
     summary = job.finish()
-    assert waited, "\n".join(job.lines[-40:])  # said while the warehouse was still out
     waits = [x for x in job.lines if x.startswith("keyshift: waiting for the warehouse")]
     backs = [x for x in job.lines if "answers again" in x]
     print("\n".join([*waits, *backs]))
-    assert len(waits) == 1 and len(backs) == 1, job.lines
-    assert job.lines.index(waits[0]) < job.lines.index(backs[0])
+    assert len(waits) == len(backs) == len(outages), job.lines
+    order = [job.lines.index(x) for pair in zip(waits, backs) for x in pair]
+    assert order == sorted(order), job.lines  # wait, back, wait, back, ...
     assert not any(x.startswith("keyshift run:") for x in job.lines), job.lines
     assert summary["failed"] is False
 
@@ -340,22 +361,20 @@ def _outage_mid_run(spark, platform_config, home, run_id: str, begin, end) -> li
     assert loads and len(loads) == len(set(loads))
     got = outputs(spark, cfg, run_id)
     assert got and got == reference("wordcount", events, cfg.groups.count, {"window_s": 1.0})
-    return job.lines
+    return [list(pair) for pair in zip(waits, backs)]
 
 
-def test_a_read_only_warehouse_for_20_s_is_ridden_out(spark, platform_config, tmpfs_home):
-    """Issue 26 item 3: the warehouse's filesystem is remounted read-only for 20 s mid-run
-    (EROFS for the Delta appends, the engines' state, the staged rows, Spark's checkpoint)."""
+def test_a_read_only_then_a_full_warehouse_for_20_s_each_are_ridden_out(
+        spark, platform_config, tmpfs_home):
+    """Issue 26 item 3, both outages in one run: the warehouse's filesystem is remounted
+    read-only for 20 s (EROFS for the Delta appends, the engines' state, the staged rows,
+    Spark's checkpoint), and later it is full to its last byte for 20 s (ENOSPC), then the
+    filler is deleted."""
     warehouse = tmpfs_home / "warehouse"
-    lines = _outage_mid_run(spark, platform_config, tmpfs_home, "read-only",
-                            lambda: _remount(warehouse, "ro"),
-                            lambda: _remount(warehouse, "rw"))
-    assert "Read-only file system" in next(x for x in lines if "waiting for the warehouse" in x)
-
-
-def test_a_full_warehouse_for_20_s_is_ridden_out(spark, platform_config, tmpfs_home):
-    """Issue 26 item 3: the warehouse's filesystem is full to its last byte for 20 s mid-run
-    (ENOSPC), then the filler is deleted."""
-    full = _Full(tmpfs_home / "warehouse")
-    lines = _outage_mid_run(spark, platform_config, tmpfs_home, "full", full.begin, full.end)
-    assert "No space left on device" in next(x for x in lines if "waiting for the warehouse" in x)
+    full = _Full(warehouse)
+    read_only, no_space = _outages_mid_run(
+        spark, platform_config, tmpfs_home, "read-only-then-full",
+        [(lambda: _remount(warehouse, "ro"), lambda: _remount(warehouse, "rw")),
+         (full.begin, full.end)])
+    assert "Read-only file system" in read_only[0], read_only
+    assert "No space left on device" in no_space[0], no_space
