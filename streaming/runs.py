@@ -227,14 +227,15 @@ class SparkRows:
 
 
 def answer(cfg: Config, compute: Callable[[Rows], T], log_level: str | None = None,
-           app_name: str = "keyshift-status") -> T:
+           app_name: str = "keyshift-status", spark: SparkSession | None = None) -> T:
     """``compute`` on the warehouse's rows, for a watching command (status, report,
-    dead-letters).
+    dead-letters) and the demo's report.
 
     A warehouse no job wrote to fails before anything starts (:func:`check_warehouse`); the
     rows are read without Spark, and where that path cannot read a table
-    (:class:`FastReadUnavailable`), said in one line on stderr, again through Spark. A run
-    that is not there or a table without the contract's columns is the user's to fix: a
+    (:class:`FastReadUnavailable`), said in one line on stderr, again through Spark (``spark``
+    when the caller holds a session, else one opened here). A run that is not there or a
+    table without the contract's columns is the user's to fix: a
     :class:`~keyshift.cli.UsageError` with the message, not a stack.
     """
     from keyshift.cli import UsageError
@@ -247,7 +248,7 @@ def answer(cfg: Config, compute: Callable[[Rows], T], log_level: str | None = No
             return compute(ArrowRows(cfg))
         except FastReadUnavailable as exc:
             say(f"reading the warehouse with Spark (slower): {exc}")
-        return compute(SparkRows(open_spark(cfg, log_level, app_name), cfg))
+        return compute(SparkRows(spark or open_spark(cfg, log_level, app_name), cfg))
     except (RunLookupError, TableSchemaError) as exc:
         raise UsageError(str(exc)) from None
 

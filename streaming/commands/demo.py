@@ -186,15 +186,19 @@ def run(args: argparse.Namespace) -> int:
         if "error" in produced and not interrupted:
             raise UsageError(f"producer: {produced['error']}")
         from keyshift.streaming.report import report_run
-        from keyshift.streaming.runs import SparkRows
+        from keyshift.streaming.runs import answer
 
         vs_kg = kg_comparison(batch_records(job.run_dir / "batches.jsonl"), job.groups,
                               job.per_window, job.controller.plan_for)
-        summary = report_run(SparkRows(spark, cfg), cfg, run_id, job.run_dir, app, wall, job.totals.records, {
-            "app": app, "policy": policy, "planner": cfg.planner.enabled,
-            "produced": produced.get("sent", 0), "run_dir": str(job.run_dir),
-            "interrupted": interrupted, **({"seeded": seeded} if seeded else {}),
-            **({"vs_kg": vs_kg} if vs_kg else {})})
+        extra = {"app": app, "policy": policy, "planner": cfg.planner.enabled,
+                 "produced": produced.get("sent", 0), "run_dir": str(job.run_dir),
+                 "interrupted": interrupted, **({"seeded": seeded} if seeded else {}),
+                 **({"vs_kg": vs_kg} if vs_kg else {})}
+        # read as `keyshift report` reads (without the JVM, 5 s sooner here), the job's
+        # session where that path cannot
+        summary = answer(cfg, lambda rows: report_run(
+            rows, cfg, run_id, job.run_dir, app, wall, job.totals.records, extra),
+            spark=spark)
         if args.json:
             print(json.dumps(summary))
         else:
