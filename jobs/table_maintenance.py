@@ -76,9 +76,7 @@ def run(cfg: Config, tables: Sequence[str] | str | None = None,
             results[name] = {"status": "absent"}
             continue
         try:
-            results[name] = maintain_table(
-                spark, cfg.table_path(name), retention,
-                listing_tasks=cfg.spark.shuffle_partitions)
+            results[name] = maintain_table(spark, cfg.table_path(name), retention)
         except Exception as exc:  # noqa: BLE001 - the other tables still get maintained
             first = (str(exc).strip().splitlines()[0] if str(exc).strip()
                      else type(exc).__name__)

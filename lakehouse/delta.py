@@ -75,13 +75,12 @@ def ensure_tables(spark: SparkSession, cfg: Config, names: Iterable[str] | None 
     """
     missing = [n for n in (names if names is not None else TABLES)
                if not _exists_locally(cfg.table_path(n))]  # exists: no Delta round trip
-    if len(missing) <= 1:
-        for name in missing:
-            _create_table(spark, cfg, name)
+    if not missing:
         return
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(max_workers=4, thread_name_prefix="keyshift-tables") as pool:
+    with ThreadPoolExecutor(max_workers=min(4, len(missing)),
+                            thread_name_prefix="keyshift-tables") as pool:
         for done in [pool.submit(_create_table, spark, cfg, n) for n in missing]:
             done.result()  # the first failure, by table order, is raised
 

@@ -37,18 +37,16 @@ RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
 LISTING_PARALLELISM = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
 
 
-def maintain_table(spark: SparkSession, path: str, retention_hours: float,
-                   listing_tasks: int | None = None) -> dict[str, Any]:
+def maintain_table(spark: SparkSession, path: str, retention_hours: float) -> dict[str, Any]:
     """OPTIMIZE then VACUUM one Delta table; the file counts before and after.
 
     ``files_before``/``files_after`` are the table's active files (what a reader opens);
     ``vacuumed_files`` the removed files VACUUM deleted from storage (older than the
-    retention), read back from the table's history. VACUUM's file listing runs
-    ``listing_tasks`` tasks (default: the session's ``spark.sql.shuffle.partitions``), not
-    Spark's 10,000 (module docstring).
+    retention), read back from the table's history. VACUUM's file listing runs as many
+    tasks as the session's ``spark.sql.shuffle.partitions`` (``spark.shuffle_partitions``),
+    not Spark's 10,000 (module docstring).
     """
-    tasks = listing_tasks or int(spark.conf.get("spark.sql.shuffle.partitions"))
-    with listing_parallelism(spark, tasks):
+    with listing_parallelism(spark, int(spark.conf.get("spark.sql.shuffle.partitions"))):
         return _optimize_and_vacuum(spark, path, retention_hours)
 
 

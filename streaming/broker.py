@@ -586,15 +586,11 @@ class Broker:
                 )
             if proc is None and not _alive(pid):
                 return False
-            # until the port listens a probe is refused at once, while the client's metadata
-            # request would wait its 2 s timeout out: the broker is found within 0.1 s of
-            # listening, not up to 2.5 s after
-            if not _port_in_use(self.host, self.port):
-                time.sleep(0.1)
-                continue
+            # refused at once until the port listens (check_listening): the broker is found
+            # within 0.1 s of answering
             if self.healthy(timeout_s=2):
                 return True
-            time.sleep(0.2)
+            time.sleep(0.1)
         return False
 
     def _tail(self, lines: int = 15) -> str:
@@ -605,8 +601,12 @@ class Broker:
         return "\n".join(texts[-lines:]) or "(no log output)"
 
 
-#: why a client gave up at once (:func:`nobody_listens`)
-REFUSED = "nothing listens there (connection refused)"
+def check_listening(bootstrap: str, prefix: str) -> None:
+    """``prefix: nothing listens there`` as a :class:`BrokerError` when every bootstrap
+    server refuses the connection (:func:`nobody_listens`): said at once, where a Kafka
+    client would retry until its bootstrap timeout and then say no more."""
+    if nobody_listens(bootstrap):
+        raise BrokerError(f"{prefix}: nothing listens there (connection refused)")
 
 
 def metadata(bootstrap: str, timeout_s: float = 5.0,
@@ -619,8 +619,7 @@ def metadata(bootstrap: str, timeout_s: float = 5.0,
 
     security = environment_security() if security is None else dict(security)
     timeout_ms = int(timeout_s * 1000)
-    if nobody_listens(bootstrap):
-        raise BrokerError(f"no Kafka broker answers at {bootstrap}: {REFUSED}")
+    check_listening(bootstrap, f"no Kafka broker answers at {bootstrap}")
     try:
         admin = KafkaAdminClient(
             bootstrap_servers=bootstrap, client_id="keyshift-health",
@@ -696,9 +695,8 @@ def create_topic(
         raise BrokerError(f"partitions must be >= 1, got {partitions}")
     security = environment_security() if security is None else dict(security)
     timeout_ms = int(timeout_s * 1000)
-    if nobody_listens(bootstrap):
-        raise BrokerError(f"no Kafka broker answers at {bootstrap} (run 'keyshift kafka "
-                          f"start'): {REFUSED}")
+    check_listening(bootstrap, f"no Kafka broker answers at {bootstrap} (run 'keyshift kafka "
+                               "start')")
     try:
         admin = KafkaAdminClient(
             bootstrap_servers=bootstrap, client_id="keyshift-admin",

@@ -19,18 +19,29 @@ from collections.abc import Callable
 from keyshift.lakehouse.logs import say as say_line
 
 
+def _servers(bootstrap: str) -> list[tuple[str, str]]:
+    """The (host, port) of each bootstrap server, as written (the port may not be a number)."""
+    return [(host or "127.0.0.1", port) for host, _, port in
+            (s.strip().rpartition(":") for s in bootstrap.split(",") if s.strip())]
+
+
+def _connect(host: str, port: str, timeout_s: float) -> str:
+    """One TCP connect: "open", "refused" (nothing listens), or "unknown" (no number, no
+    answer in time, no such host)."""
+    if not port.isdigit():
+        return "unknown"
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            return "open"
+    except ConnectionRefusedError:
+        return "refused"
+    except OSError:
+        return "unknown"
+
+
 def reachable(bootstrap: str, timeout_s: float = 2.0) -> bool:
     """Whether any of the bootstrap servers accepts a TCP connection."""
-    for server in bootstrap.split(","):
-        host, _, port = server.strip().rpartition(":")
-        if not port.isdigit():
-            continue
-        try:
-            with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s):
-                return True
-        except OSError:
-            continue
-    return False
+    return any(_connect(host, port, timeout_s) == "open" for host, port in _servers(bootstrap))
 
 
 def nobody_listens(bootstrap: str, timeout_s: float = 1.0) -> bool:
@@ -38,20 +49,9 @@ def nobody_listens(bootstrap: str, timeout_s: float = 1.0) -> bool:
     its port). A Kafka client learns no more than that by waiting its whole bootstrap
     timeout, so callers give up at once; a server that does not answer at all (a dropped
     SYN, an unknown host) is left to the client's own timeout."""
-    servers = [s.strip().rpartition(":") for s in bootstrap.split(",") if s.strip()]
-    if not servers:
-        return False
-    for host, _, port in servers:
-        if not port.isdigit():
-            return False
-        try:
-            with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s):
-                return False
-        except ConnectionRefusedError:
-            continue
-        except OSError:
-            return False
-    return True
+    servers = _servers(bootstrap)
+    return bool(servers) and all(_connect(host, port, timeout_s) == "refused"
+                                 for host, port in servers)
 
 
 class BrokerWatch:

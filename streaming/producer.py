@@ -81,16 +81,19 @@ def connect(bootstrap: str, timeout_s: float = 10.0,
     from kafka import KafkaProducer
     from kafka.errors import KafkaError
 
-    from keyshift.streaming.broker import REFUSED, BrokerError, auth_hint, environment_security
-    from keyshift.streaming.broker_watch import nobody_listens
+    from keyshift.streaming.broker import (
+        BrokerError,
+        auth_hint,
+        check_listening,
+        environment_security,
+    )
 
     try:
         security = environment_security() if security is None else dict(security)
+        check_listening(bootstrap, f"no Kafka broker answers at {bootstrap} (run 'keyshift "
+                                   "kafka start')")
     except BrokerError as exc:
         raise ProducerError(str(exc)) from None
-    if nobody_listens(bootstrap):
-        raise ProducerError(f"no Kafka broker answers at {bootstrap} (run 'keyshift kafka "
-                            f"start'): {REFUSED}")
     try:
         return KafkaProducer(
             bootstrap_servers=bootstrap,

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import socket
 
+import pytest
+
 from keyshift.streaming.broker_watch import BrokerWatch, nobody_listens, reachable
 
 
@@ -86,8 +88,6 @@ def test_clients_give_up_at_once_when_nobody_listens() -> None:
     """Health check, topic creation and the producer say "nothing listens" instead of
     waiting out a bootstrap timeout (a minute here, which the test would otherwise show as
     its own time)."""
-    import pytest
-
     from keyshift.streaming.broker import BrokerError, create_topic, metadata
     from keyshift.streaming.producer import ProducerError, connect
 
