@@ -453,8 +453,8 @@ def arrow_split(spec: BatchSpec) -> Callable[[Iterator[Any]], Iterator[Any]]:
             mask = pc.fill_null(pc.and_(pc.is_in(b.column("grp"), value_set=split),
                                         pc.is_null(b.column("reason"))), False)
             rest = b.filter(pc.invert(mask))
-            if rest.num_rows:
-                yield rest
+            if rest.num_rows:  # in the declared schema: the input's nullability may differ
+                yield pa.RecordBatch.from_arrays(rest.columns, schema=schema)
             if pc.any(mask).as_py():
                 hot.append(b.filter(mask))
         rows = list(run_split(spec, ctx.partitionId() if ctx else 0, _input_rows(iter(hot))))

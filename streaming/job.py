@@ -82,7 +82,7 @@ from .staging import StagedAppends
 from .storage_watch import StorageWatch, storage_failure
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
 TABLES_WRITTEN = ("events_out", "metrics", "key_loads", "dead_letter", "plans", "decisions",
@@ -239,8 +239,11 @@ class StreamJob:
         # engine-stage seconds of the last batches that moved nothing: a migration's pause is
         # its batch's beyond their median (keyshift.elastic.reconfiguration)
         self._calm_engines_s: deque[float] = deque(maxlen=20)
-        # the routing frame of the plan in force: ((plan version, slots), frame)
-        self._route: tuple[tuple[int, int], DataFrame] | None = None
+        # the routing of the plan in force: ((plan version, slots), placement key column)
+        self._routes: tuple[tuple[int, int], Column] | None = None
+        # the expressions of every batch's parse and routing, built once (JVM round trips)
+        self._parser: tuple[Callable[[DataFrame], DataFrame], list] | None = None
+        self._routed_columns: tuple[list, Column] | None = None
         # the run's bookkeeping rows wait here for one commit per interval
         self.staging = StagedAppends(spark, f"{self.run_uri}/staged", self.appends,
                                      cfg.warehouse.commit_interval_s, watch=self.storage_watch)
@@ -464,17 +467,21 @@ class StreamJob:
 
     # -- one micro-batch --------------------------------------------------------------
     def _parse(self, df: DataFrame) -> DataFrame:
-        """The platform's validation (``ingest.classify``), plus the group and the event JSON."""
-        from pyspark.sql import functions as F
+        """The platform's validation (``ingest.Classifier``), plus the group and the event
+        JSON; the expressions are built at the first batch and reused (each is a round trip
+        to the JVM)."""
+        if self._parser is None:
+            from pyspark.sql import functions as F
 
-        from .ingest import classify
+            from .ingest import Classifier
 
-        names = self.event_schema.names
-        return classify(df, self.app).select(
-            "partition", "offset", F.col("kafka_ts").alias("timestamp"), "raw", "reason",
-            F.expr(spark_group_expr_sql("key", self.groups)).alias("group"),
-            F.to_json(F.struct(*names)).alias("event"),
-        )
+            self._parser = (Classifier(self.app), [
+                "partition", "offset", F.col("kafka_ts").alias("timestamp"), "raw", "reason",
+                F.expr(spark_group_expr_sql("key", self.groups)).alias("group"),
+                F.to_json(F.struct(*self.event_schema.names)).alias("event"),
+            ])
+        classify, columns = self._parser
+        return classify(df).select(*columns)
 
     def _check_resumed_engines(self) -> None:
         """A resumed run keeps the plans it made; an --engines that says otherwise is refused
@@ -485,36 +492,47 @@ class StreamJob:
                 f"engines: run {self.run_id} started with {first.engines} engines and resumes "
                 f"with its own plans; drop --engines {self.opt.engines} or use a new --run-id")
 
-    def _routes_frame(self, plan, slots: int) -> DataFrame:
-        """(grp, pkey) of the plan: the broadcast side of the routing join, one per version."""
+    def _route(self, plan, slots: int) -> Column:
+        """The engine's placement key of each event under the plan: the plan's assignment
+        and the slots' keys as two array literals, looked up by group (folded into the
+        task's code). One per plan version and slot count; rejected records go to engine
+        0's key, which writes them to ``dead_letter``.
+
+        Not a join with a frame of the plan's rows: that frame came from Python, and its
+        broadcast ran a Spark job with Python workers in every batch (~80 ms of 100
+        events' ~1.2 s here)."""
+        from pyspark.sql import functions as F
+
         key = (plan.version, slots)
-        if self._route is None or self._route[0] != key:
+        if self._routes is None or self._routes[0] != key:
             salts = placement_keys(slots)
-            rows = [(g, salts[int(e)]) for g, e in enumerate(plan.assignment.tolist())]
-            self._route = (key, self.spark.createDataFrame(rows, "grp INT, pkey BIGINT"))
-        return self._route[1]
+            assignment = ",".join(map(str, plan.assignment.tolist()))
+            pkeys = ",".join(map(str, salts))
+            to_pkey = F.expr(f"CAST(element_at(array({pkeys}), "
+                             f"element_at(array({assignment}), `group` + 1) + 1) AS BIGINT)")
+            self._routes = (key, F.when(F.col("reason").isNull(), to_pkey)
+                            .otherwise(F.lit(salts[0]).cast("bigint")).alias("pkey"))
+        return self._routes[1]
 
     def _engine_input(self, df: DataFrame, plan, slots: int, spec: BatchSpec) -> DataFrame:
         """The batch as the engine stage reads it (:data:`ENGINE_INPUT`): valid events keyed
-        for their engine through the plan (a broadcast join in the JVM), rejected records
-        for engine 0, which writes them to ``dead_letter`` (one Spark job for all).
+        for their engine through the plan (:meth:`_route`), rejected records for engine 0,
+        which writes them to ``dead_letter`` (one Spark job for all).
 
         With split groups (``spec.split_homes``), the input tasks replace those groups'
         events by their summaries per key before the shuffle (:func:`arrow_split`, in the
         same stage as the read), keyed for the groups' home engines.
         """
-        from pyspark.sql import functions as F
+        if self._routed_columns is None:  # built once (each a round trip to the JVM)
+            from pyspark.sql import functions as F
 
-        routes = F.broadcast(self._routes_frame(plan, slots))
-        parsed = self._parse(df)
-        routed = parsed.join(routes, parsed["group"] == routes["grp"], "left").select(
-            F.col("group").cast("int").alias("grp"),
-            F.col("partition").cast("int"), F.col("offset").cast("bigint"), "event", "reason",
-            "raw", F.col("timestamp").cast("double").alias("kts"),
-            F.when(F.col("reason").isNull(), F.col("pkey"))
-            .otherwise(F.lit(placement_keys(slots)[0])).alias("pkey"),
-            F.lit(None).cast("string").alias("summary"),
-        )
+            self._routed_columns = (
+                [F.col("group").cast("int").alias("grp"), F.col("partition").cast("int"),
+                 F.col("offset").cast("bigint"), "event", "reason", "raw",
+                 F.col("timestamp").cast("double").alias("kts")],
+                F.lit(None).cast("string").alias("summary"))
+        head, summary = self._routed_columns
+        routed = self._parse(df).select(*head, self._route(plan, slots), summary)
         if not spec.split_homes:
             return routed
         return routed.mapInArrow(arrow_split(spec), ENGINE_INPUT)

@@ -288,7 +288,7 @@ def test_every_record_is_valid_or_has_its_reason_and_no_engine_task_fails(spark,
             assert 0 < len(r["raw"]) <= 4096 and r["raw"].encode(), what
 
     # the engine stage as the job builds it: its parse (group, event JSON) and engine task
-    job = SimpleNamespace(app=app, event_schema=schema, groups=64)
+    job = SimpleNamespace(app=app, event_schema=schema, groups=64, _parser=None)
     parsed = StreamJob._parse(job, raw).select(
         F.col("group").cast("int").alias("grp"), F.col("partition").cast("int"),
         F.col("offset").cast("bigint"), "event", "reason", "raw",
