@@ -86,7 +86,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
 TABLES_WRITTEN = ("events_out", "metrics", "key_loads", "dead_letter", "plans", "decisions",
-                  "state_snapshots", "migrations", "control_state")
+                  "state_snapshots", "migrations", "control_state", "migration_costs")
 
 
 class JobStopping(RuntimeError):
@@ -494,22 +494,25 @@ class StreamJob:
 
     def _route(self, plan, slots: int) -> Column:
         """The engine's placement key of each event under the plan: the plan's assignment
-        and the slots' keys as two array literals, looked up by group (folded into the
-        task's code). One per plan version and slot count; rejected records go to engine
-        0's key, which writes them to ``dead_letter``.
+        and the slots' keys as two array literals, looked up by group. One per plan
+        version and slot count; rejected records go to engine 0's key, which writes them
+        to ``dead_letter``.
 
         Not a join with a frame of the plan's rows: that frame came from Python, and its
         broadcast ran a Spark job with Python workers in every batch (~80 ms of 100
-        events' ~1.2 s here)."""
+        events' ~1.2 s here). Each array travels as one string that the optimizer splits
+        once (constant folding): 40 ms for 4,096 groups, against 150 ms for the same
+        array spelled out in SQL."""
         from pyspark.sql import functions as F
+
+        def literal(values: list[int], kind: str) -> Column:
+            return F.split(F.lit(",".join(map(str, values))), ",").cast(f"array<{kind}>")
 
         key = (plan.version, slots)
         if self._routes is None or self._routes[0] != key:
             salts = placement_keys(slots)
-            assignment = ",".join(map(str, plan.assignment.tolist()))
-            pkeys = ",".join(map(str, salts))
-            to_pkey = F.expr(f"CAST(element_at(array({pkeys}), "
-                             f"element_at(array({assignment}), `group` + 1) + 1) AS BIGINT)")
+            engine = F.element_at(literal(plan.assignment.tolist(), "int"), F.col("group") + 1)
+            to_pkey = F.element_at(literal(salts, "bigint"), engine + 1)
             self._routes = (key, F.when(F.col("reason").isNull(), to_pkey)
                             .otherwise(F.lit(salts[0]).cast("bigint")).alias("pkey"))
         return self._routes[1]

@@ -63,6 +63,7 @@ ROW_KEY = {
     "migrations": ("run_id", "migration_id", "status"),
     "plans": ("scope", "version"),
     "control_state": ("run_id", "batch_id"),
+    "migration_costs": ("run_id", "batch_id"),
 }
 BOOKKEEPING = tuple(ROW_KEY)
 _FILE = re.compile(r"^b(-?\d{11,12})-(driver|e\d+)\.parquet$")  # batch -1: the initial plan
@@ -76,6 +77,7 @@ _ROWS = {
     "migrations": "a migration's record",
     "plans": "plans a restart replays",
     "control_state": "the state a restart resumes",
+    "migration_costs": "a migration's measured cost",
 }
 
 

@@ -39,3 +39,35 @@ def test_each_key_lands_in_its_engines_partition(spark, slots: int) -> None:
 def test_no_slot_is_refused() -> None:
     with pytest.raises(ValueError, match="slots"):
         placement_keys(0)
+
+
+def test_the_jobs_route_sends_each_group_to_its_plans_engine_and_follows_a_new_plan(
+        spark) -> None:
+    """StreamJob._route (two array literals, built once per plan version and slot count):
+    after repartition(slots, pkey) a valid event sits in its group's engine's partition, a
+    rejected record in engine 0's; the next plan version routes by its own assignment, and
+    a batch under the same version reuses the same expression."""
+    from types import SimpleNamespace
+
+    import numpy as np
+    from pyspark.sql import functions as F
+
+    from keyshift.plan import Plan
+    from keyshift.streaming.job import StreamJob
+
+    groups, slots = 64, 5
+    rng = np.random.default_rng(7)
+    first = Plan(rng.integers(0, 4, groups), 4)
+    moved = first.with_assignment(rng.integers(0, slots, groups), engines=slots)
+    rows = [(g, None) for g in range(groups)] + [(None, "malformed json"), (3, "oversized")]
+    batch = spark.createDataFrame(rows, "`group` INT, reason STRING")
+    job = SimpleNamespace(_routes=None)
+    for plan in (first, moved):
+        route = StreamJob._route(job, plan, slots)
+        assert StreamJob._route(job, plan, slots) is route  # the next batch: the same one
+        placed = (batch.select("group", "reason", route).repartition(slots, "pkey")
+                  .select("group", "reason", F.spark_partition_id().alias("part")).collect())
+        assert len(placed) == len(rows)
+        for r in placed:
+            want = 0 if r.reason is not None else int(plan.assignment[r.group])
+            assert r.part == want, (plan.version, r)
