@@ -76,6 +76,7 @@ from .engines import (
 )
 from .faults import kill_during, kill_point
 from .heartbeat import Heartbeat
+from .ingest import Classifier
 from .migration import Migration, record
 from .placement import placement_keys
 from .staging import StagedAppends
@@ -185,6 +186,33 @@ class EngineRun:
                    engine_s=work_seconds(records), arrival_span_s=span)
 
 
+@dataclass(frozen=True)
+class BatchExpressions:
+    """The expressions every micro-batch's parse and routing apply, built once per job:
+    each ``F.*`` call is a round trip to the JVM, and rebuilding these ~100 per batch took
+    0.27 s of a 1.3 s batch of 100 events. Unresolved columns hold no DataFrame, so one set
+    serves every batch (the plan's own routing column: :meth:`StreamJob._route`)."""
+
+    classify: Classifier  # validation: event columns plus ``reason``
+    parsed: list  # then the group and the event JSON
+    routed: list  # :data:`ENGINE_INPUT` up to the placement key
+    summary: Column  # the last column, NULL before a split
+
+    @classmethod
+    def of(cls, app: str, names: list[str], groups: int) -> BatchExpressions:
+        from pyspark.sql import functions as F
+
+        return cls(
+            classify=Classifier(app),
+            parsed=["partition", "offset", F.col("kafka_ts").alias("timestamp"), "raw",
+                    "reason", F.expr(spark_group_expr_sql("key", groups)).alias("group"),
+                    F.to_json(F.struct(*names)).alias("event")],
+            routed=[F.col("group").cast("int").alias("grp"), F.col("partition").cast("int"),
+                    F.col("offset").cast("bigint"), "event", "reason", "raw",
+                    F.col("timestamp").cast("double").alias("kts")],
+            summary=F.lit(None).cast("string").alias("summary"))
+
+
 class StreamJob:
     """Builds and runs the query; ``process_batch`` is the whole per-batch logic."""
 
@@ -241,9 +269,8 @@ class StreamJob:
         self._calm_engines_s: deque[float] = deque(maxlen=20)
         # the routing of the plan in force: ((plan version, slots), placement key column)
         self._routes: tuple[tuple[int, int], Column] | None = None
-        # the expressions of every batch's parse and routing, built once (JVM round trips)
-        self._parser: tuple[Callable[[DataFrame], DataFrame], list] | None = None
-        self._routed_columns: tuple[list, Column] | None = None
+        # the expressions of every batch's parse and routing, built at the first batch
+        self._expressions: BatchExpressions | None = None
         # the run's bookkeeping rows wait here for one commit per interval
         self.staging = StagedAppends(spark, f"{self.run_uri}/staged", self.appends,
                                      cfg.warehouse.commit_interval_s, watch=self.storage_watch)
@@ -468,20 +495,12 @@ class StreamJob:
     # -- one micro-batch --------------------------------------------------------------
     def _parse(self, df: DataFrame) -> DataFrame:
         """The platform's validation (``ingest.Classifier``), plus the group and the event
-        JSON; the expressions are built at the first batch and reused (each is a round trip
-        to the JVM)."""
-        if self._parser is None:
-            from pyspark.sql import functions as F
-
-            from .ingest import Classifier
-
-            self._parser = (Classifier(self.app), [
-                "partition", "offset", F.col("kafka_ts").alias("timestamp"), "raw", "reason",
-                F.expr(spark_group_expr_sql("key", self.groups)).alias("group"),
-                F.to_json(F.struct(*self.event_schema.names)).alias("event"),
-            ])
-        classify, columns = self._parser
-        return classify(df).select(*columns)
+        JSON (:class:`BatchExpressions`)."""
+        if self._expressions is None:
+            self._expressions = BatchExpressions.of(self.app, self.event_schema.names,
+                                                    self.groups)
+        x = self._expressions
+        return x.classify(df).select(*x.parsed)
 
     def _check_resumed_engines(self) -> None:
         """A resumed run keeps the plans it made; an --engines that says otherwise is refused
@@ -526,16 +545,9 @@ class StreamJob:
         events by their summaries per key before the shuffle (:func:`arrow_split`, in the
         same stage as the read), keyed for the groups' home engines.
         """
-        if self._routed_columns is None:  # built once (each a round trip to the JVM)
-            from pyspark.sql import functions as F
-
-            self._routed_columns = (
-                [F.col("group").cast("int").alias("grp"), F.col("partition").cast("int"),
-                 F.col("offset").cast("bigint"), "event", "reason", "raw",
-                 F.col("timestamp").cast("double").alias("kts")],
-                F.lit(None).cast("string").alias("summary"))
-        head, summary = self._routed_columns
-        routed = self._parse(df).select(*head, self._route(plan, slots), summary)
+        parsed = self._parse(df)
+        x = self._expressions
+        routed = parsed.select(*x.routed, self._route(plan, slots), x.summary)
         if not spec.split_homes:
             return routed
         return routed.mapInArrow(arrow_split(spec), ENGINE_INPUT)

@@ -288,12 +288,10 @@ def test_every_record_is_valid_or_has_its_reason_and_no_engine_task_fails(spark,
             assert 0 < len(r["raw"]) <= 4096 and r["raw"].encode(), what
 
     # the engine stage as the job builds it: its parse (group, event JSON) and engine task
-    job = SimpleNamespace(app=app, event_schema=schema, groups=64, _parser=None)
-    parsed = StreamJob._parse(job, raw).select(
-        F.col("group").cast("int").alias("grp"), F.col("partition").cast("int"),
-        F.col("offset").cast("bigint"), "event", "reason", "raw",
-        F.col("timestamp").cast("double").alias("kts"), F.lit(0).cast("bigint").alias("pkey"),
-        F.lit(None).cast("string").alias("summary"))
+    job = SimpleNamespace(app=app, event_schema=schema, groups=64, _expressions=None)
+    parsed = StreamJob._parse(job, raw)
+    x = job._expressions  # the job's routed columns, built by its first parse; engine 0
+    parsed = parsed.select(*x.routed, F.lit(0).cast("bigint").alias("pkey"), x.summary)
     spec = BatchSpec(0, app, {}, f"fuzz-{app}", str(tmp_path / "state"), compact_every=0)
     out = parsed.coalesce(1).mapInArrow(arrow_engine(spec), ENGINE_OUTPUT).collect()
     (task,) = [json.loads(r["task"]) for r in out if r["tag"] == TASK]
