@@ -92,8 +92,8 @@ def test_stats_are_events_over_the_sum_of_batch_durations() -> None:
 def test_peers_on_a_tiny_topic_equal_the_reference(platform_config, spark, tmp_path):
     bs = _bench()
     topic = f"bench-stream-{uuid.uuid4().hex[:6]}"
-    # 400 events over ~4 s of event time in 1 s windows: several windows close
-    ref = bs.produce_topic(platform_config, topic, 400, window_s=1.0, rate=100)
+    # 400 events over 4 s of event time in 1 s windows: several windows close
+    ref = bs.produce_topic(platform_config, topic, 400, window_s=1.0, event_rate=100)
     assert ref.events == 400 and ref.complex and len({w for w, _ in ref.counts}) >= 3
 
     native = bs.run_native(spark, platform_config, topic, 100, tmp_path / "native",
