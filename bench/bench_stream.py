@@ -130,10 +130,9 @@ class _RecordingGenerator:
             self.base_ms = now_ms - now_ms % self.width_ms
         ref = self.reference
         for e in events:
-            e["ts"] = self.base_ms + int(self.seq * self.step_ms)
+            e["ts"] = ts = self.base_ms + int(self.seq * self.step_ms)
             self.seq += 1
             ref.events += 1
-            ts = int(e["ts"])
             ref.counts[(ts - ts % self.width_ms, e["key"])] += 1
             ref.complex.update(ce.identity() for ce in self.operator.process(e, 0))
         return events

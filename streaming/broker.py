@@ -601,12 +601,18 @@ class Broker:
         return "\n".join(texts[-lines:]) or "(no log output)"
 
 
-def check_listening(bootstrap: str, prefix: str) -> None:
-    """``prefix: nothing listens there`` as a :class:`BrokerError` when every bootstrap
-    server refuses the connection (:func:`nobody_listens`): said at once, where a Kafka
-    client would retry until its bootstrap timeout and then say no more."""
+#: what a client that needs the broker (not a health check) adds to "no broker answers"
+START_HINT = " (run 'keyshift kafka start')"
+
+
+def check_listening(bootstrap: str, hint: str = "") -> None:
+    """``no Kafka broker answers at BOOTSTRAP[hint]: nothing listens there`` as a
+    :class:`BrokerError` when every bootstrap server refuses the connection
+    (:func:`nobody_listens`): said at once, where a Kafka client would retry until its
+    bootstrap timeout and then say no more."""
     if nobody_listens(bootstrap):
-        raise BrokerError(f"{prefix}: nothing listens there (connection refused)")
+        raise BrokerError(f"no Kafka broker answers at {bootstrap}{hint}: nothing listens "
+                          "there (connection refused)")
 
 
 def metadata(bootstrap: str, timeout_s: float = 5.0,
@@ -619,7 +625,7 @@ def metadata(bootstrap: str, timeout_s: float = 5.0,
 
     security = environment_security() if security is None else dict(security)
     timeout_ms = int(timeout_s * 1000)
-    check_listening(bootstrap, f"no Kafka broker answers at {bootstrap}")
+    check_listening(bootstrap)
     try:
         admin = KafkaAdminClient(
             bootstrap_servers=bootstrap, client_id="keyshift-health",
@@ -695,8 +701,7 @@ def create_topic(
         raise BrokerError(f"partitions must be >= 1, got {partitions}")
     security = environment_security() if security is None else dict(security)
     timeout_ms = int(timeout_s * 1000)
-    check_listening(bootstrap, f"no Kafka broker answers at {bootstrap} (run 'keyshift kafka "
-                               "start')")
+    check_listening(bootstrap, START_HINT)
     try:
         admin = KafkaAdminClient(
             bootstrap_servers=bootstrap, client_id="keyshift-admin",

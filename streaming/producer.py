@@ -82,6 +82,7 @@ def connect(bootstrap: str, timeout_s: float = 10.0,
     from kafka.errors import KafkaError
 
     from keyshift.streaming.broker import (
+        START_HINT,
         BrokerError,
         auth_hint,
         check_listening,
@@ -90,8 +91,7 @@ def connect(bootstrap: str, timeout_s: float = 10.0,
 
     try:
         security = environment_security() if security is None else dict(security)
-        check_listening(bootstrap, f"no Kafka broker answers at {bootstrap} (run 'keyshift "
-                                   "kafka start')")
+        check_listening(bootstrap, START_HINT)
     except BrokerError as exc:
         raise ProducerError(str(exc)) from None
     try:
@@ -105,8 +105,8 @@ def connect(bootstrap: str, timeout_s: float = 10.0,
         )
     except (KafkaError, OSError) as exc:
         raise ProducerError(
-            f"no Kafka broker answers at {bootstrap} within {timeout_s:g}s "
-            f"(run 'keyshift kafka start'): {auth_hint(exc, bootstrap, security)}"
+            f"no Kafka broker answers at {bootstrap} within {timeout_s:g}s"
+            f"{START_HINT}: {auth_hint(exc, bootstrap, security)}"
         ) from None
 
 

@@ -252,7 +252,7 @@ def test_every_record_is_valid_or_has_its_reason_and_no_engine_task_fails(spark,
 
     from keyshift.streaming.engines import arrow_engine
     from keyshift.streaming.ingest import classify
-    from keyshift.streaming.job import StreamJob
+    from keyshift.streaming.job import BatchExpressions, StreamJob
 
     drawn = draw_records(app, COUNT, SEED)
     where = f"(KEYSHIFT_FUZZ_SEED={SEED})"
@@ -288,10 +288,9 @@ def test_every_record_is_valid_or_has_its_reason_and_no_engine_task_fails(spark,
             assert 0 < len(r["raw"]) <= 4096 and r["raw"].encode(), what
 
     # the engine stage as the job builds it: its parse (group, event JSON) and engine task
-    job = SimpleNamespace(app=app, event_schema=schema, groups=64, _expressions=None)
-    parsed = StreamJob._parse(job, raw)
-    x = job._expressions  # the job's routed columns, built by its first parse; engine 0
-    parsed = parsed.select(*x.routed, F.lit(0).cast("bigint").alias("pkey"), x.summary)
+    x = BatchExpressions.of(app, schema.names, 64)  # the job's own; everything on engine 0
+    parsed = StreamJob._parse(SimpleNamespace(_expressions=x), raw).select(
+        *x.routed, F.lit(0).cast("bigint").alias("pkey"), x.summary)
     spec = BatchSpec(0, app, {}, f"fuzz-{app}", str(tmp_path / "state"), compact_every=0)
     out = parsed.coalesce(1).mapInArrow(arrow_engine(spec), ENGINE_OUTPUT).collect()
     (task,) = [json.loads(r["task"]) for r in out if r["tag"] == TASK]
