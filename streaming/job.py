@@ -315,10 +315,16 @@ class StreamJob:
             # batch, whose id only Spark's checkpoint knows
             self.controller.recover(0)
             self._recovered = True
-        # what a predecessor staged goes to Delta before anything reads it (the controller
-        # reads the open window's key loads, plans and control state); a new run commits
-        # its initial plan, so its first Delta write is set-up, not inside a batch
-        self.staging.recover()
+        if self.appends.fresh:
+            # a new run's only staged rows are its initial plan (batch -1), which nothing
+            # reads back while it runs: committed behind the stream, so the query's start and
+            # first batch overlap the cold JVM's first Delta commit (3-4 s, issue 25 item 7);
+            # a kill before it lands leaves the files for the restart's recovery
+            self.staging.commit_behind(0)
+        else:
+            # what a predecessor staged goes to Delta before anything reads it (the
+            # controller reads the open window's key loads, plans and control state)
+            self.staging.recover()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "job.json").write_text(json.dumps(
             {"run_id": self.run_id, "app": self.app, "policy": self.opt.policy,
