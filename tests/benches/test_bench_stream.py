@@ -148,3 +148,38 @@ def test_the_reference_file_round_trips_without_pickle(tmp_path):
     assert (tmp_path / "ref.kss").read_bytes().startswith(b"KSSC")
     back = bs.load_reference(tmp_path / "ref.kss")
     assert back == ref and isinstance(back.counts, bs.Counter)
+
+
+def test_paired_ratios_give_each_target_the_spread_of_its_repeats() -> None:
+    """A ratio is also computed per repeat (the two systems' runs back to back), and a target
+    whose per-repeat ratios fall on both sides is said to be within the noise: the bench of
+    stop 37 had DLB-H over KG at 0.95 by medians with repeats from 0.82 to 1.12."""
+    bs = _bench()
+
+    def run(system: str, events_per_s: float) -> object:  # 12 batches of 1,000 events
+        return bs.RunSample(system=system, batch_size=1000, rows=[1000] * 12,
+                            durations_s=[1000 / events_per_s] * 12, wall_s=30.0,
+                            bounded=True, check="skipped (bounded run)")
+
+    kg = [548, 372, 474, 417, 497]
+    dlb = [450, 417, 484, 377, 454]
+    samples = [run(bs.KG, x) for x in kg] + [run(bs.DLBH, x) for x in dlb]
+    paired = bs.paired_ratios(samples)
+    got = paired[(1000, bs.DLBH, bs.KG)]["events_per_s"]
+    assert got == pytest.approx([d / k for d, k in zip(dlb, kg)])
+    assert (1000, bs.KG, bs.DLBH) not in paired  # only the pairs the report names
+    lines = bs.ratio_lines(bs.medians(samples), [1000], paired=paired)
+    target = next(x for x in lines if x.startswith("TARGET DLB-H"))
+    assert "-> NOT met (runs paired: 0.82-1.12)" in target and "within the runs' noise" in target
+    ratio = next(x for x in lines if "keyshift-dlb-h/keyshift-kg" in x)
+    assert "events/s 0.95x (runs paired: 0.82-1.12)" in ratio
+
+    # every repeat on one side: decided, no noise said; no pairs: the line as before
+    clear = [run(bs.KG, x) for x in kg] + [run(bs.DLBH, x * 1.2) for x in kg]
+    target = next(x for x in bs.ratio_lines(bs.medians(clear), [1000],
+                                            paired=bs.paired_ratios(clear))
+                  if x.startswith("TARGET DLB-H"))
+    assert target.endswith("-> met (runs paired: 1.20-1.20)")
+    plain = next(x for x in bs.ratio_lines(bs.medians(clear), [1000])
+                 if x.startswith("TARGET DLB-H"))
+    assert plain.endswith("-> met")
