@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 from keyshift.apps import make_operator
@@ -130,6 +132,21 @@ def outputs(spark, cfg, run_id: str) -> list[tuple]:
 def table_rows(spark, cfg, name: str, run_id: str, column: str = "run_id") -> list:
     return (spark.read.format("delta").load(cfg.table_path(name))
             .where(f"{column} = '{run_id}'").collect())
+
+
+_PROGRESS = re.compile(rb"^batch\s+(\d+)\s+events\s+(\d+)\s+dead\s+(\d+)\s", re.M)
+
+
+def records_in_log(log: Path) -> int:
+    """Records (valid events and dead letters) of the batches a run's log shows done, from
+    the progress line each batch prints as it ends (``keyshift run``). A test waiting for
+    a job to take its input reads this rather than the ``metrics`` table: those rows wait
+    for the next bookkeeping commit (every ``warehouse.commit_interval_s``, or the idle
+    flush), and each look at the table is a Spark job beside the job's own. A batch run
+    again after a kill prints again under its id: it counts once."""
+    done = {int(b): int(e) + int(d) for b, e, d in _PROGRESS.findall(log.read_bytes())} \
+        if log.exists() else {}
+    return sum(done.values())
 
 
 def wait_until(pred, timeout_s: float, poll_s: float = 0.5) -> bool:

@@ -18,6 +18,7 @@ from engines_support import (
     new_topic,
     outputs,
     produce_events,
+    records_in_log,
     reference,
     run_job,
     table_rows,
@@ -139,11 +140,8 @@ def test_dc_killed_mid_batch_restarts_with_the_same_split_and_counts(spark, plat
     assert first.wait(timeout=1200) == -signal.SIGKILL, log.read_text()[-3000:]
     second = start()
     try:
-        def done() -> bool:
-            rows = table_rows(spark, cfg, "metrics", run_id)
-            return second.poll() is not None or sum(r.events_in for r in rows) >= total
-
-        assert wait_until(done, 1500, poll_s=5), "restarted job did not finish the input"
+        assert wait_until(lambda: second.poll() is not None or records_in_log(log) >= total,
+                          1500), "restarted job did not finish the input"
         assert second.poll() is None, log.read_text()[-3000:]
     finally:
         os.killpg(second.pid, signal.SIGTERM)
