@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from keyshift.config import Config, load_config
 
@@ -110,6 +110,35 @@ def get_spark(cfg: Config | None = None, app_name: str | None = None,
     return spark
 
 
+def _ignore_sigterm() -> None:
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+class _DriverPopen(dict):
+    """The driver JVM's ``Popen`` arguments, whose ``preexec_fn`` also leaves SIGTERM to
+    this process. PySpark starts the JVM ignoring SIGINT (a Ctrl-C reaches the whole
+    process group; the Python side stops the job between batches) and sets that
+    ``preexec_fn`` itself, over any given; this keeps its function and ignores SIGTERM
+    after it. A SIGTERM to the whole group (``kill -- -PGID``, systemd's default
+    ``KillMode``) then stops a run as Ctrl-C does: before, the JVM's shutdown hook stopped
+    the SparkContext under the job's orderly stop, which could no longer commit the staged
+    bookkeeping. The JVM still ends with this process: it exits when its stdin closes."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(preexec_fn=_ignore_sigterm, **kwargs)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if key == "preexec_fn" and value is not None and value is not _ignore_sigterm:
+            theirs = value
+
+            def value() -> None:
+                theirs()
+                _ignore_sigterm()
+        super().__setitem__(key, value)
+
+
 def _launch_driver(settings: dict[str, str], stderr: Path | None,
                    relay: str | None = None) -> None:
     """Start the driver JVM as PySpark would (spark-submit with these settings) but with its
@@ -131,13 +160,14 @@ def _launch_driver(settings: dict[str, str], stderr: Path | None,
         return
     conf = SparkConf().setAll(list(settings.items()))
     if relay is not None:
-        gateway = launch_gateway(conf, popen_kwargs={"stderr": subprocess.PIPE})
+        gateway = launch_gateway(conf, popen_kwargs=_DriverPopen(stderr=subprocess.PIPE))
         threading.Thread(target=relay_lines, args=(gateway.proc.stderr, logging.getLogger(relay)),
                          name="keyshift-jvm-stderr", daemon=True).start()
         SparkContext(conf=conf, gateway=gateway)
         return
     with open(stderr, "ab") as err:
-        SparkContext(conf=conf, gateway=launch_gateway(conf, popen_kwargs={"stderr": err}))
+        gateway = launch_gateway(conf, popen_kwargs=_DriverPopen(stderr=err))
+        SparkContext(conf=conf, gateway=gateway)
 
 
 class ClusterUnreachableError(RuntimeError):

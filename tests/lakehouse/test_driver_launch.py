@@ -83,3 +83,30 @@ def test_driver_memory_becomes_the_jvm_heap_cap(tmp_path: Path, memory: str,
     assert heap == [f"-Xmx{memory}"], command
     assert all(o in command for o in options.split()), command
     assert any(a.startswith("-Dderby.system.home=") for a in command), command
+
+
+def test_the_driver_jvm_starts_ignoring_sigterm_as_pyspark_makes_it_ignore_sigint() -> None:
+    """A SIGTERM to the whole process group must leave the JVM to the Python side's orderly
+    stop, as Ctrl-C does. PySpark sets ``preexec_fn`` itself (ignoring SIGINT) over the
+    ``popen_kwargs`` it is given, the way its ``launch_gateway`` does here; the child still
+    starts with both signals ignored, and with SIGTERM alone when no one sets another."""
+    import signal
+
+    from keyshift.lakehouse.session import _DriverPopen
+
+    show = [sys.executable, "-c", "import signal; print(signal.getsignal(signal.SIGINT) == "
+            "signal.SIG_IGN, signal.getsignal(signal.SIGTERM) == signal.SIG_IGN)"]
+
+    def pyspark_like(popen_kwargs: dict) -> str:
+        def preexec_func() -> None:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+        popen_kwargs["stdout"] = subprocess.PIPE
+        popen_kwargs["preexec_fn"] = preexec_func
+        return subprocess.Popen(show, text=True, **popen_kwargs).communicate()[0].split()
+
+    assert pyspark_like(_DriverPopen()) == ["True", "True"]
+    assert pyspark_like({}) == ["True", "False"]  # what PySpark alone does
+    alone = subprocess.run(show, capture_output=True, text=True,
+                           preexec_fn=_DriverPopen()["preexec_fn"])
+    assert alone.stdout.split() == ["False", "True"]
