@@ -571,14 +571,19 @@ def run_keyshift(overrides: dict[str, Any], topic: str, system: str, batch_size:
 STATS = ("events_per_s", "batch_p50_s", "batch_p95_s")
 
 
+def by_system(samples: Sequence[RunSample]) -> dict[tuple[int, str], list[RunSample]]:
+    """The runs per (batch size, system), in the order they ran."""
+    runs: dict[tuple[int, str], list[RunSample]] = {}
+    for s in samples:
+        runs.setdefault((s.batch_size, s.system), []).append(s)
+    return runs
+
+
 def medians(samples: Sequence[RunSample], warm: bool = False
             ) -> dict[tuple[int, str], dict[str, Any]]:
     """Median events/s, p50, p95, batches and first batch per (batch size, system)."""
-    groups: dict[tuple[int, str], list[RunSample]] = {}
-    for s in samples:
-        groups.setdefault((s.batch_size, s.system), []).append(s)
     out: dict[tuple[int, str], dict[str, Any]] = {}
-    for k, v in groups.items():
+    for k, v in by_system(samples).items():
         stats = [s.stats(warm) for s in v]
         out[k] = {**{name: statistics.median(st[name] for st in stats)
                      for name in (*STATS, "batches", "events")},
@@ -597,9 +602,7 @@ def paired_ratios(samples: Sequence[RunSample], warm: bool = False
     their ratio is free of the machine's drift over the bench (a busy or quiet quarter of
     an hour moves both). The spread of these ratios is the bench's noise on that ratio: a
     target between their lowest and highest is not decided by the runs."""
-    runs: dict[tuple[int, str], list[RunSample]] = {}
-    for s in samples:
-        runs.setdefault((s.batch_size, s.system), []).append(s)
+    runs = by_system(samples)
     out: dict[tuple[int, str, str], dict[str, list[float]]] = {}
     for (size, a), mine in runs.items():
         for b in (y for x, y in RATIOS if x == a):

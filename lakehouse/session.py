@@ -130,7 +130,7 @@ class _DriverPopen(dict):
         super().__init__(preexec_fn=_ignore_sigterm, **kwargs)
 
     def __setitem__(self, key: str, value: Any) -> None:
-        if key == "preexec_fn" and value is not None and value is not _ignore_sigterm:
+        if key == "preexec_fn" and value is not None:
             theirs = value
 
             def value() -> None:

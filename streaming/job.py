@@ -315,11 +315,10 @@ class StreamJob:
             # batch, whose id only Spark's checkpoint knows
             self.controller.recover(0)
             self._recovered = True
-        if self.appends.fresh:
-            # a new run's only staged rows are its initial plan (batch -1), which nothing
-            # reads back while it runs: committed behind the stream, so the query's start and
-            # first batch overlap the cold JVM's first Delta commit (3-4 s, issue 25 item 7);
-            # a kill before it lands leaves the files for the restart's recovery
+            # its only staged rows are that initial plan (batch -1), which nothing reads
+            # back while it runs: committed behind the stream, so the query's start and first
+            # batch overlap the cold JVM's first Delta commit (3-4 s, issue 25 item 7); a
+            # kill before it lands leaves the files for the restart's recovery
             self.staging.commit_behind(0)
         else:
             # what a predecessor staged goes to Delta before anything reads it (the
