@@ -6,10 +6,12 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from suite_budget import budget_line, machine_cpu_seconds
 
 # Broker and Spark fixtures (session-scoped, imported lazily by the tests that use them).
 pytest_plugins = ["platform_fixtures", "cluster_fixtures"]
@@ -63,6 +65,26 @@ def ks_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("KEYSHIFT_HOME", str(home))
     monkeypatch.setenv("KEYSHIFT_CACHE", str(ROOT / ".keyshift" / "cache"))
     return home
+
+
+_STARTED: list[tuple[float, float | None]] = []  # (monotonic, machine CPU s) at the start
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _STARTED.append((time.monotonic(), machine_cpu_seconds()))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter) -> None:
+    """After the 15 slowest tests, the CPU the run took and the wall-time floor it sets
+    (tests/suite_budget.py); the controller's line only under parallel workers."""
+    if os.environ.get("PYTEST_XDIST_WORKER") or not _STARTED or _STARTED[0][1] is None:
+        return
+    began, cpu0 = _STARTED[0]
+    cpu1 = machine_cpu_seconds()
+    if cpu1 is not None:
+        terminalreporter.write_line(budget_line(cpu1 - cpu0, time.monotonic() - began,
+                                                os.cpu_count() or 1))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
