@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from suite_budget import budget_line, machine_cpu_seconds
 
 
@@ -23,7 +24,7 @@ def test_busy_seconds_leave_out_idle_and_iowait(tmp_path: Path) -> None:
 def test_this_machines_counter_moves_forward() -> None:
     first = machine_cpu_seconds()
     if first is None:
-        return  # no /proc here: the suite prints no line
+        pytest.skip("no /proc/stat here: the suite prints no CPU line")
     sum(i * i for i in range(300_000))
     assert machine_cpu_seconds() >= first > 0
 
