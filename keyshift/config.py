@@ -401,13 +401,19 @@ class Config(_Section):
         return str(Path(root).expanduser().resolve())
 
     @property
+    def warehouse_on_disk(self) -> bool:
+        """Whether the warehouse is on this machine's file system (a path or ``file:``)."""
+        uri = self.warehouse_uri
+        return uri.startswith("file:") or not _has_scheme(uri)
+
+    @property
     def warehouse_path(self) -> Path:
         """The warehouse as a local folder; only for a warehouse on this machine's disk."""
         uri = self.warehouse_uri
+        if not self.warehouse_on_disk:
+            raise ValueError(f"warehouse.root: {uri} is not on this machine's filesystem")
         if uri.startswith("file:"):
             return Path(uri[5:].lstrip("/") and "/" + uri[5:].lstrip("/"))
-        if _has_scheme(uri):
-            raise ValueError(f"warehouse.root: {uri} is not on this machine's filesystem")
         return Path(uri)
 
     def checkpoint_uri(self, run_id: str) -> str:

@@ -195,9 +195,7 @@ def local_warehouse_conf(cfg: Config) -> dict[str, str]:
     atomically, and a checkpoint has one writer (its query). A warehouse on HDFS or an
     object store keeps Spark's default, whose rename HDFS makes atomic.
     """
-    try:
-        cfg.warehouse_path
-    except ValueError:
+    if not cfg.warehouse_on_disk:
         return {}
     return {"spark.sql.streaming.checkpointFileManagerClass": FILE_SYSTEM_CHECKPOINTS}
 

@@ -67,24 +67,23 @@ def ks_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
-_STARTED: list[tuple[float, float | None]] = []  # (monotonic, machine CPU s) at the start
+_STARTED = pytest.StashKey[tuple[float, float | None]]()  # (monotonic, machine CPU s)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    _STARTED.append((time.monotonic(), machine_cpu_seconds()))
+    session.config.stash[_STARTED] = (time.monotonic(), machine_cpu_seconds())
 
 
 @pytest.hookimpl(trylast=True)
-def pytest_terminal_summary(terminalreporter) -> None:
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     """After the 15 slowest tests, the CPU the run took and the wall-time floor it sets
     (tests/suite_budget.py); the controller's line only under parallel workers."""
-    if os.environ.get("PYTEST_XDIST_WORKER") or not _STARTED or _STARTED[0][1] is None:
-        return
-    began, cpu0 = _STARTED[0]
+    began, cpu0 = config.stash.get(_STARTED, (0.0, None))
     cpu1 = machine_cpu_seconds()
-    if cpu1 is not None:
-        terminalreporter.write_line(budget_line(cpu1 - cpu0, time.monotonic() - began,
-                                                os.cpu_count() or 1))
+    if os.environ.get("PYTEST_XDIST_WORKER") or cpu0 is None or cpu1 is None:
+        return
+    terminalreporter.write_line(budget_line(cpu1 - cpu0, time.monotonic() - began,
+                                            os.cpu_count() or 1))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
