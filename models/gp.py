@@ -1012,6 +1012,42 @@ class GPForecaster:
         y_t = torch.as_tensor(self._scaling.y(z), dtype=torch.float64)
         self._model.set_train_data(inputs=x_t, targets=y_t, strict=False)
 
+    def held_out_forecasts(self, X: Any, y: Any) -> list[tuple[int, int, np.ndarray]]:
+        """The fitted model's forecasts of the held-out blocks of its training tail, as
+        ``(lo, hi, mean)`` per block, most recent first: rows [lo, hi) of ``X`` forecast by
+        the chosen kernel, mean and hyper-parameters from the rows before ``lo`` alone, in
+        the target's units. ``X`` and ``y`` must be what :meth:`fit` was given.
+
+        What the kernel and mean were chosen on, for a reviewer or a bench that asks how the
+        model did on its last days, or that chooses something else on the same days
+        (``bench/bench_forecast_blend.py``). The model is left as fitted."""
+        self._require_fitted()
+        X, y = _check_xy(X, y, len(self.feature_names))
+        if self.max_train is not None:
+            X, y = X[-self.max_train:], y[-self.max_train:]
+        order = np.argsort(X[:, TIMESTAMP_COLUMN], kind="stable")
+        X, y = X[order], y[order]
+        if X.shape[0] != self._fit_rows:
+            raise ModelInputError("X", f"{X.shape[0]} rows; the model was fitted on "
+                                       f"{self._fit_rows}: give fit's X and y")
+        torch = _torch()
+        torch.set_num_threads(self.threads)
+        y_log = self._log(y)
+        blocks = self._held_out_blocks(X)
+        kept = (self._X, self._y, getattr(self, "_posterior", None),
+                getattr(self, "_inducing_z", None))
+        self._inducing_z = None  # a sparse block's inducing rows are its history's, as in fit
+        held = self._held_out_all(X, y_log, blocks, [self.mean_])[self.mean_]
+        if self.method_ != "exact":  # _held_out conditioned the model on a block's rows
+            self._condition_on(kept[0], kept[1])
+            self._posterior = kept[2]
+        self._inducing_z = kept[3]
+        out = []
+        for (lo, hi), (err, _) in zip(blocks, held):
+            mean = y_log[lo:hi] - err
+            out.append((lo, hi, np.exp(mean) if self.log_target else mean))
+        return out
+
     @property
     def n_train(self) -> int:
         self._require_fitted()

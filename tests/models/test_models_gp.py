@@ -562,3 +562,25 @@ def test_the_profile_half_life_can_be_chosen_and_survives_the_stored_form():
 def test_a_half_life_that_is_not_a_positive_number_is_refused(bad):
     with pytest.raises(ModelInputError, match="half_life"):
         InputRateGP(half_life=bad).fit(*_daily(n=60))
+
+
+@pytest.mark.parametrize("method", ["exact", "sgpr"])
+def test_held_out_forecasts_are_the_days_the_kernel_and_mean_were_chosen_on(method):
+    """What the fit's choice rested on, given back: each held-out block's forecast from the
+    rows before it, whose error over all blocks is the chosen pair's; the model is left as
+    fitted (a sparse one was conditioned on each block's history along the way)."""
+    X, y = _daily(n=200, noise=0.3)
+    gp = InputRateGP(kernel="ard|ard+local", iters=10, method=method, inducing=32,
+                     hyper_points=120).fit(X, y)
+    before = gp.predict(X[-10:])
+    blocks = gp.held_out_forecasts(X, y)
+    assert blocks and all(0 < lo < hi <= len(y) for lo, hi, _ in blocks)
+    assert [lo for lo, _, _ in blocks] == sorted((lo for lo, _, _ in blocks), reverse=True)
+    errors = np.concatenate([y[lo:hi] - mean for lo, hi, mean in blocks])
+    # the interval calibration rescaled every variance after the choice: no change to a
+    # posterior mean in exact arithmetic, a rounding one in the sparse posterior's solves
+    assert np.mean(np.abs(errors)) == pytest.approx(gp.mean_errors_[gp.mean_], rel=1e-5)
+    after = gp.predict(X[-10:])
+    np.testing.assert_allclose(after, before, rtol=1e-9)
+    with pytest.raises(ModelInputError, match="^X: 150 rows"):
+        gp.held_out_forecasts(X[:150], y[:150])
