@@ -44,6 +44,12 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return p
 
 
+MAX_GRID_POINTS = 10_000_000
+"""Connections × (total + 1) at most: the samples' grid holds two floats per point (raw and
+fitted), 160 MB here. Fox's greedy needs O(N + R log N), so a bigger grid buys nothing a
+split can use; before this bound, a total of 10^30 reached numpy as an array shape."""
+
+
 def _int(value: Any, field: str, low: int = 0) -> int:
     if (isinstance(value, bool) or not isinstance(value, (int, float))
             or (isinstance(value, float) and not math.isfinite(value)) or int(value) != value):
@@ -102,6 +108,11 @@ def solve_request(req: Any) -> dict[str, Any]:
         if not isinstance(conns, list) or not conns or not all(isinstance(c, dict) for c in conns):
             raise SplitInputError("connections", "must be a non-empty list of objects")
         total = _int(req.get("total", 1000), "total", 1)
+        if len(conns) * (total + 1) > MAX_GRID_POINTS:
+            raise SplitInputError(
+                "total", f"{total} units for {len(conns)} connections is a grid of "
+                         f"{len(conns) * (total + 1):,} points, over the {MAX_GRID_POINTS:,} "
+                         "this command holds (a unit is a share of the weight: use fewer)")
         samples = []
         for j, c in enumerate(conns):
             extra = set(c) - {"samples", "min", "max"}

@@ -71,6 +71,9 @@ def test_many_connections_are_clustered():
         ('{"connections": [{"min": 1.5}]}', "connections[0].min"),
         ('{"connections": [{"speed": 1}]}', "connections[0].speed"),
         ('{"total": 0, "connections": [{}]}', "total"),
+        # found by the fuzz test: a grid of 10^30 points reached numpy as an array shape
+        ('{"total": 1e30, "connections": [{}]}', "total"),
+        ('{"total": 5000000, "connections": [{}, {}]}', "total"),
         ('{"total": 10, "connections": [{"max": 3}, {"max": 3}]}', "total"),
         ('{"functions": [[0, 1]], "connections": [{}]}', "input"),
         ('{"functions": [[0, 1]], "cluster": "yes"}', "cluster"),
