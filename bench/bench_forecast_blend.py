@@ -38,8 +38,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_forecast import DAY_S, SERIES, WEEK_S, horizon_of  # noqa: E402
+from bench_forecast import DAY_S, SERIES, WEEK_S, better_naive, horizon_of  # noqa: E402
 
+from keyshift.models.baselines import SeasonalNaive  # noqa: E402
 from keyshift.models.evaluation import origins_of  # noqa: E402
 from keyshift.models.features import TIMESTAMP_COLUMN, rate_features  # noqa: E402
 from keyshift.models.gp import InputRateGP  # noqa: E402
@@ -48,15 +49,18 @@ WEIGHTS = (0.0, 0.25, 0.5, 0.75)
 KERNEL = "ard|ard+local"  # bench_forecast.py's
 
 
-def naive_at(t_src: np.ndarray, y_src: np.ndarray, tau: np.ndarray, period: float) -> np.ndarray:
-    """Seasonal naive from the rows (t_src, y_src) at times ``tau``: the value ``k`` periods
-    back for the least k >= 1 that lands on or before the last row (interpolated between
-    rows, so irregular timestamps work)."""
-    k = np.maximum(1.0, np.ceil((tau - t_src[-1]) / period))
-    return np.interp(tau - k * period, t_src, y_src)
-
-
 PERIODS = {"daily": DAY_S, "weekly": WEEK_S}
+
+
+def periods_for(span_s: float) -> list[str]:
+    """The naive periods a history of ``span_s`` seconds supports: each needs two of its
+    periods, as the bar of bench_forecast.py (``better_naive``) allows weekly."""
+    return [p for p, period in PERIODS.items() if span_s >= 2 * period] or ["daily"]
+
+
+def naive(X_src: np.ndarray, y_src: np.ndarray, X_at: np.ndarray, period: str) -> np.ndarray:
+    """Seasonal naive of ``period`` (a name of PERIODS) fitted on the rows before, at X_at."""
+    return SeasonalNaive(season_s=PERIODS[period]).fit(X_src, y_src).predict(X_at)[0]
 
 
 def choose_naive(held: dict[str, list[tuple[np.ndarray, np.ndarray]]]) -> str:
@@ -94,33 +98,35 @@ def run(key: str, origins: int, max_train: int) -> dict:
     for st in starts:
         lo = max(0, st - max_train)
         X_tr, y_tr = X[lo:st], y[lo:st].astype(float)
-        t_tr, t_te, y_te = X_tr[:, TIMESTAMP_COLUMN], X[st:st + h, TIMESTAMP_COLUMN], y[st:st + h]
+        X_te, y_te = X[st:st + h], y[st:st + h]
         gp = InputRateGP(kernel=KERNEL).fit(X_tr, y_tr)
         # the held-out days: the GP's forecasts and each naive's, from the rows before each
         blocks = [(b_lo, b_hi, mean) for b_lo, b_hi, mean in gp.held_out_forecasts(X_tr, y_tr)
                   if b_lo > 0]
-        held_naive = {p: [naive_at(t_tr[:b_lo], y_tr[:b_lo], t_tr[b_lo:b_hi], PERIODS[p])
-                          for b_lo, b_hi, _ in blocks] for p in PERIODS}
+        offered = periods_for(X_tr[blocks[-1][0] - 1, TIMESTAMP_COLUMN] - X_tr[0, TIMESTAMP_COLUMN]
+                              if blocks else 0.0)
+        held_naive = {p: [naive(X_tr[:b_lo], y_tr[:b_lo], X_tr[b_lo:b_hi], p)
+                          for b_lo, b_hi, _ in blocks] for p in offered}
         partner = choose_naive({p: [(y_tr[b_lo:b_hi], nv) for (b_lo, b_hi, _), nv
-                                    in zip(blocks, held_naive[p])] for p in PERIODS})
+                                    in zip(blocks, held_naive[p])] for p in offered})
         w = choose_weight([(y_tr[b_lo:b_hi], mean, nv) for (b_lo, b_hi, mean), nv
-                           in zip(blocks, held_naive[partner])])
+                           in zip(blocks, held_naive.get(partner, []))])
         picks.append(w)
         partners.append(partner)
-        g = gp.predict(X[st:st + h])[0]
-        naive = {p: naive_at(t_tr, y_tr, t_te, period) for p, period in PERIODS.items()}
-        naive["held-out"] = naive[partner]
+        g = gp.predict(X_te)[0]
+        naives = {p: naive(X_tr, y_tr, X_te, p) for p in PERIODS}
+        naives["held-out"] = naives[partner]
         err["gp"].append(np.abs(g - y_te))
-        err["chosen"].append(np.abs((1 - w) * g + w * naive[partner] - y_te))
-        for name, nv in naive.items():
+        err["chosen"].append(np.abs((1 - w) * g + w * naives[partner] - y_te))
+        for name, nv in naives.items():
             err[f"naive-{name}"].append(np.abs(nv - y_te))
             for v in WEIGHTS[1:]:
                 err[f"{name} {v}"].append(np.abs((1 - v) * g + v * nv - y_te))
     mae = {name: float(np.concatenate(e).mean()) for name, e in err.items()}
-    history_s = t[starts[0] - 1] - t[max(0, starts[0] - max_train)]
-    better = "weekly" if (history_s >= 2 * WEEK_S
-                          and mae["naive-weekly"] < mae["naive-daily"]) else "daily"
-    bar = mae[f"naive-{better}"]
+    first = max(0, starts[0] - max_train)
+    bar = better_naive({f"naive-{p}": {"mae": mae[f"naive-{p}"]} for p in PERIODS},
+                       t[first], t[starts[0] - 1])
+    better = "daily" if bar == mae["naive-daily"] else "weekly"
     return {"series": key, "points": int(sum(e.size for e in err["gp"])), "better": better,
             "gp": mae["gp"] / bar, "chosen": mae["chosen"] / bar,
             "fixed": {str(w): mae[f"{better} {w}"] / bar for w in WEIGHTS[1:]},

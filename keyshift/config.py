@@ -403,14 +403,13 @@ class Config(_Section):
     @property
     def warehouse_on_disk(self) -> bool:
         """Whether the warehouse is on this machine's file system (a path or ``file:``)."""
-        uri = self.warehouse_uri
-        return uri.startswith("file:") or not _has_scheme(uri)
+        return _on_disk(self.warehouse_uri)
 
     @property
     def warehouse_path(self) -> Path:
         """The warehouse as a local folder; only for a warehouse on this machine's disk."""
-        uri = self.warehouse_uri
-        if not self.warehouse_on_disk:
+        uri = self.warehouse_uri  # resolved once: a plain root is made absolute on disk
+        if not _on_disk(uri):
             raise ValueError(f"warehouse.root: {uri} is not on this machine's filesystem")
         if uri.startswith("file:"):
             return Path(uri[5:].lstrip("/") and "/" + uri[5:].lstrip("/"))
@@ -456,6 +455,11 @@ class Config(_Section):
 def _has_scheme(location: str) -> bool:
     """``s3a://b/w``, ``hdfs://nn/w``, ``file:/w``: a URI; ``/w`` or ``C:/w``: a path."""
     return bool(re.match(r"^[A-Za-z][A-Za-z0-9+.-]+:(//|/)", location))
+
+
+def _on_disk(uri: str) -> bool:
+    """A warehouse URI on this machine's file system: ``file:`` or a plain path."""
+    return uri.startswith("file:") or not _has_scheme(uri)
 
 
 def _defaults() -> dict[str, Any]:

@@ -592,10 +592,7 @@ class GPForecaster:
         X, y = _check_xy(X, y, len(self.feature_names))
         if X.shape[0] < 3:
             raise ModelInputError("X", f"need at least 3 rows to fit, got {X.shape[0]}")
-        if self.max_train is not None:
-            X, y = X[-self.max_train:], y[-self.max_train:]
-        order = np.argsort(X[:, TIMESTAMP_COLUMN], kind="stable")
-        X, y = X[order], y[order]
+        X, y = self._training_rows(X, y)
         torch = _torch()
         torch.set_num_threads(self.threads)
         started = time.perf_counter()
@@ -666,6 +663,14 @@ class GPForecaster:
         self._posterior_now()  # the factorisation is part of fitting, not of a forecast
         self.train_seconds_ = time.perf_counter() - started
         return self
+
+    def _training_rows(self, X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The rows a fit uses: the most recent ``max_train`` (all without it), in time
+        order; :meth:`held_out_forecasts` asks for the same rows again."""
+        if self.max_train is not None:
+            X, y = X[-self.max_train:], y[-self.max_train:]
+        order = np.argsort(X[:, TIMESTAMP_COLUMN], kind="stable")
+        return X[order], y[order]
 
     def _adopt(self, c: _Candidate) -> None:
         """Make candidate ``c`` the current model (what calibration, conditioning and
@@ -1022,11 +1027,7 @@ class GPForecaster:
         model did on its last days, or that chooses something else on the same days
         (``bench/bench_forecast_blend.py``). The model is left as fitted."""
         self._require_fitted()
-        X, y = _check_xy(X, y, len(self.feature_names))
-        if self.max_train is not None:
-            X, y = X[-self.max_train:], y[-self.max_train:]
-        order = np.argsort(X[:, TIMESTAMP_COLUMN], kind="stable")
-        X, y = X[order], y[order]
+        X, y = self._training_rows(*_check_xy(X, y, len(self.feature_names)))
         if X.shape[0] != self._fit_rows:
             raise ModelInputError("X", f"{X.shape[0]} rows; the model was fitted on "
                                        f"{self._fit_rows}: give fit's X and y")
@@ -1034,14 +1035,14 @@ class GPForecaster:
         torch.set_num_threads(self.threads)
         y_log = self._log(y)
         blocks = self._held_out_blocks(X)
-        kept = (self._X, self._y, getattr(self, "_posterior", None),
-                getattr(self, "_inducing_z", None))
+        rows, targets = self._X, self._y
+        posterior, inducing = getattr(self, "_posterior", None), getattr(self, "_inducing_z", None)
         self._inducing_z = None  # a sparse block's inducing rows are its history's, as in fit
         held = self._held_out_all(X, y_log, blocks, [self.mean_])[self.mean_]
         if self.method_ != "exact":  # _held_out conditioned the model on a block's rows
-            self._condition_on(kept[0], kept[1])
-            self._posterior = kept[2]
-        self._inducing_z = kept[3]
+            self._condition_on(rows, targets)
+            self._posterior = posterior
+        self._inducing_z = inducing
         out = []
         for (lo, hi), (err, _) in zip(blocks, held):
             mean = y_log[lo:hi] - err

@@ -108,11 +108,11 @@ def solve_request(req: Any) -> dict[str, Any]:
         if not isinstance(conns, list) or not conns or not all(isinstance(c, dict) for c in conns):
             raise SplitInputError("connections", "must be a non-empty list of objects")
         total = _int(req.get("total", 1000), "total", 1)
-        if len(conns) * (total + 1) > MAX_GRID_POINTS:
+        if (points := len(conns) * (total + 1)) > MAX_GRID_POINTS:
             raise SplitInputError(
                 "total", f"{total} units for {len(conns)} connections is a grid of "
-                         f"{len(conns) * (total + 1):,} points, over the {MAX_GRID_POINTS:,} "
-                         "this command holds (a unit is a share of the weight: use fewer)")
+                         f"{points:,} points, over the {MAX_GRID_POINTS:,} this command holds "
+                         "(a unit is a share of the weight: use fewer)")
         samples = []
         for j, c in enumerate(conns):
             extra = set(c) - {"samples", "min", "max"}

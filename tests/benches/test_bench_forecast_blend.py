@@ -15,14 +15,22 @@ def bench():
     return import_bench("bench_forecast_blend")
 
 
-def test_naive_repeats_the_period_before_and_reaches_back_whole_periods(bench):
+def test_weekly_naive_is_offered_only_on_two_weeks_of_history(bench):
+    day = 86_400.0
+    assert bench.periods_for(13 * day) == ["daily"]
+    assert bench.periods_for(14 * day) == ["daily", "weekly"]
+    assert bench.periods_for(day) == ["daily"]  # the bar's fallback
+
+
+def test_the_naive_is_the_projects_seasonal_naive_of_that_period(bench):
+    from keyshift.models.features import rate_features
+
     t = np.arange(0, 72) * HOUR
-    y = t / HOUR  # the value is the hour index
-    tau = t[-1] + np.array([1, 24, 30]) * HOUR
+    X, y = rate_features(t), t / HOUR  # the value is the hour index
+    at = rate_features(t[-1] + np.array([1, 24, 30]) * HOUR)
     # an hour past the end (hour 72): a day back is hour 48; a day past it: hour 71; 30 h
     # past it needs two days back (one day back is still after the end): hour 53
-    assert bench.naive_at(t, y, tau, 86_400.0).tolist() == [48.0, 71.0, 53.0]
-    assert bench.naive_at(t, y, np.array([t[-1] + HOUR]), 7 * 86_400.0).tolist() == [0.0]  # clamped
+    assert bench.naive(X, y, at, "daily").tolist() == [48.0, 71.0, 53.0]
 
 
 def test_the_weight_goes_to_whichever_forecast_the_held_out_days_favour(bench):
