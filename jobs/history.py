@@ -392,6 +392,8 @@ def synthetic_frames(
     for col in FLOOR_COLUMNS:  # the floor of each window (keyshift.control.floor)
         metrics[col] = [f.columns()[col] for f in floors]
     metrics["hot_group"] = metrics["hot_group"].astype("Int32")
+    for col in ("executors", "cores_held"):  # a model's history held no cluster
+        metrics[col] = pd.array([None] * m, dtype="Int32")
     w, g = np.nonzero(group_loads)
     load = group_loads[w, g]
     key_loads = pd.DataFrame({

@@ -165,6 +165,13 @@ class SparkConfig(_Section):
     pyspark_python: str = ""  # executors' Python; "" = the driver's interpreter (the venv's)
     master_timeout_s: float = Field(10.0, gt=0, le=600)  # a spark:// master must answer
     executor_wait_s: float = Field(120.0, ge=0, le=3600)  # first executor; 0 = do not wait
+    # the master's web UI (standalone: http://HOST:8080), where the job checks the cores the
+    # cluster manager says it holds; "" = the scheduler's count only
+    master_ui: str = Field("", pattern=r"^(https?://[A-Za-z0-9.:_\[\]-]+/?)?$")
+    # Spark's own dynamic allocation (shuffle tracking on): executors follow the task backlog
+    # and idle time, not the plan; off with planner.resources = "executors"
+    dynamic_allocation: bool = False
+    dynamic_allocation_idle_s: float = Field(60.0, gt=0, le=86400)  # its executorIdleTimeout
 
     @field_validator("driver_java_options")
     @classmethod
@@ -315,6 +322,18 @@ class PlannerConfig(_Section):
     effectiveness_windows: int = Field(2, ge=1, le=1000)
     ineffective_cooloff_windows: int = Field(6, ge=0, le=1_000_000)
     scale_down_delay_windows: int = Field(0, ge=0, le=1_000_000)
+    # Measured demand overrules the forecast (keyshift.control.overrule): when the window's
+    # arrivals and backlog need more engines than the scaler chose, at target_utilisation,
+    # for overrule_windows windows in a row, N rises to what they need; when they need fewer
+    # and nothing is backlogged for as long, N falls. 0 = off (the paper's planner alone).
+    overrule_windows: int = Field(2, ge=0, le=1000)
+    target_utilisation: float = Field(0.8, gt=0, le=1)
+    # Engines on executors (keyshift.control.resources): auto = executors on a cluster master,
+    # fixed on local[...] or under spark.dynamic_allocation; executors = the job requests and
+    # releases executors so that it holds ceil(live engines / engines_per_executor)
+    resources: Literal["auto", "executors", "fixed"] = "auto"
+    engines_per_executor: int = Field(0, ge=0, le=1024)  # 0 = spark.executor_cores
+    executor_wait_s: float = Field(60.0, ge=0, le=3600)  # a scale-out waits this long for executors
 
     @model_validator(mode="after")
     def _reserve_on(self) -> PlannerConfig:

@@ -17,14 +17,15 @@ History: version 2 added the floor of each batch and window (``floor_ratio``,
 ``floor_rstd``, ``hot_group``, ``hot_group_share``; ``keyshift.control.floor``) to
 ``metrics`` and ``decisions``. Version 3 added a scale-out's verdict to ``decisions``
 (``effectiveness``, ``hold_until_window``) and the guardrails' state to ``control_state``
-(``guard``; ``keyshift.control.guard``).
+(``guard``; ``keyshift.control.guard``). Version 4 added what a run held to ``metrics``
+(``executors``, ``cores_held``; ``keyshift.streaming.executors``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,7 @@ _RUN = (
 
 TABLES: dict[str, TableSchema] = {
     "metrics": TableSchema(
-        "metrics", 2,
+        "metrics", 3,
         _RUN + (
             _c("batch_id", "BIGINT", False),
             _c("window_start", "TIMESTAMP", False),
@@ -147,7 +148,12 @@ TABLES: dict[str, TableSchema] = {
             _c("batch_duration_s", "DOUBLE", False),
             _c("plan_version", "BIGINT", False),
             _c("policy", "STRING", False),
-        ) + _FLOOR,
+        ) + _FLOOR + (
+            _c("executors", "INT", True, "executors the run held after the batch (null: a "
+               "local master)", since=4),
+            _c("cores_held", "INT", True, "cores the run held after the batch: the cluster "
+               "manager's count when spark.master_ui is set", since=4),
+        ),
         "one row per statistic window: the batch layer's history for the GPs",
     ),
     "key_loads": TableSchema(

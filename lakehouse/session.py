@@ -222,6 +222,18 @@ def cluster_conf(cfg: Config) -> dict[str, str]:
     }
     if sc.cores_max:
         conf["spark.cores.max"] = str(sc.cores_max)
+    if sc.dynamic_allocation:
+        # Spark's own scaling, as a user would turn it on for a stream without an external
+        # shuffle service: executors come with the task backlog and go after idling, within
+        # the engine bounds (docs/elasticity.md compares it with planner.resources)
+        per = max(sc.executor_cores, 1)
+        conf.update({
+            "spark.dynamicAllocation.enabled": "true",
+            "spark.dynamicAllocation.shuffleTracking.enabled": "true",
+            "spark.dynamicAllocation.minExecutors": str(max(1, -(-cfg.engines.min // per))),
+            "spark.dynamicAllocation.maxExecutors": str(max(1, -(-cfg.engines.max // per))),
+            "spark.dynamicAllocation.executorIdleTimeout": f"{sc.dynamic_allocation_idle_s:g}s",
+        })
     if sc.driver_host:
         conf["spark.driver.host"] = sc.driver_host
     if sc.driver_bind_address or sc.driver_host:

@@ -74,6 +74,7 @@ from .engines import (
     arrow_split,
     work_seconds,
 )
+from .executors import RunResources
 from .faults import kill_during, kill_point
 from .heartbeat import Heartbeat
 from .ingest import Classifier
@@ -251,6 +252,10 @@ class StreamJob:
         self._watching = False
         # what every batch's parse and routing apply, built once for the job
         self._expressions = BatchExpressions.of(self.app, self.event_schema.names, self.groups)
+        # the executors the run holds, and with resources = "executors" the scaler that makes
+        # them follow the plan (streaming/executors.py); kept across restarts in place
+        self.resources = RunResources.for_job(cfg, spark, self._cores())
+        self._actions_written: set[int] = set()
         self._new_attempt()
 
     def _new_attempt(self) -> None:
@@ -600,6 +605,7 @@ class StreamJob:
         migration = Migration.between(self.run_id, batch_id,
                                       plan if self.opt.ingest_only else prev, plan)
         slots = max(plan.engines, prev.engines)
+        self._say_scale(self.resources.before_batch(plan.parallelism, batch_id))
         split = self._split_for(batch_id, plan)
         spec = self._batch_spec(batch_id, plan, migration, slots, split, start_wall)
         self.spark.sparkContext.setLocalProperty(
@@ -627,6 +633,8 @@ class StreamJob:
             result.unpersist(blocking=False)
         if len(migration):
             (self.run_dir / "migrating.json").unlink(missing_ok=True)
+        # a scale-in's moves ran in this batch: the executors no engine needs go now
+        self._say_scale(self.resources.after_batch(plan.parallelism, batch_id, ran.tasks))
         committed = self.staging.finished()
         if self.staging.due(batch_id):  # behind the stream: the next batch need not wait
             self.staging.commit_behind(batch_id)
@@ -655,6 +663,8 @@ class StreamJob:
             "committed_staged": committed,  # the last commit behind the stream, if it ended
             "duration_s": duration, "moved_groups": len(migration), "moved_bytes": ran.moved,
             "split_groups": list(split),
+            "scale_actions": [a.to_dict() for a in self._scale_actions(batch_id)],
+            **self.resources.columns(),
             # the batch's input per key group (non-zero ones), for a replay of the run's
             # input through the simulator's cost model (keyshift simulate --calibrate)
             "load_groups": np.flatnonzero(ran.loads).tolist(),
@@ -730,7 +740,10 @@ class StreamJob:
         def control() -> None:
             nonlocal controller_s
             t_ctl = time.perf_counter()
-            self.controller.end_of_batch(batch_id, lag=progress_lag(self.query))
+            decided = self.controller.end_of_batch(batch_id, lag=progress_lag(self.query))
+            if decided is not None:  # a scale-out's executors start while the batch writes
+                self._say_scale(self.resources.after_decision(
+                    self.controller.plan_for(batch_id + 1).parallelism, batch_id))
             controller_s = time.perf_counter() - t_ctl
             kill_point("controller", batch_id)
 
@@ -773,8 +786,25 @@ class StreamJob:
             # what no plan keeping a key on one engine can beat in this batch (the control
             # loop's floor of a window, keyshift.control.floor): the report draws it
             **self.controller.floor(ran.loads, plan.parallelism).columns(),
+            # what the run held (streaming/executors.py): the cost of N a user pays for
+            **self.resources.columns(),
         }
         return metrics, bal
+
+    def _say_scale(self, action: Any) -> None:
+        if action is not None:
+            say(f"keyshift: {self.run_id} batch {action.batch_id}: {action.text()}")
+
+    def _scale_actions(self, batch_id: int) -> list[Any]:
+        """The scale actions that ended since the last batch's record (a request once its
+        executors came or the wait ran out, a release once they are gone)."""
+        scaler = self.resources.scaler
+        if scaler is None:
+            return []
+        done = [a for a in scaler.actions
+                if a.ready_s is not None and id(a) not in self._actions_written]
+        self._actions_written.update(id(a) for a in done)
+        return done
 
     def _add_to_totals(self, batch_id: int, ran: EngineRun, migration: Migration,
                        duration: float) -> None:
@@ -863,6 +893,7 @@ class StreamJob:
             "events_per_s": out["events_in"] / busy if busy else 0.0,
             "batch_p50_s": _quantile(d, 0.5), "batch_p95_s": _quantile(d, 0.95),
             "run_dir": str(self.run_dir), "checkpoint": self.checkpoint,
+            **self.resources.summary(),
         })
         return out
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from keyshift.workloads import BAD_KINDS, EventGenerator, bad_record
+from keyshift.workloads.rate import RateSchedule
 
 
 class ProducerError(RuntimeError):
@@ -58,6 +59,19 @@ class TokenBucket:
         self._sleep = sleep
         self._tokens = 0.0
         self._last = clock()
+
+    def retune(self, rate: float, burst: float) -> None:
+        """A new rate from now on (a schedule's next step); tokens saved at the old rate are
+        kept up to a twentieth of a second at the new one, so a drop sends no burst of the
+        old rate."""
+        if rate <= 0:
+            raise ValueError(f"rate must be > 0, got {rate}")
+        now = self._clock()
+        self._tokens = min(self.burst, self._tokens + (now - self._last) * self.rate)
+        self._last = now
+        self.rate = rate
+        self.burst = max(burst, 1.0)
+        self._tokens = min(self._tokens, self.burst, rate / 20)
 
     def take(self, n: float) -> None:
         """Block until ``n`` tokens are available, then spend them."""
@@ -162,7 +176,7 @@ def produce(
     topic: str,
     generator: EventGenerator,
     *,
-    rate: float,
+    rate: float | RateSchedule,
     duration_s: float | None = None,
     count: int | None = None,
     malformed: int = 0,
@@ -170,25 +184,34 @@ def produce(
     seed: int = 0,
     progress: Callable[[ProduceStats], None] | None = None,
     clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> ProduceStats:
-    """Send ``count`` events (or ``rate × duration_s``) at ``rate`` events/s.
+    """Send ``count`` events (or what the rate sends in ``duration_s``) at ``rate`` events/s,
+    a number or a :class:`~keyshift.workloads.rate.RateSchedule` (a ramp).
 
     ``malformed`` exact bad records are spread evenly over the run, or each record is bad
     with probability ``bad_fraction``; bad kinds cycle through :data:`BAD_KINDS`.
     """
     import numpy as np
 
-    if rate <= 0:
-        raise ValueError(f"rate must be > 0, got {rate}")
-    total = count if count is not None else int(round(rate * (duration_s or 0)))
+    if not isinstance(rate, RateSchedule):
+        if rate <= 0:
+            raise ValueError(f"rate must be > 0, got {rate}")
+        rate = RateSchedule.parse(float(rate))
+    total = count if count is not None else rate.events(duration_s or 0)
     if total <= 0:
         raise ValueError("nothing to send: give a count or a positive duration")
     is_bad = _bad_slots(total, malformed)
     rng = np.random.default_rng(seed)
-    chunk = max(1, min(int(rate / 20) or 1, 2000))
+
+    def chunk_at(r: float) -> int:
+        return max(1, min(int(r / 20) or 1, 2000))
+
     # a second of tokens: a sleep that overshoots (5 ms per 50 ms on a loaded host) is made
     # up by the next chunks; a bucket of one chunk dropped it, 6-10 % under the rate
-    bucket = TokenBucket(rate, burst=max(chunk, rate), clock=clock)
+    now_rate = rate.at(0.0)
+    bucket = TokenBucket(now_rate, burst=max(chunk_at(now_rate), now_rate), clock=clock,
+                         sleep=sleep)
     stats = ProduceStats()
     sender = _Sender(producer, topic, stats)
     start = clock()
@@ -196,7 +219,10 @@ def produce(
     i = 0
     try:
         while i < total:
-            n = min(chunk, total - i)
+            r = rate.at(clock() - start)
+            if r != bucket.rate:  # the schedule's next step: a second of its tokens at most
+                bucket.retune(r, max(chunk_at(r), r))
+            n = min(chunk_at(r), total - i)
             bucket.take(n)
             now = clock()
             events = generator.batch(n, now - start, int(time.time() * 1000))

@@ -49,6 +49,7 @@ from .decision import (
 )
 from .evaluate import Evaluation, evaluate
 from .guard import INEFFECTIVE, GuardSettings, GuardState, ScalingGuard
+from .overrule import Overrule
 from .scaling import Forecaster, ScalerStep, one_line, scale_plan
 from .store import ControlRecord, ControlStore
 from .window import WindowSample, WindowStats
@@ -119,8 +120,11 @@ class ControlLoop:
                  realizer: Realizer | None = None, run_id: str = "",
                  clock: Callable[[], float] = time.time,
                  guard: ScalingGuard | None = None,
-                 reconfiguration: ReconfigurationCost | None = None) -> None:
+                 reconfiguration: ReconfigurationCost | None = None,
+                 overrule: Overrule | None = None) -> None:
         self.store = store
+        # measured demand bounds the scaler's N (keyshift.control.overrule); None: off
+        self.overrule = overrule if scaler is not None else None
         # the learned RC and min_gain (keyshift.elastic.reconfiguration); None: as configured
         self.reconfiguration = reconfiguration
         self.guard = guard if scaler is not None else None  # it guards the scaler
@@ -259,6 +263,15 @@ class ControlLoop:
             self.scaler.scaler.rc = self.reconfiguration.rc(
                 sample.in_tuples / self.settings.window_s)
         scaling = self.scaler.decide(window.index + 1, n, sample, per_engine)
+        history = self.scaler.history
+        if self.overrule is not None and not scaling.dry_run and history \
+                and history[-1] is sample:  # an idle window tells it nothing
+            bounded = self.overrule.apply(scaling, self.scaler.history, window.lag)
+            if bounded is not scaling:
+                forget = getattr(self.scaler.scaler, "path_", None)
+                if forget is not None:
+                    self.scaler.scaler.path_ = None  # planned on the overruled forecast
+                scaling = bounded
         if self.guard is not None:
             guarded = self.guard.admit(scaling, window.index, n)
             if guarded.engines_after == n != scaling.engines_after:
@@ -457,7 +470,18 @@ def loop_from_config(cfg: Any, store: ControlStore, policy_name: str,
                         clock=clock) if cfg.planner.enabled else None
     return ControlLoop(store, LoopSettings.from_config(cfg), policy, policy_name, scaler,
                        realizer, run_id, clock, guard_from_config(cfg),
-                       reconfiguration_from_config(cfg))
+                       reconfiguration_from_config(cfg),
+                       overrule_from_config(cfg, scaler))
+
+
+def overrule_from_config(cfg: Any, scaler: ScalerStep | None) -> Overrule | None:
+    """Measured demand over the scaler's N (``planner.overrule_windows``; 0 = off)."""
+    p = cfg.planner
+    if scaler is None or not p.overrule_windows:
+        return None
+    lo, hi = scaler.scaler.bounds()
+    return Overrule(p.overrule_windows, float(cfg.controller.window_s),
+                    p.target_utilisation, lo, hi)
 
 
 def reconfiguration_from_config(cfg: Any) -> ReconfigurationCost | None:

@@ -7,12 +7,12 @@
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 
 from keyshift.cli import UsageError, add_log_options
 from keyshift.config import load_config
 from keyshift.workloads import GENERATORS, REPLAYS, SkewSchedule, WorkloadInputError
+from keyshift.workloads.rate import RateSchedule
 
 SUMMARY = "send generated or replayed events to a Kafka topic"
 
@@ -28,7 +28,10 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    help=f"application: one of {', '.join(sorted(GENERATORS))} (default: "
                    "controller.app); with --from, any operator (name or module:Class) whose "
                    "declared event schema types the file's records")
-    p.add_argument("--rate", type=float, default=1000.0, help="events per second (default 1000)")
+    p.add_argument("--rate", default="1000",
+                   help="events per second (default 1000), or a schedule RATE@SECONDS,...: "
+                        "100@0,800@60,100@180 is 100/s, 800/s from 60 s, 100/s from 180 s "
+                        "(a ramp; with it the default --duration is the last step's start + 60 s)")
     p.add_argument("--duration", type=float, help="seconds to run (default 30 unless --count)")
     p.add_argument("--count", type=int, help="send exactly this many events")
     p.add_argument("--skew", default="zipf:1.0",
@@ -109,7 +112,7 @@ def _run_from_file(args: argparse.Namespace) -> int:
             print(f"keyshift produce: skipped {args.from_file} {item}", file=sys.stderr)
 
     try:
-        stats = send_records(producer, topic, records, rate=args.rate, limit=args.limit,
+        stats = send_records(producer, topic, records, rate=args.rate.peak, limit=args.limit,
                              on_bad=bad)
     except ProducerError as exc:
         print(f"keyshift produce: {exc}", file=sys.stderr)
@@ -154,8 +157,13 @@ def connect_at_start(cfg, topic: str):
 
 
 def _validate(args: argparse.Namespace) -> None:
-    if not (args.rate > 0 and math.isfinite(args.rate)):
-        raise UsageError(f"--rate: must be a positive number, got {args.rate}")
+    try:
+        args.rate = RateSchedule.parse(args.rate)
+    except WorkloadInputError as exc:
+        raise UsageError(f"--{exc}") from None
+    if args.from_file and not args.rate.constant:
+        raise UsageError("--rate: a schedule paces generated events; --from sends at one "
+                         "rate (--rate N)")
     if args.duration is not None and not args.duration > 0:
         raise UsageError(f"--duration: must be > 0 seconds, got {args.duration}")
     if args.count is not None and args.count < 1:
@@ -174,6 +182,11 @@ def _validate(args: argparse.Namespace) -> None:
         SkewSchedule.parse(args.skew)
     except WorkloadInputError as exc:
         raise UsageError(f"--{exc}") from None
+
+
+def _default_duration(rate: RateSchedule) -> float:
+    """30 s at a constant rate; a schedule runs a minute past its last step's start."""
+    return 30.0 if rate.constant else rate.last_start + 60.0
 
 
 def run(args: argparse.Namespace) -> int:
@@ -202,8 +215,8 @@ def run(args: argparse.Namespace) -> int:
             app = args.app or cfg.controller.app
             gen = make_generator(app, keys=args.keys, skew=args.skew, seed=args.seed,
                                  producer_id=args.producer_id or uuid.uuid4().hex[:8])
-            total = args.count if args.count is not None else int(
-                round(args.rate * (args.duration or 30.0)))
+            total = args.count if args.count is not None else args.rate.events(
+                args.duration or _default_duration(args.rate))
             if args.malformed > total:
                 raise UsageError(f"--malformed: {args.malformed} exceeds the {total} events sent")
     except WorkloadInputError as exc:

@@ -32,6 +32,7 @@ from keyshift.cli import UsageError, add_config_option, add_log_options
 from keyshift.config import load_config
 from keyshift.lakehouse.logs import failure_line, log_hint, one_line_failure
 from keyshift.lakehouse.logs import say as say_line
+from keyshift.streaming.executors import ResourcesError, resources_mode
 
 SUMMARY = "run your operator on a Kafka topic, kept balanced"
 
@@ -285,13 +286,21 @@ def run(args: argparse.Namespace) -> int:
     if args.planner:
         cfg = cfg.model_copy(update={"planner": cfg.planner.model_copy(update={"enabled": True})})
     opts = options_from(args, cfg)
+    try:  # a resources setting that cannot work stops here, before Spark starts
+        resources = resources_mode(cfg)
+    except ResourcesError as exc:
+        raise UsageError(str(exc)) from None
     check_topic(cfg, opts.topic)
     say = say_line
     job = start_job(cfg, opts, args.log_level, say)
     mode = "available now" if opts.available_now else (
         f"for {args.duration:g} s" if args.duration else "until Ctrl-C")
+    held = ("engines on executors requested and released with the plan"
+            if resources == "executors" else
+            "Spark's dynamic allocation holds the executors" if cfg.spark.dynamic_allocation
+            else "fixed resources: the engines share the cores the job holds")
     say(f"running {job.run_id}: {opts.app} on {opts.topic} with {opts.policy}"
-        f"{', engine scaler on' if cfg.planner.enabled else ''}, {mode}")
+        f"{', engine scaler on' if cfg.planner.enabled else ''}, {mode}; {held}")
     failed, why, stop_failed = wait_and_stop(job, args.duration, say)
     summary = job.summary()
     summary["interrupted"] = bool(why)

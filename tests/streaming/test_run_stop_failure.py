@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from keyshift.streaming.commands import run as run_cmd
+from keyshift.streaming.executors import RunResources
 from keyshift.streaming.job import JobOptions, StreamJob, Totals
 from keyshift.streaming.storage_watch import StorageWatch
 
@@ -86,6 +87,7 @@ def fake_job(tmp_path: Path, query_error: str | None, commit_fails: bool) -> Str
     job._stopping = threading.Event()
     # warehouse.outage_s = 0: these runs stop at the first refused write, as before
     job.storage_watch = StorageWatch("/wh", 0.0)
+    job.resources = RunResources("fixed", None, None, executor_cores=1, local_cores=2)
     return job
 
 

@@ -1,0 +1,125 @@
+"""Measured demand overrules a forecast that is plainly wrong (keyshift.control.overrule):
+a sustained rise the engines cannot carry scales out within a few windows, a sustained
+fall scales in, whatever the forecaster says; one odd window changes nothing; the rule
+reads only the remembered windows, so a restart decides alike. Driven through the one
+control loop with the paper's planner fed a forecast stuck near zero."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from keyshift.control import (
+    ControlLoop,
+    FunctionForecaster,
+    LoopSettings,
+    MemoryControlStore,
+    ScalerStep,
+    WindowSample,
+    WindowStats,
+)
+from keyshift.control.overrule import Overrule
+from keyshift.elastic.cost import Forecast
+from keyshift.elastic.decision import ScalingDecision
+from keyshift.elastic.path_scaler import PathScaler
+from keyshift.plan import Plan
+
+GROUPS, WINDOW_S, LAT = 64, 10.0, 0.002  # 2 ms per tuple: 5,000 tuples fill an engine
+
+
+def near_zero(first: int, horizon: int, k: int = 8) -> Forecast:
+    """A champion trained on another workload: the input it forecasts never comes."""
+    return Forecast(np.full(horizon, 10.0), np.ones(horizon),
+                    np.full((horizon, k), LAT), np.full((horizon, k), 1e-4))
+
+
+def loop(overrule_windows: int = 2, engines: int = 1) -> ControlLoop:
+    planner = PathScaler(horizon=4, window_s=WINDOW_S, mc=1.0, ec=1.0, rc=10.0,
+                         min_engines=1, max_engines=8)
+    step = ScalerStep(planner, FunctionForecaster(near_zero), WINDOW_S, keep_on_error=False)
+    rule = Overrule(overrule_windows, WINDOW_S, 0.8, 1, 8) if overrule_windows else None
+    ctl = ControlLoop(MemoryControlStore(), LoopSettings(window_s=WINDOW_S), None, "kg",
+                      step, overrule=rule)
+    ctl.start(Plan.hashed(GROUPS, engines))
+    return ctl
+
+
+def windows(ctl: ControlLoop, tuples: list[float], lags: list[float]) -> list:
+    out = []
+    before = 0.0
+    for j, (n, lag) in enumerate(zip(tuples, lags, strict=True)):
+        w = WindowStats.measured(j, np.full(GROUPS, n / GROUPS), n, LAT, j * WINDOW_S)
+        w.lag_before, w.lag = before, lag
+        before = lag
+        out.append(ctl.step(w))
+    return out
+
+
+def decision(before: int, after: int) -> ScalingDecision:
+    return ScalingDecision(window=1, policy="p", engines_before=before, proposed=after,
+                           engines_after=after, reason="planned")
+
+
+def sample(tuples: float, engines: int) -> WindowSample:
+    return WindowSample(t=0.0, in_tuples=tuples, lat_s=LAT, engines=engines)
+
+
+def test_a_rise_the_engines_cannot_carry_scales_out_within_two_windows() -> None:
+    # 12,000 tuples read per window at 2 ms need 3 engines at 80 %; the forecast says 10
+    tuples, lags = [12_000.0] * 4, [6_000.0, 12_000.0, 18_000.0, 24_000.0]
+    without = windows(loop(overrule_windows=0), tuples, lags)
+    assert all(d.after.parallelism == 1 for d in without)  # the paper's planner alone
+    ds = windows(loop(), tuples, lags)
+    assert ds[0].after.parallelism == 1  # one window is not a trend
+    assert ds[1].action == "scale_out" and ds[1].after.parallelism >= 3
+    assert "measured demand overrules the scaler (1)" in ds[1].reason
+
+
+def test_a_sustained_fall_scales_in_and_a_backlog_or_one_window_does_not() -> None:
+    rule = Overrule(2, WINDOW_S, 0.8, 1, 8)
+    d = decision(3, 3)
+    low, high = sample(2_000.0, 3), sample(12_000.0, 3)
+    assert rule.apply(d, [low], 0.0) is d  # one window is not a trend
+    assert rule.apply(d, [high, low], 0.0) is d  # nor one window after a busy one
+    assert rule.apply(d, [low, low], 5_000.0) is d  # backlogged: not a fall
+    fell = rule.apply(d, [low, low], 0.0)
+    assert fell.engines_after == 1 and "no backlog need 1 engines" in fell.reason
+    assert rule.apply(decision(3, 1), [low, low], 0.0).engines_after == 1  # agrees: as is
+
+
+def test_need_counts_the_backlog_beyond_one_window() -> None:
+    rule = Overrule(2, WINDOW_S, 0.8, 1, 16)
+    s = sample(4_000.0, 1)
+    assert rule.need(s) == 1 and rule.need(s, lag=0.0) == 1  # 8 s of work in 10 s at 80 %
+    assert rule.need(s, lag=4_000.0) == 1  # one window of input backlogged: normal
+    assert rule.need(s, lag=16_000.0) == 4  # 12,000 more to drain: 32 s of work
+    assert rule.need(WindowSample(0.0, 4_000.0, None, 1)) is None
+    assert Overrule(2, WINDOW_S, 0.8, 1, 2).need(s, 1e9) == 2  # within the bounds
+
+
+def test_off_or_too_few_windows_change_nothing() -> None:
+    d = decision(1, 1)
+    s = sample(1e6, 1)
+    assert Overrule(0, WINDOW_S).apply(d, [s] * 5, 1e6) is d
+    assert Overrule(3, WINDOW_S).apply(d, [s] * 2, 1e6) is d
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_the_trend_length_is_the_setting(n: int) -> None:
+    rule = Overrule(n, WINDOW_S, 0.8, 1, 8)
+    s = sample(12_000.0, 1)
+    assert rule.apply(decision(1, 1), [s] * (n - 1), 0.0).engines_after == 1
+    assert rule.apply(decision(1, 1), [s] * n, 0.0).engines_after == 3
+
+
+def test_a_restarted_loop_decides_as_the_uninterrupted_one() -> None:
+    """The rule has no memory of its own: the same remembered windows, the same bound."""
+    tuples, lags = [12_000.0] * 3, [6_000.0, 12_000.0, 18_000.0]
+    whole = windows(loop(), tuples, lags)
+    ctl = loop()
+    windows(ctl, tuples[:1], lags[:1])
+    again = loop()
+    again.scaler.restart(list(ctl.scaler.history), None)
+    w = WindowStats.measured(1, np.full(GROUPS, 12_000.0 / GROUPS), 12_000.0, LAT, WINDOW_S)
+    w.lag_before, w.lag = lags[0], lags[1]
+    assert again.step(w).after.parallelism == whole[1].after.parallelism >= 3

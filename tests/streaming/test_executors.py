@@ -1,0 +1,139 @@
+"""The job's side of engines-as-executors without Spark (keyshift.streaming.executors): which
+mode a configuration runs in and the errors for one that cannot work, the executor budget
+from the config, the executor a task ran on, and what a run reports it held (executors,
+cores, core-seconds, the cluster manager's count), against a fake client and clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from keyshift.config import load_config
+from keyshift.control.resources import ExecutorBudget, ExecutorScaler
+from keyshift.streaming.executors import (
+    ResourcesError,
+    RunResources,
+    budget_from_config,
+    executor_of,
+    local_cores,
+    resources_mode,
+)
+
+
+def cfg(**sections):
+    base = load_config(None)
+    update = {name: getattr(base, name).model_copy(update=values)
+              for name, values in sections.items()}
+    return base.model_copy(update=update)
+
+
+def test_auto_is_executors_on_a_cluster_and_fixed_on_local_or_under_spark_da() -> None:
+    assert resources_mode(cfg()) == "fixed"  # local[2]
+    assert resources_mode(cfg(spark={"master": "spark://h:7077"})) == "executors"
+    assert resources_mode(cfg(spark={"master": "spark://h:7077",
+                                     "dynamic_allocation": True})) == "fixed"
+    assert resources_mode(cfg(spark={"master": "spark://h:7077"},
+                              planner={"resources": "fixed"})) == "fixed"
+
+
+def test_settings_that_cannot_work_are_refused_naming_the_key() -> None:
+    with pytest.raises(ResourcesError, match=r"^planner.resources: 'executors' needs a cluster"):
+        resources_mode(cfg(planner={"resources": "executors"}))
+    with pytest.raises(ResourcesError, match="spark.dynamic_allocation cannot both be on"):
+        resources_mode(cfg(spark={"master": "spark://h:7077", "dynamic_allocation": True},
+                           planner={"resources": "executors"}))
+
+
+def test_run_refuses_executors_on_a_local_master_before_spark(capsys, monkeypatch) -> None:
+    from keyshift.cli import main
+
+    monkeypatch.setenv("KEYSHIFT_PLANNER__RESOURCES", "executors")
+    assert main(["run", "--app", "wordcount", "--topic", "t"]) == 2
+    assert "planner.resources: 'executors' needs a cluster master" in capsys.readouterr().err
+
+
+def test_budget_follows_the_engine_bounds_and_cores_max() -> None:
+    b = budget_from_config(cfg(engines={"min": 1, "initial": 2, "max": 8},
+                               spark={"executor_cores": 2}))
+    assert b == ExecutorBudget(2, 1, 4)
+    b = budget_from_config(cfg(engines={"min": 1, "initial": 2, "max": 8},
+                               spark={"cores_max": 3}, planner={"max_engines": 6}))
+    assert b == ExecutorBudget(1, 1, 3)  # spark.cores.max caps the executors
+    b = budget_from_config(cfg(planner={"engines_per_executor": 4, "min_engines": 5}))
+    assert b.engines_per_executor == 4 and b.min_executors == 2
+
+
+def test_executor_of_reads_a_standalone_executor_folder() -> None:
+    assert executor_of("/w/worker-1/work/app-20261205142118-0000/3") == "3"
+    assert executor_of("/tmp/spark-local") == "" and executor_of("") == ""
+    assert local_cores("local[3]") == 3 and local_cores("local") == 1
+
+
+class Client:
+    def __init__(self, ids: list[str]) -> None:
+        self.ids = ids
+        self.totals: list[int] = []
+
+    def held(self) -> list[str]:
+        return list(self.ids)
+
+    def request_total(self, total: int) -> bool:
+        self.totals.append(total)
+        return True
+
+    def release(self, ids):
+        for e in ids:
+            self.ids.remove(e)
+        return list(ids)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_run_reports_what_it_held_and_core_seconds() -> None:
+    clock, client = Clock(), Client(["0", "1"])
+    scaler = ExecutorScaler(client, ExecutorBudget(1, 1, 2), 10.0, clock=clock,
+                            sleep=lambda s: None)
+    told = iter([2, 1, 1])
+    res = RunResources("executors", client, scaler, executor_cores=1,
+                       cores_of_master=lambda: next(told), clock=clock)
+    clock.now += 5.0
+    res.after_batch(2, 0, [{"events": 3, "workdir": "/w/app-1/0"},
+                           {"events": 2, "workdir": "/w/app-1/1"}])
+    assert res.columns() == {"executors": 2, "cores_held": 2}
+    clock.now += 10.0
+    act = res.after_batch(1, 1, [{"events": 3, "workdir": "/w/app-1/0"}])
+    assert act.released == ["1"] and client.totals == [1]
+    assert res.columns() == {"executors": 1, "cores_held": 1}
+    clock.now += 10.0
+    out = res.summary()
+    # 5 s at 0 (nothing sampled yet), 10 s at 2, 10 s at 1
+    assert out["core_seconds"] == pytest.approx(30.0)
+    assert out["executors_min"] == 1 and out["executors_max"] == 2
+    assert [a["kind"] for a in out["scale_actions"]] == ["release"]
+    assert "cores_mismatches" not in out
+
+
+def test_the_cluster_managers_count_wins_and_a_disagreement_is_counted() -> None:
+    client = Client(["0", "1"])
+    res = RunResources("fixed", client, None, executor_cores=2, cores_of_master=lambda: 3,
+                       clock=Clock())
+    res.sample()
+    assert res.columns() == {"executors": 2, "cores_held": 3}  # the master's, not 2 x 2
+    assert res.summary()["cores_mismatches"] == 2
+
+
+def test_a_local_master_holds_its_cores_and_says_nothing_is_released() -> None:
+    clock = Clock()
+    res = RunResources("fixed", None, None, executor_cores=1, local_cores=2, clock=clock)
+    assert res.before_batch(4, 0) is None and res.after_decision(8, 0) is None
+    clock.now += 10.0
+    res.after_batch(4, 0, [])
+    assert res.columns() == {"executors": None, "cores_held": 2}
+    out = res.summary()
+    assert out["core_seconds"] == pytest.approx(20.0) and out["executors_max"] is None
+    assert "share its 2 cores" in out["resources_note"]
