@@ -162,6 +162,12 @@ class RunResources:
         return cls(mode, client, scaler, cfg.spark.executor_cores, 0, master)
 
     # -- the job's calls ---------------------------------------------------------------------
+    def at_start(self, live_engines: int) -> ScaleAction | None:
+        """A new run's first plan is known: give back at once what it does not need."""
+        if self.scaler is None:
+            return None
+        return self.scaler.start(live_engines)
+
     def before_batch(self, live_engines: int, batch_id: int) -> ScaleAction | None:
         if self.scaler is None:
             return None

@@ -320,6 +320,9 @@ class StreamJob:
             # batch, whose id only Spark's checkpoint knows
             self.controller.recover(0)
             self._recovered = True
+            # the cluster manager gave what the application may take: keep what the first
+            # plan needs (streaming/executors.py)
+            self._say_scale(self.resources.at_start(self.controller.plan_for(0).parallelism))
             # its only staged rows are that initial plan (batch -1), which nothing reads
             # back while it runs: committed behind the stream, so the query's start and first
             # batch overlap the cold JVM's first Delta commit (3-4 s, issue 25 item 7); a
@@ -662,6 +665,7 @@ class StreamJob:
             "controller_s": controller_s, "writes_s": writes_s,
             "committed_staged": committed,  # the last commit behind the stream, if it ended
             "duration_s": duration, "moved_groups": len(migration), "moved_bytes": ran.moved,
+            "ended_at": time.time(),  # wall clock: a bench's lag over time (bench_elastic_cluster)
             "split_groups": list(split),
             "scale_actions": [a.to_dict() for a in self._scale_actions(batch_id)],
             **self.resources.columns(),

@@ -1,0 +1,444 @@
+"""Elasticity that a user pays for, head to head on one rate ramp (issue 41, item 5).
+
+A standalone cluster on this machine (``--workers`` workers of 1 core each, the master's own
+API as the judge of what an application holds) and a private Kafka broker. Every system reads
+its own topic, filled live by one producer following the same rate schedule (``--rate``,
+default low -> high -> low) with the same pre-generated events of the CPU-heavy ``heavy``
+operator (``--work-us`` of hash chain per event: one executor carries the trough, not the
+peak). Systems, each a ``keyshift run`` on the cluster:
+
+* **keyshift-planner**: the engine scaler on, engines on executors (``planner.resources =
+  "executors"``): the plan's N decides the executors held (requested and released);
+* **static-max** / **static-min**: KG on the most / fewest engines, executors held to match;
+* **spark-da**: KG on the most engines with the planner off and Spark's own dynamic
+  allocation (shuffle tracking), its default idle timeout (60 s) and, as
+  **spark-da-idle5**, one tuned setting (5 s).
+
+Measured by the bench itself, not taken from a system's report: the cores the master says
+the application holds, sampled every second and integrated into core-seconds from the first
+event sent until the run has taken every event; the Kafka lag as events sent minus events the
+run's batches took (``batches.jsonl``), its maximum and its seconds above one window of
+input; the run's batch p95 and scale actions (changes of the cores held). Every run's
+complex events are compared with static-max's (the same events, so the same outputs:
+nothing lost, nothing doubled). The targets and ratios are printed, never asserted.
+
+    .venv/bin/python bench/bench_elastic_cluster.py                 # 6.5-min ramp, 1 repeat
+    .venv/bin/python bench/bench_elastic_cluster.py --repeats 3 --json out.json
+    .venv/bin/python bench/bench_elastic_cluster.py --quick         # a 2.5-min ramp
+
+Not measured here: plain Spark ``applyInPandasWithState`` under dynamic allocation (issue
+41's system e): its micro-batches hold tasks on every shuffle partition as keyshift KG's do,
+so dynamic allocation sees the same backlog; the bench's ``spark-da`` rows are that case
+with keyshift's operator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("KEYSHIFT_CACHE", str(ROOT / ".keyshift" / "cache"))
+
+from bench.bench_stream import config_env, keyshift_exe, parse_run_json  # noqa: E402
+
+PLANNER, STATIC_MAX, STATIC_MIN, SPARK_DA, SPARK_DA5 = (
+    "keyshift-planner", "static-max", "static-min", "spark-da", "spark-da-idle5")
+SYSTEMS = (PLANNER, STATIC_MAX, STATIC_MIN, SPARK_DA, SPARK_DA5)
+PARTITIONS = 4
+WINDOW_S = 10.0
+TRIGGER_S = 2.0
+
+
+# --- what each system runs with ------------------------------------------------------------
+def system_settings(system: str, workers: int) -> tuple[str, int, dict[str, Any]]:
+    """(policy, starting engines, config overrides) of one system on ``workers`` 1-core
+    executors at most."""
+    lo, hi = 1, workers
+    engines = {"min": lo, "initial": lo, "max": hi}
+    if system == PLANNER:
+        return "kg", lo, {"engines": engines, "planner": {
+            "enabled": True, "resources": "executors", "min_engines": lo, "max_engines": hi,
+            "overrule_windows": 2, "target_utilisation": 0.8}}
+    if system in (STATIC_MAX, STATIC_MIN):
+        n = hi if system == STATIC_MAX else lo
+        return "kg", n, {"engines": {"min": 1, "initial": n, "max": hi},
+                         "planner": {"resources": "executors"}}
+    if system in (SPARK_DA, SPARK_DA5):
+        idle = 60.0 if system == SPARK_DA else 5.0
+        return "kg", hi, {"engines": {"min": 1, "initial": hi, "max": hi},
+                          "planner": {"resources": "fixed"},
+                          "spark": {"dynamic_allocation": True,
+                                    "dynamic_allocation_idle_s": idle}}
+    raise ValueError(f"unknown system {system!r}")
+
+
+# --- the measurements ----------------------------------------------------------------------
+@dataclass
+class Samples:
+    """One run's time series, one row a second: (t, cores held, events sent, events taken)."""
+
+    t: list[float] = field(default_factory=list)
+    cores: list[int] = field(default_factory=list)
+    sent: list[int] = field(default_factory=list)
+    taken: list[int] = field(default_factory=list)
+
+
+def integrate(t: Sequence[float], values: Sequence[float]) -> float:
+    """∫ values dt with each value held until the next sample (left Riemann sum)."""
+    return float(sum(v * (b - a) for a, b, v in zip(t, t[1:], values, strict=False)))
+
+
+def lag_stats(s: Samples, rate_at, window_s: float) -> tuple[float, float]:
+    """(max lag in events, seconds the lag was above one window of the input at the time)."""
+    lags = [max(a - b, 0) for a, b in zip(s.sent, s.taken, strict=True)]
+    if not lags:
+        return 0.0, 0.0
+    above = [1.0 if lag > rate_at(t - s.t[0]) * window_s else 0.0
+             for t, lag in zip(s.t, lags, strict=True)]
+    return float(max(lags)), integrate(s.t, above)
+
+
+def scale_actions(cores: Sequence[int]) -> int:
+    """Changes of the cores held (each request or release the master carried out)."""
+    return sum(1 for a, b in zip(cores, cores[1:], strict=False) if a != b)
+
+
+@dataclass
+class RunResult:
+    system: str
+    repeat: int
+    core_seconds: float
+    seconds: float
+    cores_min: int
+    cores_max: int
+    events_sent: int
+    events_in: int
+    complex_events: int
+    outputs_digest: str
+    lag_max: float
+    lag_seconds: float
+    batch_p95_s: float
+    scale_actions: int
+    keyshift_core_seconds: float | None
+    check: str = ""
+
+    def row(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def master_cores(ui_url: str) -> int:
+    """Cores every running keyshift application holds, as the master's ``/json/`` says."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"{ui_url}/json/", timeout=3) as r:
+        state = json.load(r)
+    return sum(int(a.get("cores", 0)) for a in state.get("activeapps", [])
+               if str(a.get("name", "")).startswith("keyshift"))
+
+
+def taken_events(run_dir: Path) -> int:
+    path = run_dir / "batches.jsonl"
+    if not path.is_file():
+        return 0
+    total = 0
+    for line in path.read_text().splitlines():
+        if line.strip():
+            b = json.loads(line)
+            total += sum(int(t.get("events", 0)) for t in b.get("tasks", [])
+                         if not t.get("restore"))
+    return total
+
+
+def outputs_digest(home: Path, run_id: str) -> tuple[int, str]:
+    """The run's complex events (count, digest of the sorted set) from its Delta table."""
+    from keyshift.config import load_config
+    from keyshift.lakehouse.delta_arrow import read_arrow
+
+    cfg = load_config(env={}, home=str(home))
+    rows = read_arrow(cfg, "events_out", run_id, ["key", "kind", "detail", "event_id"])
+    got = sorted(zip(*(rows.column(c).to_pylist() for c in rows.column_names), strict=True))
+    return len(got), hashlib.sha256(json.dumps(got).encode()).hexdigest()[:16]
+
+
+# --- the input -----------------------------------------------------------------------------
+class Pregenerated:
+    """The same events for every system (ids and words fixed by the seed), stamped with the
+    time they are sent; the producer's generator protocol."""
+
+    def __init__(self, events: list[dict[str, Any]]) -> None:
+        self.events = events
+        self.i = 0
+
+    def batch(self, n: int, t_s: float, now_ms: int) -> list[dict[str, Any]]:
+        out = [dict(e, ts=now_ms) for e in self.events[self.i:self.i + n]]
+        self.i += len(out)
+        return out
+
+
+def make_events(total: int, seed: int, keys: int) -> list[dict[str, Any]]:
+    from keyshift.workloads import make_generator
+
+    gen = make_generator("heavy", keys=keys, skew="uniform", seed=seed, producer_id="ramp")
+    return gen.batch(total, 0.0, 0)
+
+
+# --- one run -------------------------------------------------------------------------------
+def run_system(system: str, repeat: int, *, cluster, overrides: dict[str, Any], cfg,
+               rate, duration_s: float, events: list[dict[str, Any]], work_us: float,
+               workers: int, drain_s: float, say) -> RunResult:
+    from keyshift.streaming.broker import create_topic
+    from keyshift.streaming.producer import connect, produce
+
+    deadline = time.monotonic() + 60
+    while master_cores(cluster.ui_url) and time.monotonic() < deadline:
+        time.sleep(0.5)  # the run before has left the master's list of applications
+    policy, engines, settings = system_settings(system, workers)
+    topic = f"ramp-{system}-{uuid.uuid4().hex[:6]}"
+    create_topic(cfg.kafka.bootstrap, topic, PARTITIONS)
+    run_id = f"{system}-{repeat}-{uuid.uuid4().hex[:4]}"
+    home = Path(overrides["home"])
+    run_dir = home / "runs" / run_id
+    conf = json.loads(json.dumps(overrides))
+    for section, values in settings.items():
+        conf.setdefault(section, {}).update(values)
+    conf["spark"]["master_ui"] = cluster.ui_url
+    cmd = [keyshift_exe(), "run", "--app", "heavy", "--params",
+           json.dumps({"work_us": work_us}), "--topic", topic, "--policy", policy,
+           "--engines", str(engines), "--run-id", run_id, "--json"]
+    log = home / f"{run_id}.log"
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=open(log, "w"), text=True,
+                            env=config_env(conf), start_new_session=True)
+    s = Samples()
+    sent = [0]
+    try:
+        # the run is up when its first batch (of no input yet) could run: wait for the app
+        deadline = time.monotonic() + 180
+        while master_cores(cluster.ui_url) == 0:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{system}: the run did not start; {log}")
+            time.sleep(0.5)
+        time.sleep(8.0)  # its session set up and its query started (job.json written)
+        producer = connect(cfg.kafka.bootstrap)
+
+        def send() -> None:
+            def progress(stats) -> None:
+                sent[0] = stats.sent
+            produce(producer, topic, Pregenerated(events), rate=rate, duration_s=duration_s,
+                    progress=progress)
+
+        sender = threading.Thread(target=send, daemon=True)
+        t0 = time.monotonic()
+        sender.start()
+        end = None
+        while True:
+            now = time.monotonic()
+            s.t.append(now)
+            s.cores.append(master_cores(cluster.ui_url))
+            s.sent.append(sent[0])
+            s.taken.append(taken_events(run_dir))
+            if proc.poll() is not None:
+                raise RuntimeError(f"{system}: the run ended early; {log}")
+            if not sender.is_alive() and s.taken[-1] >= sent[0]:
+                break
+            if not sender.is_alive():
+                end = end or now
+                if now - end > drain_s:
+                    say(f"  {system}: {sent[0] - s.taken[-1]:,} events not taken "
+                        f"{drain_s:.0f} s after the ramp; stopping")
+                    break
+            time.sleep(max(0.0, 1.0 - (time.monotonic() - now)))
+        seconds = time.monotonic() - t0
+        os.killpg(proc.pid, signal.SIGTERM)
+        stdout, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    out = parse_run_json(stdout)
+    n_out, digest = outputs_digest(home, run_id)
+    lag_max, lag_s = lag_stats(s, rate.at, WINDOW_S)
+    return RunResult(
+        system=system, repeat=repeat, core_seconds=integrate(s.t, s.cores), seconds=seconds,
+        cores_min=min(s.cores), cores_max=max(s.cores), events_sent=sent[0],
+        events_in=int(out["events_in"]), complex_events=n_out, outputs_digest=digest,
+        lag_max=lag_max, lag_seconds=lag_s, batch_p95_s=float(out["batch_p95_s"]),
+        scale_actions=scale_actions(s.cores),
+        keyshift_core_seconds=out.get("core_seconds"))
+
+
+# --- the report ----------------------------------------------------------------------------
+def medians(results: Sequence[RunResult]) -> dict[str, dict[str, float]]:
+    keys = ("core_seconds", "seconds", "lag_max", "lag_seconds", "batch_p95_s",
+            "scale_actions", "cores_min", "cores_max")
+    out: dict[str, dict[str, float]] = {}
+    for system in dict.fromkeys(r.system for r in results):
+        rs = [r for r in results if r.system == system]
+        out[system] = {k: float(statistics.median(getattr(r, k) for r in rs)) for k in keys}
+        out[system]["runs"] = len(rs)
+    return out
+
+
+def target_lines(med: dict[str, dict[str, float]]) -> list[str]:
+    """The issue's targets against the medians, in words."""
+    lines = []
+    p, mx = med.get(PLANNER), med.get(STATIC_MAX)
+    if p and mx:
+        ratio = p["core_seconds"] / mx["core_seconds"] if mx["core_seconds"] else float("nan")
+        lag_ok = p["lag_seconds"] <= mx["lag_seconds"] + WINDOW_S
+        lines.append(f"keyshift-planner / static-max core-seconds {ratio:.2f}x (target <= 0.75x: "
+                     f"{'met' if ratio <= 0.75 else 'missed'}); lag seconds "
+                     f"{p['lag_seconds']:.0f} vs {mx['lag_seconds']:.0f} + {WINDOW_S:g} "
+                     f"({'met' if lag_ok else 'missed'})")
+    for da in (SPARK_DA, SPARK_DA5):
+        d = med.get(da)
+        if p and d:
+            ratio = p["core_seconds"] / d["core_seconds"] if d["core_seconds"] else float("nan")
+            lag_ok = p["lag_seconds"] <= d["lag_seconds"]
+            lines.append(f"keyshift-planner / {da} core-seconds {ratio:.2f}x (target <= 1.0x at "
+                         f"no more lag seconds: {'met' if ratio <= 1.0 and lag_ok else 'missed'}; "
+                         f"lag seconds {p['lag_seconds']:.0f} vs {d['lag_seconds']:.0f})")
+    return lines
+
+
+def table_text(med: dict[str, dict[str, float]]) -> str:
+    head = ("| system | runs | core-seconds | cores min-max | lag max (events) | lag seconds "
+            "| batch p95 (s) | scale actions | seconds |")
+    rows = [head, "|---|---|---|---|---|---|---|---|---|"]
+    for system, m in med.items():
+        rows.append(f"| {system} | {m['runs']:.0f} | {m['core_seconds']:,.0f} | "
+                    f"{m['cores_min']:.0f}-{m['cores_max']:.0f} | {m['lag_max']:,.0f} | "
+                    f"{m['lag_seconds']:.0f} | {m['batch_p95_s']:.2f} | "
+                    f"{m['scale_actions']:.0f} | {m['seconds']:.0f} |")
+    return "\n".join(rows)
+
+
+def check_outputs(results: Sequence[RunResult]) -> None:
+    """Every run's complex events against static-max's of the same repeat (else the first)."""
+    for r in results:
+        ref = next((x for x in results if x.repeat == r.repeat and x.system == STATIC_MAX),
+                   results[0])
+        if r.events_in != r.events_sent:
+            r.check = f"MISMATCH: {r.events_in:,} events in of {r.events_sent:,} sent"
+        elif r.outputs_digest != ref.outputs_digest:
+            r.check = (f"MISMATCH: {r.complex_events:,} complex events, digest "
+                       f"{r.outputs_digest} vs {ref.system}'s {ref.outputs_digest}")
+        else:
+            r.check = "ok"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rate", default=None,
+                    help="the ramp, events/s from second T (default 60@0,360@90,60@240)")
+    ap.add_argument("--duration", type=float, default=None,
+                    help="seconds of input (default 390)")
+    ap.add_argument("--work-us", type=float, default=2500.0,
+                    help="heavy's work per event, µs (one executor carries the trough only)")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--systems", default=",".join(SYSTEMS))
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--keys", type=int, default=2000)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--drain", type=float, default=120.0,
+                    help="seconds a run may take after the ramp to take every event")
+    ap.add_argument("--quick", action="store_true", help="a 150-s ramp")
+    ap.add_argument("--json", dest="json_out", default=None)
+    args = ap.parse_args(argv)
+    from keyshift.workloads.rate import RateSchedule
+
+    rate = RateSchedule.parse(args.rate or ("60@0,360@40,60@100" if args.quick
+                                            else "60@0,360@90,60@240"))
+    duration = args.duration or (150.0 if args.quick else 390.0)
+    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    if unknown := [s for s in systems if s not in SYSTEMS]:
+        ap.error(f"--systems: unknown {', '.join(unknown)}; choose from {', '.join(SYSTEMS)}")
+
+    from keyshift.config import load_config
+    from keyshift.streaming.broker import Broker, free_port
+    from keyshift.streaming.cluster import LocalCluster
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+
+    home = Path(tempfile.mkdtemp(prefix="keyshift-bench-elastic-"))
+    port, cport = free_port(), free_port()
+    while cport == port:
+        cport = free_port()
+    events = make_events(rate.events(duration) + 100, args.seed, args.keys)
+    results: list[RunResult] = []
+    failures: list[str] = []
+    with LocalCluster(home / "cluster", workers=args.workers, cores=1, memory="1g") as cluster:
+        overrides = {
+            "home": str(home), "groups": {"count": 1024},
+            "kafka": {"port": port, "controller_port": cport},
+            "spark": {"master": cluster.master_url, "cores_max": args.workers,
+                      "executor_cores": 1, "executor_memory": "768m", "driver_memory": "1g",
+                      "driver_host": "127.0.0.1", "trigger_s": TRIGGER_S,
+                      "shuffle_partitions": args.workers},
+            "controller": {"window_s": WINDOW_S},
+            "metrics": {"port": 0},
+        }
+        cfg = load_config(env={}, **overrides)
+        broker = Broker.from_config(cfg)
+        say(f"bench: broker {broker.start()}; cluster {cluster.master_url} "
+            f"({args.workers} x 1 core, UI {cluster.ui_url}); home {home}")
+        say(f"bench: ramp {rate.text()} for {duration:g} s ({rate.events(duration):,} events), "
+            f"heavy work_us {args.work_us:g}, window {WINDOW_S:g} s, trigger {TRIGGER_S:g} s")
+        try:
+            for rep in range(args.repeats):
+                order = systems[rep % len(systems):] + systems[:rep % len(systems)]
+                for system in order:
+                    say(f"run {rep + 1}/{args.repeats} {system} ...")
+                    try:
+                        r = run_system(system, rep, cluster=cluster, overrides=overrides,
+                                       cfg=cfg, rate=rate, duration_s=duration, events=events,
+                                       work_us=args.work_us, workers=args.workers,
+                                       drain_s=args.drain, say=say)
+                    except (RuntimeError, ValueError, subprocess.TimeoutExpired) as exc:
+                        failures.append(f"{system} run {rep + 1}: {str(exc)[:300]}")
+                        say(f"  FAILED: {failures[-1]}")
+                        continue
+                    results.append(r)
+                    say(f"  {r.core_seconds:,.0f} core-s over {r.seconds:.0f} s (cores "
+                        f"{r.cores_min}-{r.cores_max}, {r.scale_actions} changes), lag max "
+                        f"{r.lag_max:,.0f}, lag s {r.lag_seconds:.0f}, p95 {r.batch_p95_s:.2f} s,"
+                        f" {r.events_in:,}/{r.events_sent:,} events, {r.complex_events:,} "
+                        f"complex (keyshift's own core-s {r.keyshift_core_seconds})")
+        finally:
+            broker.stop()
+    check_outputs(results)
+    med = medians(results)
+    say(table_text(med))
+    for line in target_lines(med):
+        say(line)
+    for r in results:
+        if r.check != "ok":
+            say(f"{r.system} run {r.repeat + 1}: {r.check}")
+    for f in failures:
+        say(f"FAILED run, not in the table: {f}")
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(
+            {"args": vars(args), "rate": rate.text(), "duration_s": duration,
+             "results": [r.row() for r in results], "medians": med, "failures": failures},
+            indent=2))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
