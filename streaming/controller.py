@@ -170,6 +170,18 @@ class Controller:
         self.decide_s = time.perf_counter() - t0
         return self.last_decision
 
+    def planned_ahead(self, windows: int) -> int | None:
+        """The most engines the scaler's path plans for the ``windows`` windows after the
+        next one (None: no path, or the planner off): what the executors must be asked for
+        ahead when they take that long to start (keyshift.streaming.executors)."""
+        scaler = self.loop.scaler
+        path = getattr(scaler.scaler, "path_", None) if scaler is not None else None
+        if path is None or windows < 1:
+            return None
+        pos = int(getattr(scaler.scaler, "position_", 0) or 0)
+        ahead = [int(n) for n in path[pos:pos + windows]]
+        return max(ahead) if ahead else None
+
     def close(self, timeout_s: float = 10.0) -> None:
         """Send the scaling events still buffered (up to ``timeout_s``) and stop their thread."""
         if self.events is not None:

@@ -143,6 +143,7 @@ class RunResources:
         self.core_seconds = 0.0
         self._t = clock()
         self.mismatches = 0  # samples where the master and the scheduler disagreed
+        self._ahead = 0  # engines the scaler's path plans within the executors' lead
 
     @classmethod
     def for_job(cls, cfg: Config, spark: Any, local_cores: int) -> RunResources:
@@ -173,16 +174,31 @@ class RunResources:
             return None
         return self.scaler.ready(live_engines, batch_id)
 
-    def after_decision(self, live_engines: int, batch_id: int) -> ScaleAction | None:
+    def lead_windows(self, window_s: float) -> int:
+        """Windows ahead a scale-out's executors must be asked for: their measured start-up
+        (the slowest request of this run, until registered) in windows, at least the one
+        window a decision already leads its plan by; beyond that the scaler's path is read
+        further ahead (:meth:`after_decision`)."""
+        ups = [a.ready_s for a in (self.scaler.actions if self.scaler else [])
+               if a.kind == "request" and a.ready_s is not None]
+        return max(1, -(-int(1000 * max(ups, default=0.0)) // int(1000 * window_s)))
+
+    def after_decision(self, live_engines: int, batch_id: int,
+                       ahead: int | None = None) -> ScaleAction | None:
+        """The plan just decided has ``live_engines``; ``ahead``: the most the scaler's
+        path plans within the executors' lead (:meth:`lead_windows`). Executors for the
+        larger are asked for now and kept until the path passes."""
         if self.scaler is None:
             return None
-        return self.scaler.prepare(live_engines, batch_id)
+        self._ahead = ahead or 0
+        return self.scaler.prepare(max(live_engines, self._ahead), batch_id)
 
     def after_batch(self, live_engines: int, batch_id: int,
                     tasks: Sequence[dict[str, Any]]) -> ScaleAction | None:
-        """Release what the plan no longer needs (its moves ran in this batch), then
-        sample what is held."""
+        """Release what the plan no longer needs (its moves ran in this batch; executors
+        asked for ahead of the scaler's path stay), then sample what is held."""
         action = None
+        live_engines = max(live_engines, self._ahead)
         if self.scaler is not None:
             on: dict[str, int] = {}
             for t in tasks:

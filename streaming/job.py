@@ -608,7 +608,9 @@ class StreamJob:
         migration = Migration.between(self.run_id, batch_id,
                                       plan if self.opt.ingest_only else prev, plan)
         slots = max(plan.engines, prev.engines)
+        t_ready = time.perf_counter()
         self._say_scale(self.resources.before_batch(plan.parallelism, batch_id))
+        waited_s = time.perf_counter() - t_ready  # a scale-out's wait for its executors
         split = self._split_for(batch_id, plan)
         spec = self._batch_spec(batch_id, plan, migration, slots, split, start_wall)
         self.spark.sparkContext.setLocalProperty(
@@ -644,8 +646,8 @@ class StreamJob:
         writes_s = time.perf_counter() - t_writes
         metrics, bal = self._metrics_row(batch_id, start_wall, plan, slots, split, ran)
         if len(migration):
-            self._measure_migration(batch_id, migration, prev, plan, ran.moved, engines_s,
-                                    metrics["input_rate"])
+            self._measure_migration(batch_id, migration, prev, plan, ran.moved,
+                                    engines_s, metrics["input_rate"], waited_s)
         elif not split:
             self._calm_engines_s.append(engines_s)
         t_metrics = time.perf_counter()
@@ -746,8 +748,10 @@ class StreamJob:
             t_ctl = time.perf_counter()
             decided = self.controller.end_of_batch(batch_id, lag=progress_lag(self.query))
             if decided is not None:  # a scale-out's executors start while the batch writes
+                lead = self.resources.lead_windows(self.cfg.controller.window_s)
                 self._say_scale(self.resources.after_decision(
-                    self.controller.plan_for(batch_id + 1).parallelism, batch_id))
+                    self.controller.plan_for(batch_id + 1).parallelism, batch_id,
+                    ahead=self.controller.planned_ahead(lead)))
             controller_s = time.perf_counter() - t_ctl
             kill_point("controller", batch_id)
 
@@ -828,15 +832,19 @@ class StreamJob:
             t.durations.append(duration)
 
     def _measure_migration(self, batch_id: int, migration: Migration, prev: Plan, plan: Plan,
-                           moved: int, engines_s: float, rate: float) -> None:
+                           moved: int, engines_s: float, rate: float,
+                           waited_s: float = 0.0) -> None:
         """The migration as the control loop learns from it: moved groups and bytes, its
         pause (the engine stage's seconds beyond the median of the last batches that moved
         nothing: reading and installing the moved state) and the input rate meanwhile; kept
         in the control store, and with ``planner.rc_source = "learned"`` the planner's RC and
-        the balancer's min_gain follow it (keyshift.elastic.reconfiguration)."""
+        the balancer's min_gain follow it (keyshift.elastic.reconfiguration). A scale-out's
+        wait for its executors (``waited_s``, the part of their start-up the batch did not
+        overlap) is part of its pause: the learned RC prices executor start-up too."""
         calm = float(np.median(self._calm_engines_s)) if self._calm_engines_s else engines_s
         self.controller.loop.measured_migration(MeasuredMigration(
-            batch_id, len(migration), int(moved), max(engines_s - calm, 0.0), float(rate),
+            batch_id, len(migration), int(moved), max(engines_s - calm, 0.0) + waited_s,
+            float(rate),
             prev.parallelism != plan.parallelism, prev.parallelism, plan.parallelism))
 
     def _output_writes(self, result: DataFrame, batch_id: int, outs: int,

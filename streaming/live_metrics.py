@@ -75,6 +75,13 @@ METRICS: dict[str, tuple[str, str]] = {
     "keyshift_forecast_error": (
         "gauge", ("relative error of the engine scaler's forecast (In, Lat) for the last "
                   "window; absent without the planner")),
+    "keyshift_executors": (
+        "gauge", ("executors the run holds after its last batch (streaming/executors.py); "
+                  "absent on a local master")),
+    "keyshift_cores_held": (
+        "gauge", ("cores the run holds after its last batch: the cluster manager's count "
+                  "with spark.master_ui set, else executors x spark.executor_cores; the "
+                  "local master's cores on local[N]")),
     "keyshift_last_batch_timestamp_seconds": (
         "gauge", "Unix time the last micro-batch completed (staleness: time() - this)"),
     "keyshift_run_info": ("info", "what the run is: app, policy, topic (value 1)"),
@@ -134,6 +141,8 @@ class Families:
         self.input_rate = gauge("keyshift_window_input_events_per_second")
         self.forecast_error = gauge("keyshift_forecast_error")
         self.last_batch = gauge("keyshift_last_batch_timestamp_seconds")
+        self.executors = gauge("keyshift_executors")
+        self.cores_held = gauge("keyshift_cores_held")
         self.info = Info("keyshift_run", _help("keyshift_run_info"), RUN, registry=registry)
 
 
@@ -265,9 +274,20 @@ class LiveMetrics:
         return float(sum(max(0, end - self._done[p]) for p, end in ends.items()
                          if p in self._done))
 
+    def observe_resources(self, columns: Mapping[str, int | None]) -> None:
+        """What the run holds (:meth:`keyshift.streaming.executors.RunResources.columns`)."""
+        f, r = self.families, self.run_id
+        if columns.get("executors") is not None:
+            f.executors.labels(r).set(columns["executors"])
+        if columns.get("cores_held") is not None:
+            f.cores_held.labels(r).set(columns["cores_held"])
+
     def observe(self, job: Any, report: Any) -> None:
         """Everything after one micro-batch of ``job`` (a :class:`keyshift.streaming.job.StreamJob`)."""
         self.observe_batch(report)
+        resources = getattr(job, "resources", None)
+        if resources is not None:
+            self.observe_resources(resources.columns())
         self.observe_decision(getattr(job.controller, "last_decision", None))
         self.observe_events(getattr(job.controller, "events", None))
         query = getattr(job, "query", None)

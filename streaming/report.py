@@ -89,6 +89,8 @@ def summarize(tables: RunTables, cfg: Config, run_id: str, wall_s: float | None 
         "engines_min": int(m.engines.min()) if len(m) else 0,
         "engines_max": int(m.engines.max()) if len(m) else 0,
         "engines_final": int(m.engines.iloc[-1]) if len(m) else 0,
+        # what the run held for its engines (schema 4 on; None before, or on no row)
+        **_held(m),
         # changes of N the engine scaler realized (0 unless [planner] enabled)
         "scale_actions": len(scaled),
         # when the first of them was decided, in seconds after the first batch started
@@ -99,6 +101,19 @@ def summarize(tables: RunTables, cfg: Config, run_id: str, wall_s: float | None 
         "ineffective_scalings": int((d.action == "ineffective").sum()) if len(d) else 0,
         "warehouse": cfg.warehouse_uri,  # a remote one (s3a://...) has no local path
     }
+
+
+def _held(m: pd.DataFrame) -> dict[str, Any]:
+    """Cores held: the most, and core-seconds (each batch's cores held from its start to
+    the next batch's start; the last batch's for its own duration)."""
+    if not len(m) or "cores_held" not in m or not m.cores_held.notna().any():
+        return {"cores_held_max": None, "core_seconds": None}
+    rows = m[m.cores_held.notna()].sort_values("batch_id")
+    starts = rows.window_start.map(lambda x: x.timestamp()).to_numpy(dtype=float)
+    spans = np.append(np.diff(starts), float(rows.batch_duration_s.iloc[-1]))
+    return {"cores_held_max": int(rows.cores_held.max()),
+            "core_seconds": round(float((rows.cores_held.to_numpy(dtype=float)
+                                         * np.clip(spans, 0, None)).sum()), 1)}
 
 
 def report_run(rows: Rows, cfg: Config, run_id: str, folder: Path,
@@ -196,8 +211,14 @@ def _timeline_plot(m: pd.DataFrame, d: pd.DataFrame, t: np.ndarray, path: Path) 
     ax[1].set_ylabel("events/s (per batch)")
     live = ax[1].twinx()  # N, which the engine scaler changes when [planner] is on
     live.step(t, m.engines, where="post", color="tab:green", label="live engines")
-    live.set_ylabel("live engines")
-    live.set_ylim(0, max(int(m.engines.max()), 1) + 1)
+    top = int(m.engines.max())
+    held = m.cores_held if "cores_held" in m else None
+    if held is not None and held.notna().any():  # what N cost (streaming/executors.py)
+        live.step(t, held.astype(float), where="post", color="tab:purple", linestyle="--",
+                  label="cores held")
+        top = max(top, int(held.max()))
+    live.set_ylabel("live engines, cores held")
+    live.set_ylim(0, max(top, 1) + 1)
     live.legend(loc="upper right")
     ax[2].plot(t, m.batch_duration_s, marker=".", label="batch duration (s)")
     ax[2].set_ylabel("batch duration (s)")

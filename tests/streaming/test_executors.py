@@ -137,3 +137,54 @@ def test_a_local_master_holds_its_cores_and_says_nothing_is_released() -> None:
     out = res.summary()
     assert out["core_seconds"] == pytest.approx(20.0) and out["executors_max"] is None
     assert "share its 2 cores" in out["resources_note"]
+
+
+def test_the_report_sums_what_a_run_held_from_its_metrics_rows() -> None:
+    import pandas as pd
+
+    from keyshift.streaming.report import _held
+
+    t0 = pd.Timestamp("2026-12-05T10:00:00Z")
+    m = pd.DataFrame({
+        "batch_id": [0, 1, 2, 3],
+        "window_start": [t0, t0 + pd.Timedelta(seconds=10), t0 + pd.Timedelta(seconds=20),
+                         t0 + pd.Timedelta(seconds=30)],
+        "batch_duration_s": [2.0, 2.0, 2.0, 4.0],
+        "cores_held": pd.array([1, 2, 2, 1], dtype="Int32"),
+    })
+    # 10 s at 1, 10 s at 2, 10 s at 2, then the last batch's 4 s at 1
+    assert _held(m) == {"cores_held_max": 2, "core_seconds": 54.0}
+    old = m.assign(cores_held=pd.array([None] * 4, dtype="Int32"))  # rows before schema 4
+    assert _held(old) == {"cores_held_max": None, "core_seconds": None}
+    assert _held(m.iloc[:0]) == {"cores_held_max": None, "core_seconds": None}
+
+
+def test_executors_are_asked_for_ahead_of_the_path_and_kept_until_it_passes() -> None:
+    clock, client = Clock(), Client(["0"])
+    scaler = ExecutorScaler(client, ExecutorBudget(1, 1, 4), 10.0, clock=clock,
+                            sleep=lambda s: None)
+    res = RunResources("executors", client, scaler, executor_cores=1, clock=clock)
+    assert res.lead_windows(10.0) == 1  # nothing measured yet: the decision's own window
+    res.after_decision(1, 0, ahead=2)  # the path plans 2 engines a window later
+    assert client.totals == [2]
+    client.ids.append("1")
+    res.after_batch(1, 1, [{"events": 3, "workdir": "/w/app-1/0"}])
+    assert client.ids == ["0", "1"]  # kept: the path still plans it
+    res.after_decision(1, 1, ahead=None)  # the path moved on
+    res.after_batch(1, 2, [{"events": 3, "workdir": "/w/app-1/0"}])
+    assert client.ids == ["0"]
+    scaler.actions[0].ready_s = 23.0  # a request that took 23 s: 3 windows of 10 s
+    assert res.lead_windows(10.0) == 3
+
+
+def test_the_controller_reads_its_scalers_path_ahead() -> None:
+    from types import SimpleNamespace
+
+    from keyshift.streaming.controller import Controller
+
+    c = Controller.__new__(Controller)
+    path = SimpleNamespace(path_=[1, 2, 3, 1], position_=1)
+    c.loop = SimpleNamespace(scaler=SimpleNamespace(scaler=path))
+    assert c.planned_ahead(1) == 2 and c.planned_ahead(2) == 3 and c.planned_ahead(0) is None
+    c.loop = SimpleNamespace(scaler=None)
+    assert c.planned_ahead(3) is None

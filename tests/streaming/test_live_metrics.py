@@ -212,6 +212,18 @@ def test_observe_reads_the_job_its_controller_and_its_query() -> None:
     assert _value(live, "keyshift_kafka_lag_records") == 3
 
 
+def test_what_the_run_holds_is_exported() -> None:
+    from keyshift.streaming.executors import RunResources
+
+    live = LiveMetrics("r6")
+    job = SimpleNamespace(controller=SimpleNamespace(last_decision=None), query=None,
+                          resources=RunResources("fixed", None, None, 1, local_cores=2))
+    live.observe(job, Report())
+    assert _value(live, "keyshift_cores_held") == 2  # a local master: no executors
+    live.observe_resources({"executors": 3, "cores_held": 6})
+    assert _value(live, "keyshift_executors") == 3 and _value(live, "keyshift_cores_held") == 6
+
+
 def test_every_defined_metric_is_exposed() -> None:
     """METRICS (what the dashboard may name) and the registry agree, both ways."""
     live = LiveMetrics("r5", window_s=1.0)
@@ -220,6 +232,7 @@ def test_every_defined_metric_is_exposed() -> None:
     live.observe_decision(_decision("none", forecast_error=0.1))
     live.observe_progress({"sources": [{"endOffset": {"t": {"0": 1}},
                                         "latestOffset": {"t": {"0": 1}}}]})
+    live.observe_resources({"executors": 2, "cores_held": 2})
     exposed = {s.name for fam in live.registry.collect() for s in fam.samples
                if not s.name.endswith("_created")}
     assert exposed == set(series_names())
