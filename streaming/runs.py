@@ -394,7 +394,7 @@ def find_run(rows: Rows, cfg: Config, run_id: str) -> dict[str, Any]:
 def recent(rows: Rows, cfg: Config, run_id: str, last: int) -> dict[str, list]:
     """The run's last ``last`` batches and decisions, oldest first."""
     cols = ["batch_id", "events_in", "dead_letter", "out_events", "batch_duration_s", "rstd",
-            "engines", "plan_version"]
+            "engines", "plan_version", "cores_held"]
     m = rows.frame("metrics", run_id, ["window_end", *cols])
     batches = []
     for _, r in m.sort_values("batch_id").tail(last).iterrows():

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from keyshift.datasets import DataMissingError, data_dir, data_file
-from keyshift.drivers.elastic_replay import ReplayResult, replay
+from keyshift.drivers.elastic_replay import ExecutorModel, ReplayResult, replay
 from keyshift.drivers.elastic_sim import run_in_simulator
 from keyshift.elastic.baselines import (
     QueueingScaler,
@@ -135,6 +135,14 @@ def make_scaler(name: str, args: argparse.Namespace, window_s: float) -> Scaler:
     return cls(**limits)
 
 
+def executor_model(args: argparse.Namespace) -> ExecutorModel | None:
+    """Whole executors of ``--engines-per-executor`` engines (None: 0, engines only)."""
+    per = int(getattr(args, "engines_per_executor", 0) or 0)
+    if per <= 0:
+        return None
+    return ExecutorModel(per, float(args.executor_startup_s), float(args.executor_release_s))
+
+
 def evaluate_series(name: str, args: argparse.Namespace, progress=None) -> dict[str, Any]:
     """Train on the head of one series, replay every policy on its tail; results and series."""
     t, value = load_series(name, _data_dir(args.data_dir))
@@ -211,6 +219,7 @@ def evaluate_series(name: str, args: argparse.Namespace, progress=None) -> dict[
                 forecast=forecast if is_planner else None,
                 observe=observe if is_planner else None,
                 pause_s=args.pause_s, seed=args.seed + 1, reconfiguration=reconfiguration,
+                executors=executor_model(args),
             )
             results[label].policy = label
             if reconfiguration is not None:
@@ -237,6 +246,8 @@ def summarise(ev: dict[str, Any]) -> list[dict[str, Any]]:
                 else (1.0 if row["missed_tuples"] == 0 else None)
             )
             row["engine_hours_vs_static"] = row["engine_hours"] / ref["engine_hours"]
+            if "executor_hours" in row and ref.get("executor_hours"):
+                row["executor_hours_vs_static"] = row["executor_hours"] / ref["executor_hours"]
             row["cost_vs_static"] = row["total_cost"] / ref["total_cost"]
         rows.append(row)
     return rows
@@ -265,6 +276,8 @@ def planner_timing(horizons=(10, 25, 50, 75, 100), states=(16, 32, 64), repeats=
 
 
 def markdown_table(rows: list[dict[str, Any]]) -> str:
+    if any("executor_hours" in r for r in rows):
+        return _executor_table(rows)
     head = ("| series | policy | missed tuples | missed % | × static | engine-h | × static "
             "| total cost | × static | scale actions | plan ms (median) |")
     lines = [head, "|" + "---|" * 11]
@@ -278,6 +291,22 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
             f"| {r.get('cost_vs_static', float('nan')):.2f} | {r['scale_actions']} "
             f"| {r['planner_ms_median']:.2f} |"
         )
+    return "\n".join(lines)
+
+
+def _executor_table(rows: list[dict[str, Any]]) -> str:
+    """With whole executors (``--engines-per-executor``): what a user pays for first."""
+    head = ("| series | policy | executor-h | × static | engine-h | × static | missed % "
+            "| × static | scale actions |")
+    lines = [head, "|" + "---|" * 9]
+    for r in rows:
+        ratio = r.get("missed_vs_static", float("nan"))
+        ratio_s = "n/a (static 0)" if ratio is None else f"{ratio:.3g}"
+        lines.append(
+            f"| {r['series']} | {r['policy']} | {r['executor_hours']:.1f} "
+            f"| {r.get('executor_hours_vs_static', float('nan')):.2f} "
+            f"| {r['engine_hours']:.1f} | {r.get('engine_hours_vs_static', float('nan')):.2f} "
+            f"| {r['missed_pct']:.3g} | {ratio_s} | {r['scale_actions']} |")
     return "\n".join(lines)
 
 
@@ -378,6 +407,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--overhead", type=float, default=0.02, help="latency growth per added engine")
     g.add_argument("--latency-cv", type=float, default=0.05)
     g.add_argument("--pause-s", type=float, default=5.0, help="processing pause per change")
+    g.add_argument("--engines-per-executor", type=int, default=0,
+                   help="engines on one whole executor: bill executor-hours (0 = engines only)")
+    g.add_argument("--executor-startup-s", type=float, default=3.5,
+                   help="request -> registered (measured 2.7-3.5 s, docs/elasticity.md)")
+    g.add_argument("--executor-release-s", type=float, default=5.2,
+                   help="release -> gone (measured 5.1-5.2 s)")
     g.add_argument("--data-dir", default=None, help="folder of the real data sets (default: $KEYSHIFT_DATA, else the "
                         "checkout's data/)")
     g.add_argument("--engine-model", default="replay", choices=["replay", "sim"],

@@ -131,13 +131,13 @@ def _print_run(result: dict[str, Any]) -> None:
         f"{r['migrations']} migrations")
     b = Table(title=f"last {len(result['batches'])} batches")
     for col in ("batch", "time", "events", "dead", "out", "duration s", "RSTD %", "engines",
-                "plan"):
+                "cores held", "plan"):
         b.add_column(col, justify="left" if col == "time" else "right")
     for x in result["batches"]:
         b.add_row(str(x["batch_id"]), (x["time"] or "")[:19].replace("T", " "),
                   str(x["events_in"]), str(x["dead_letter"]), str(x["out_events"]),
                   _num(x["batch_duration_s"], ".2f"), _num(x["rstd"], ".1f"),
-                  str(x["engines"]), f"v{x['plan_version']}")
+                  str(x["engines"]), _num(x.get("cores_held")), f"v{x['plan_version']}")
     console.print(b)
     d = Table(title=f"last {len(result['decisions'])} decisions")
     for col in ("batch", "component", "action", "RSTD before", "RSTD after", "moved groups",

@@ -102,6 +102,31 @@ def test_replay_bills_eq_11_on_what_happened():
     assert len(res.decisions) == 3 and res.decisions[0].action == "scale_out"
 
 
+def test_replay_bills_whole_executors_with_their_start_up_and_release():
+    from keyshift.drivers.elastic_replay import ExecutorModel
+
+    truth = LatencyModel(base_s=0.1, overhead=0.0, cv=0.0)
+    ins = np.array([100.0, 250.0, 250.0])
+    x = ExecutorModel(engines_per_executor=4, startup_s=2.0, release_s=3.0)
+    res = replay(ins, StaticMax(max_engines=5), truth, window_s=10, costs=Costs(2, 1, 5),
+                 initial_engines=1, pause_s=1.0, executors=x)
+    # 1 -> 5 engines is 1 -> 2 executors: window 0 waits 1 s of pause and 2 s of start-up
+    # (capacity 7 s x 5 engines / 0.1 = 350, all 100 served) and bills 2 x 10 + 2
+    np.testing.assert_allclose(res.executor_s, [22.0, 20.0, 20.0])
+    assert res.summary()["executor_hours"] == pytest.approx(62.0 / 3600)
+    assert res.summary()["engine_hours"] == pytest.approx(15 * 10 / 3600)
+    assert "executor_hours" not in replay(ins, StaticMax(max_engines=2), truth, 10,
+                                          Costs(), 1).summary()
+    down = replay(np.array([100.0, 100.0, 100.0]), ThresholdScaler(max_engines=8), truth, 10,
+                  Costs(), initial_engines=5, executors=x)
+    # the first window has no observation: 5 engines (2 executors); then 4 or fewer, and
+    # one executor's release bills its 3 s
+    assert down.engines[0] == 5 and down.engines[1] <= 4
+    np.testing.assert_allclose(down.executor_s[:2], [20.0, 10.0 + 3.0])
+    with pytest.raises(ElasticInputError, match="engines_per_executor"):
+        ExecutorModel(engines_per_executor=0)
+
+
 def test_replay_rejects_bad_input():
     truth = LatencyModel()
     with pytest.raises(ElasticInputError, match="in_tuples"):
@@ -208,3 +233,13 @@ def test_simulator_cross_check_with_migration_pauses():
     assert paused.missed.sum() > free.missed.sum()
     with pytest.raises(ElasticInputError, match="pause_s"):
         run_in_simulator(ins, StaticMax(max_engines=2), pause_s=60.0, **kw)
+
+
+def test_the_table_leads_with_executor_hours_when_they_are_billed():
+    rows = [{"series": "taxi", "policy": "planner", "executor_hours": 3.0,
+             "executor_hours_vs_static": 0.5, "engine_hours": 10.0,
+             "engine_hours_vs_static": 0.6, "missed_pct": 0.1, "missed_vs_static": None,
+             "scale_actions": 3}]
+    text = elastic.markdown_table(rows)
+    assert text.splitlines()[0].startswith("| series | policy | executor-h | × static |")
+    assert "| taxi | planner | 3.0 | 0.50 | 10.0 | 0.60 | 0.1 | n/a (static 0) | 3 |" in text
