@@ -148,7 +148,10 @@ def test_seeding_that_fails_leaves_the_demo_on_the_fallback(tmp_path: Path) -> N
     blocked.write_text("")
     proc, summary = _run_demo(tmp_path, 8, 50, {
         "KEYSHIFT_MLFLOW__TRACKING_URI": f"sqlite:///{blocked}/sub/mlflow.db",
-        "KEYSHIFT_PLANNER__EC": "10", "KEYSHIFT_SPARK__MAX_OFFSETS_PER_TRIGGER": "50"},
+        "KEYSHIFT_PLANNER__EC": "10", "KEYSHIFT_SPARK__MAX_OFFSETS_PER_TRIGGER": "50",
+        # the fallback's own decisions: measured demand would scale in at window 1, before
+        # the fallback has its three windows (tests/keyshift/control/test_overrule.py)
+        "KEYSHIFT_PLANNER__OVERRULE_WINDOWS": "0"},
         "--planner")
     failed = [line for line in proc.stderr.splitlines() if line.startswith("seeding failed")]
     assert len(failed) == 1 and "mlflow.tracking_uri" in failed[0], proc.stderr[-3000:]
