@@ -236,11 +236,11 @@ def run_system(system: str, repeat: int, *, cluster, overrides: dict[str, Any], 
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"{system}: the run did not start; {log}")
             time.sleep(0.5)
-        producer = connect(cfg.kafka.bootstrap)
         # a few events first, taken before the ramp: every run pays its cold first batch
         # (10-17 s here) outside the measured ramp, as a long-running job has
         warm = Pregenerated(events[:WARM_UP])
-        produce(producer, topic, warm, rate=1e6, count=WARM_UP)
+        produce(connect(cfg.kafka.bootstrap), topic, warm, rate=1e6, count=WARM_UP)
+        producer = connect(cfg.kafka.bootstrap)  # produce() closes the one it is given
         while taken_events(run_dir) < WARM_UP:
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"{system}: the warm-up batch did not run; {log}")
@@ -253,7 +253,15 @@ def run_system(system: str, repeat: int, *, cluster, overrides: dict[str, Any], 
             produce(producer, topic, ramp, rate=rate, duration_s=duration_s,
                     progress=progress)
 
-        sender = threading.Thread(target=send, daemon=True)
+        failed: list[BaseException] = []
+
+        def guarded() -> None:
+            try:
+                send()
+            except BaseException as exc:  # noqa: BLE001 -- the run is void, said below
+                failed.append(exc)
+
+        sender = threading.Thread(target=guarded, daemon=True)
         t0 = time.monotonic()
         sender.start()
         end = None
@@ -265,6 +273,8 @@ def run_system(system: str, repeat: int, *, cluster, overrides: dict[str, Any], 
             s.taken.append(taken_events(run_dir))
             if proc.poll() is not None:
                 raise RuntimeError(f"{system}: the run ended early; {log}")
+            if failed:
+                raise RuntimeError(f"{system}: the producer failed: {failed[0]!r}")
             if not sender.is_alive() and s.taken[-1] >= sent[0]:
                 break
             if not sender.is_alive():

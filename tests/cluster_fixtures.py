@@ -39,6 +39,13 @@ def cluster_app_env(cluster, home: Path, warehouse: Path, **spark: object) -> di
     return env
 
 
+def job_keys(cfg) -> dict[str, str]:
+    """The test broker's ports and the test's key groups, for a job subprocess's env."""
+    return {"KEYSHIFT_KAFKA__PORT": str(cfg.kafka.port),
+            "KEYSHIFT_KAFKA__CONTROLLER_PORT": str(cfg.kafka.controller_port),
+            "KEYSHIFT_GROUPS__COUNT": str(cfg.groups.count)}
+
+
 @pytest.fixture(scope="session")
 def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
     """A started :class:`keyshift.streaming.cluster.LocalCluster` (2 workers, 1 core, 2g each)."""

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cluster_fixtures import cluster_app_env
+from cluster_fixtures import cluster_app_env, job_keys
 from engines_support import new_topic, outputs, produce_events, reference, table_rows
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -43,9 +43,7 @@ def test_run_on_a_cluster_survives_a_killed_worker(spark, platform_config, spark
     home, warehouse = tmp_path / "home", tmp_path / "warehouse"
     env = cluster_app_env(spark_cluster, home, warehouse)
     env.update({
-        "KEYSHIFT_KAFKA__PORT": str(cfg.kafka.port),
-        "KEYSHIFT_KAFKA__CONTROLLER_PORT": str(cfg.kafka.controller_port),
-        "KEYSHIFT_GROUPS__COUNT": str(cfg.groups.count),
+        **job_keys(cfg),
         "KEYSHIFT_SPARK__TRIGGER_S": "1.0",
         "KEYSHIFT_CONTROLLER__WINDOW_S": "1.0",  # a decision after every batch
         "KEYSHIFT_CONTROLLER__THETA": "10.0",
