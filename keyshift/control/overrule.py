@@ -14,7 +14,11 @@ measured rate:
 * **a sustained rise**: the last ``windows`` windows each needed more engines than ran them,
   and the scaler's choice is below the last need: N rises to it;
 * **a sustained fall**: the last ``windows`` windows each needed fewer engines than ran them,
-  nothing is backlogged, and the scaler's choice is above the last need: N falls to it.
+  nothing is backlogged, and the scaler's choice is above the last need: N falls to it;
+* **a scale-in below the need**: the scaler scales in below what the window just closed
+  needed (its backlog included): N stays at that need (at most where it was). A forecast
+  that sees the ramp's end while a backlog drains would otherwise take engines away from
+  it (the elastic cluster bench's first run did, at batch 26).
 
 One window that disagrees changes nothing (a burst, a slow batch). The rule reads only the
 windows the scaler remembers (:attr:`keyshift.control.ScalerStep.history`, rebuilt from the
@@ -58,7 +62,20 @@ class Overrule:
               lag: float | None) -> ScalingDecision:
         """``d`` as the measurement bounds it: ``history`` ends with the window just closed
         (whose backlog is ``lag``); unchanged while the windows disagree or are too few."""
-        if self.windows <= 0 or len(history) < self.windows:
+        if self.windows <= 0 or not history:
+            return d
+        last = history[-1]
+        now = self.need(last, lag)
+        if now is not None and d.engines_after < d.engines_before and now > d.engines_after:
+            # a scale-in below what the window just closed needed (its backlog included):
+            # one window is enough to hold it, a scale-in only waits
+            held = min(now, d.engines_before)
+            return replace(d, proposed=held, engines_after=held, reason=(
+                f"measured demand holds the scaler's scale-in ({d.engines_before} -> "
+                f"{d.engines_after}): arrivals {last.in_tuples:.0f}/window and a backlog of "
+                f"{lag or 0:.0f} need {now} engines at {self.target_utilisation:.0%}; "
+                f"{d.reason}"))
+        if len(history) < self.windows:
             return d
         recent = list(history[-self.windows:])
         needs = [self.need(s) for s in recent[:-1]] + [self.need(recent[-1], lag)]

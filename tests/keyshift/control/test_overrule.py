@@ -123,3 +123,13 @@ def test_a_restarted_loop_decides_as_the_uninterrupted_one() -> None:
     w = WindowStats.measured(1, np.full(GROUPS, 12_000.0 / GROUPS), 12_000.0, LAT, WINDOW_S)
     w.lag_before, w.lag = lags[0], lags[1]
     assert again.step(w).after.parallelism == whole[1].after.parallelism >= 3
+
+
+def test_a_scale_in_below_the_measured_need_is_held_at_once() -> None:
+    rule = Overrule(2, WINDOW_S, 0.8, 1, 8)
+    busy = sample(6_000.0, 2)  # 12 s of work in a 10-s window: 2 engines at 80 %
+    held = rule.apply(decision(2, 1), [busy], lag=0.0)  # one window suffices
+    assert held.engines_after == 2 and "holds the scaler's scale-in (2 -> 1)" in held.reason
+    drained = rule.apply(decision(3, 1), [busy], lag=30_000.0)  # a backlog to drain
+    assert drained.engines_after == 3  # at most where it was
+    assert rule.apply(decision(2, 1), [sample(2_000.0, 2)], lag=0.0).engines_after == 1
