@@ -286,12 +286,17 @@ def test_a_driver_killed_mid_scale_in_migration_resumes_without_loss(
         after = max(b["batch_id"] for b in _batches(run_dir)) + 1
         armed = _env(cfg, spark_cluster, home, warehouse, **{ENV: f"migration@{after}"})
         proc = _start(armed, run_id, topic, log)
-        # a window of 30 events decides the scale-in; the next window's batch migrates
+        # a window of 30 events decides the scale-in (unless the first run's tail already
+        # did); the next window's batch migrates, and the fault kills it there
         events += produce_events(cfg.kafka.bootstrap, topic, "wordcount", TRICKLE,
                                  skew="uniform", keys=200, phase=1)
-        _wait(lambda: _taken(run_dir) >= len(events), proc, log, "the deciding window")
-        events += produce_events(cfg.kafka.bootstrap, topic, "wordcount", TRICKLE,
-                                 skew="uniform", keys=200, phase=2)
+        deadline = time.monotonic() + 300
+        while proc.poll() is None and _taken(run_dir) < len(events) \
+                and time.monotonic() < deadline:
+            time.sleep(0.3)
+        if proc.poll() is None:
+            events += produce_events(cfg.kafka.bootstrap, topic, "wordcount", TRICKLE,
+                                     skew="uniform", keys=200, phase=2)
         out, _ = proc.communicate(timeout=300)  # SIGKILLed by the fault in the migration
         assert b"killing the job now" in out, log.read_text()[-3000:]
         proc = _start(_env(cfg, spark_cluster, home, warehouse), run_id, topic, log)
@@ -299,6 +304,7 @@ def test_a_driver_killed_mid_scale_in_migration_resumes_without_loss(
         events += produce_events(cfg.kafka.bootstrap, topic, "wordcount", TRICKLE,
                                  skew="uniform", keys=200, phase=3)
         _wait(lambda: _taken(run_dir) >= len(events), proc, log, "one more trickle")
+        assert b"migrated" in log.read_bytes().rsplit(b"running executors-killed", 1)[-1]
         _wait(lambda: _app_cores(spark_cluster) == 1, proc, log, "one executor held")
         stdout = _stop(proc)
     finally:
