@@ -146,13 +146,13 @@ class RunResources:
         self._ahead = 0  # engines the scaler's path plans within the executors' lead
 
     @classmethod
-    def for_job(cls, cfg: Config, spark: Any, local_cores: int) -> RunResources:
+    def for_job(cls, cfg: Config, spark: Any) -> RunResources:
         from keyshift.lakehouse.session import is_local
 
         mode = resources_mode(cfg)
         sc = spark.sparkContext
         if is_local(cfg.spark.master):
-            return cls(mode, None, None, cfg.spark.executor_cores, local_cores)
+            return cls(mode, None, None, cfg.spark.executor_cores, local_cores(cfg.spark.master))
         client = SparkExecutors(sc)
         scaler = None if mode != "executors" else ExecutorScaler(
             client, budget_from_config(cfg), cfg.planner.executor_wait_s)

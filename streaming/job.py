@@ -74,7 +74,7 @@ from .engines import (
     arrow_split,
     work_seconds,
 )
-from .executors import RunResources
+from .executors import RunResources, local_cores
 from .faults import kill_during, kill_point
 from .heartbeat import Heartbeat
 from .ingest import Classifier
@@ -254,7 +254,7 @@ class StreamJob:
         self._expressions = BatchExpressions.of(self.app, self.event_schema.names, self.groups)
         # the executors the run holds, and with resources = "executors" the scaler that makes
         # them follow the plan (streaming/executors.py); kept across restarts in place
-        self.resources = RunResources.for_job(cfg, spark, self._cores())
+        self.resources = RunResources.for_job(cfg, spark)
         self._actions_written: set[int] = set()
         self._new_attempt()
 
@@ -426,15 +426,11 @@ class StreamJob:
 
     def _cores(self) -> int:
         """Cores the engine stage's tasks share: N of local[N], else the executors' total."""
-        import os
-        import re
+        from keyshift.lakehouse.session import is_local
 
         master = self.spark.sparkContext.master
-        m = re.fullmatch(r"local\[(\d+|\*)(?:,\s*\d+)?\]", master)
-        if m is not None:
-            return (os.cpu_count() or 1) if m.group(1) == "*" else int(m.group(1))
-        if master == "local":
-            return 1
+        if is_local(master):
+            return local_cores(master)
         try:  # the executors' cores, as the scheduler counts them
             return int(self.spark.sparkContext._jsc.sc().maxNumConcurrentTasks(
                 self.spark.sparkContext._jsc.sc().resourceProfileManager()
