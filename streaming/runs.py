@@ -25,7 +25,7 @@ from keyshift.lakehouse.storage import filesystem, read_if_exists
 from keyshift.schemas import table
 
 from . import heartbeat
-from .staging import ROW_KEY, arrow_schema, is_staged
+from .staging import ROW_KEY, is_staged, read_for_display
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -102,25 +102,10 @@ def _started(cfg: Config, run_id: str) -> str | None:
 
 
 def _staged(cfg: Config, name: str, files: Iterable[str]) -> pa.Table | None:
-    """Staged rows of table ``name`` from these files; a file the job committed and deleted
-    since the listing is skipped (its rows are in Delta, whose snapshot is taken later)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
+    """Staged rows of table ``name`` from these files, checked as a commit checks them
+    (:func:`keyshift.streaming.staging.read_for_display`)."""
     fs, _ = filesystem(cfg.runs_uri())
-    schema = arrow_schema(name)
-    parts = []
-    for path in files:
-        try:
-            with fs.open_input_file(path) as f:
-                got = pq.read_table(f)
-        except FileNotFoundError:
-            continue
-        for field in schema:  # staged by an older version: its added columns are null
-            if field.name not in got.column_names:
-                got = got.append_column(field, pa.nulls(got.num_rows, field.type))
-        parts.append(got.select(schema.names).cast(schema))
-    return pa.concat_tables(parts) if parts else None
+    return read_for_display(name, files, fs)
 
 
 # --- rows: Delta plus staged ----------------------------------------------------------------

@@ -28,6 +28,15 @@ with :func:`read_staged` first, so a torn, truncated or altered file, or one gon
 listing and the read, stops the commit with one line naming run, table, batch and file
 (:class:`StagedFileError`): its rows are never silently left out. A file staged by a keyshift
 before that has no checksum and is read as before.
+
+A file belongs to the run whose folder it is in: its rows' run (the first column of
+:data:`ROW_KEY`) must be that run. A commit that finds another run's file there (copied in by
+hand or by a forger: the key check compares against the committing run only, so its rows
+would land a second time as that other run's) moves it aside to
+``<warehouse>/_runs/<run>/quarantine/<table>/`` and says so in one line: never committed,
+never deleted. The readers of ``keyshift status`` and ``keyshift report``
+(:func:`read_for_display`) check the checksum and the owner the same way and leave out, with
+a one-line note, a file that fails either: what they show is what a commit would commit.
 """
 
 from __future__ import annotations
@@ -38,7 +47,8 @@ import re
 import struct
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from keyshift.lakehouse.delta_arrow import arrow_schema, arrow_type  # noqa: F401 (staging's names)
@@ -81,13 +91,18 @@ _ROWS = {
 }
 
 
+QUARANTINE = "quarantine"  # beside a run's staged/: its foreign files, moved aside
+_GONE = "missing (listed, then gone)"
+
+
 class StagedFileError(ValueError):
     """A staged bookkeeping file that is torn, truncated, altered or gone: named in one line,
     never skipped (its rows would be missing from the table for good)."""
 
-    def __init__(self, message: str, path: str) -> None:
+    def __init__(self, message: str, path: str, reason: str = "") -> None:
         super().__init__(message)
         self.path = path
+        self.reason = reason
 
 
 def is_staged(name: str) -> bool:
@@ -188,7 +203,7 @@ def read_staged(uri: str, fs: Any = None, path: str | None = None) -> pa.Table:
         with fs.open_input_file(path) as f:
             tab = pq.read_table(f)
     except FileNotFoundError:
-        raise _damaged(uri, "missing (listed, then gone)") from None
+        raise _damaged(uri, _GONE) from None
     except (pa.ArrowException, OSError) as exc:  # cut short, torn, or a byte that breaks it
         if storage_failure(exc) is not None:  # the storage refused the read: not damage
             raise
@@ -217,7 +232,57 @@ def _damaged(uri: str, reason: str) -> StagedFileError:
     return StagedFileError(
         f"{describe(uri)}: damaged, {reason}; its rows ({what}) are not "
         f"committed, none dropped; batch {int(batch) if m else batch} is rerun only if the run "
-        "died in it: restore the file, or move it aside to go on without them", uri)
+        "died in it: restore the file, or move it aside to go on without them", uri, reason)
+
+
+def foreign_runs(name: str, tab: pa.Table, run_id: str) -> list[str]:
+    """The runs other than ``run_id`` that rows of staged table ``name`` belong to (the
+    first column of :data:`ROW_KEY`: ``run_id``, or a plan's ``scope``); a null is one."""
+    column = ROW_KEY[name][0]
+    if column not in tab.column_names:
+        return ["?"]  # not rows a job of this keyshift staged: no run owns them
+    return sorted({str(v) for v in tab.column(column).to_pylist() if v != run_id})
+
+
+def _place(path: str) -> tuple[str | None, str | None]:
+    """(run, table) of a staged file's path ``.../<run>/staged/<table>/<file>``."""
+    parts = path.rstrip("/").split("/")
+    if len(parts) < 4 or parts[-3] != "staged":
+        return None, None
+    return parts[-4], parts[-2]
+
+
+def read_for_display(name: str, paths: Iterable[str], fs: Any) -> pa.Table | None:
+    """Staged rows of table ``name`` from these files (paths on ``fs``, each under
+    ``<run>/staged/<name>/``) in the contract's Arrow schema, for the watching commands.
+
+    A file is read as a commit reads it (:func:`read_staged`, its checksum checked) and must
+    hold its folder's run's rows (:func:`foreign_runs`): one that fails either is left out
+    with a one-line note, so an altered or copied-in file is not shown, and a torn one does
+    not stop the listing of every run. A file the job committed and deleted since the listing
+    is left out quietly (its rows are in Delta, whose snapshot the caller takes later)."""
+    import pyarrow as pa
+
+    schema = arrow_schema(name)
+    parts = []
+    for path in paths:
+        try:
+            got = read_staged(path, fs, path)
+        except StagedFileError as exc:
+            if exc.reason != _GONE:
+                say(f"staged file left out: {describe(path)}: {exc.reason}")
+            continue
+        run, _ = _place(path)
+        others = foreign_runs(name, got, run) if run is not None and got.num_rows else []
+        if others:
+            say(f"staged file left out: {describe(path)}: holds rows of run "
+                f"{', '.join(others)}, not of run {run} (its next commit moves it aside)")
+            continue
+        for field in schema:  # staged by an older version: its added columns are null
+            if field.name not in got.column_names:
+                got = got.append_column(field, pa.nulls(got.num_rows, field.type))
+        parts.append(got.select(schema.names).cast(schema))
+    return pa.concat_tables(parts) if parts else None
 
 
 class StagedAppends:
@@ -239,6 +304,18 @@ class StagedAppends:
         # their files (a warehouse gone read-only in between), so the next one goes by key
         self._unsure: set[str] = set()
         self.watch = watch  # the job's storage watch: an outage is said there, once
+        # another run's files found by the commits under way: (file, where it went, runs)
+        self._foreign: list[tuple[str, str, list[str]]] = []
+
+    @property
+    def run_id(self) -> str:
+        """The run this staging belongs to: only files of its rows are committed."""
+        return self.appends.run_id
+
+    @property
+    def quarantine(self) -> str:
+        """Where another run's files found among this run's staged ones are moved aside."""
+        return f"{self.root.rsplit('/', 1)[0]}/{QUARANTINE}"
 
     # -- staging ----------------------------------------------------------------------
     def put(self, name: str, rows: Sequence[Mapping[str, Any]], batch_id: int) -> int:
@@ -310,7 +387,10 @@ class StagedAppends:
         from keyshift.lakehouse.delta import concurrently
 
         self.wait()
-        return sum(concurrently(*self.commits(before)))
+        try:
+            return sum(concurrently(*self.commits(before)))
+        finally:
+            self._say_foreign()
 
     def commit_behind(self, before: int) -> None:
         """Commit what batches before ``before`` staged on a thread of its own, while the
@@ -334,6 +414,8 @@ class StagedAppends:
                 self._since.setdefault(before - 1, float("-inf"))
                 if self.watch is None or not self.watch.failed(exc):
                     say(f"keyshift: bookkeeping rows not committed yet ({exc}); trying again")
+            finally:
+                self._say_foreign()
 
         self._behind = threading.Thread(target=run, name="keyshift-staged-commit", daemon=True)
         self._behind.start()
@@ -369,11 +451,20 @@ class StagedAppends:
             self.last_commit[name] = round(time.perf_counter() - t0, 3)
 
     def _commit(self, name: str, batches: Mapping[int, list[str]]) -> int:
+        # every file whole before Spark reads it (none is left out silently), and this run's
+        uris = set(self.check([u for _, us in sorted(batches.items()) for u in us]))
+        mine = {b: [u for u in us if u in uris] for b, us in batches.items()}
+        mine = {b: us for b, us in mine.items() if us}
+        if mine:
+            self._append(name, mine)
+        return len(mine)
+
+    def _append(self, name: str, batches: Mapping[int, list[str]]) -> None:
+        """One append of the files' rows to ``name``, then the files deleted."""
         from keyshift.lakehouse.delta import append_frame, run_keys
 
         cfg = self.appends.cfg
         uris = [u for _, us in sorted(batches.items()) for u in us]
-        self.check(uris)  # every file whole before Spark reads it: none is left out silently
         df = self.spark.read.schema(table(name).ddl()).parquet(*uris)
         if name in self._unsure or any(self.appends.may_exist(b) for b in batches):
             # a predecessor may have committed some of these rows (it died before deleting
@@ -384,14 +475,50 @@ class StagedAppends:
             df = df.join(have, key, "left_anti")
         append_frame(df.coalesce(1), cfg, name)
         self._delete(uris)
-        return len(batches)
 
-    def check(self, uris: Sequence[str]) -> None:
-        """Each staged file read and checked against its checksum (:func:`read_staged`):
-        small files, on the commit's own thread, beside the stream."""
+    def check(self, uris: Sequence[str]) -> list[str]:
+        """The files of ``uris`` that hold this run's rows, each read and checked against its
+        checksum (:func:`read_staged`): small files, on the commit's own thread, beside the
+        stream. A file of another run's rows is moved aside (:attr:`quarantine`), not
+        committed: the key check that keeps a row from landing twice looks at this run's
+        rows only, so it would land again as that run's."""
         fs, base = filesystem(self.root)
+        mine = []
         for uri in uris:
-            read_staged(uri, fs, base + uri[len(self.root):])
+            tab = read_staged(uri, fs, base + uri[len(self.root):])
+            others = foreign_runs(uri.rsplit("/", 2)[-2], tab, self.run_id) \
+                if tab.num_rows else []
+            if others:
+                self._foreign.append((uri, self._move_aside(uri, fs, base), others))
+            else:
+                mine.append(uri)
+        return mine
+
+    def _move_aside(self, uri: str, fs: Any, base: str) -> str:
+        from pyarrow.fs import FileType
+
+        rel = uri[len(self.root):].lstrip("/")  # <table>/<file>
+        to = f"{self.quarantine}/{rel}"
+        _, qbase = filesystem(self.quarantine)
+        dest = qbase + "/" + rel
+        fs.create_dir(dest.rsplit("/", 1)[0], recursive=True)
+        if fs.get_file_info(dest).type != FileType.NotFound:  # the same name moved before
+            suffix = f".{uuid.uuid4().hex[:8]}"
+            to, dest = to + suffix, dest + suffix
+        fs.move(base + uri[len(self.root):], dest)
+        return to
+
+    def _say_foreign(self) -> None:
+        """One line for all of another run's files the commits just moved aside."""
+        found, self._foreign = self._foreign, []
+        if not found:
+            return
+        runs = sorted({r for _, _, others in found for r in others})
+        what = (f"{len(found)} staged files in its staged folder hold" if len(found) > 1
+                else "a staged file in its staged folder holds")
+        say(f"keyshift: run {self.run_id}: {what} rows of run "
+            f"{', '.join(runs)}, not its own: moved aside to {self.quarantine}, not committed "
+            f"(first: {found[0][0]})")
 
     def recover(self) -> None:
         """At a process's start: commit all that a predecessor staged. Spark committed the
