@@ -277,12 +277,15 @@ def _floor_note(m: pd.DataFrame, app: str | None, policy: str | None) -> str:
             f"{top.floor_ratio:.2f}x the mean). No plan that keeps a key on one engine can "
             "make the busiest engine lighter than that group: the dashed line on the RSTD "
             "plot is the least RSTD such a plan reaches.")
+    summarizes = _summarizes(app)
     if _splits_hot_keys(policy):
         text += (f" This run's policy {policy} splits a hot key's events over engines, "
                  "which is how its RSTD can go below the floor.")
-    elif _summarizes(app):
+    elif summarizes:
         text += (f" {app} summarizes part of a key's events, so the policies dc and wc "
                  "(--policy dc | wc) would split the hot key over engines and go below it.")
+    elif summarizes is None:
+        text += f" {unknown_operator(app)}"
     elif app:
         text += (f" {app} offers no summary of part of a key's events, so its hot key "
                  "cannot be split (the Operator API's summary hooks, docs/operators.md).")
@@ -300,16 +303,28 @@ def _splits_hot_keys(policy: str | None) -> bool:
         return False
 
 
-def _summarizes(app: str | None) -> bool:
-    """Whether the run's operator has the summary hooks a hot-key split needs."""
+def _summarizes(app: str | None) -> bool | None:
+    """Whether the run's operator has the summary hooks a hot-key split needs; None when
+    this host does not know the operator. ``app`` was read from the warehouse (or a run's
+    file): it is looked up among the shipped and installed operators, never imported
+    (:func:`keyshift.apps.known_operator`), so a forged row cannot run code here."""
     if not app:
         return False
-    from keyshift.apps import resolve_operator
+    from keyshift.apps import known_operator
 
+    cls = known_operator(app)
+    if cls is None:
+        return None
     try:
-        return bool(resolve_operator(app).cls.summarizes())
-    except Exception:  # noqa: BLE001 -- an operator not importable here: say nothing
-        return False
+        return bool(cls.summarizes())
+    except Exception:  # noqa: BLE001 -- an installed operator whose hook fails: not checked
+        return None
+
+
+def unknown_operator(app: str) -> str:
+    """The sentence the report says of an operator name this host does not know."""
+    return (f"Operator {app} is not one this host knows (shipped, or an installed entry "
+            "point of group keyshift.operators); its summary hooks are not checked.")
 
 
 def _forecast_plot(control: pd.DataFrame, window_s: float, origin: pd.Timestamp,

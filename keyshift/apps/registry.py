@@ -161,6 +161,28 @@ def resolve_operator(spec: str) -> OperatorSpec:
     return OperatorSpec(spec, cls, schema, cls.api_version, origin)
 
 
+def known_operator(name: Any) -> type[Operator] | None:
+    """The operator class a name read back from a table or a run's file means on this host,
+    without importing anything the name chooses: a shipped application's name, or the name
+    of an installed entry point of group ``keyshift.operators`` (code the host's owner
+    installed). ``module:Class`` and anything else is None: whoever can write the warehouse
+    must not choose a module for its reader to import (:func:`resolve_operator` is for specs
+    a person typed)."""
+    if not isinstance(name, str) or not name or ":" in name:
+        return None
+    if name in SHIPPED:
+        return SHIPPED[name]
+    ep = _operator_entry_points().get(name)
+    if ep is None:
+        return None
+    try:
+        cls = _load_entry_point(name, ep)
+        check_declaration(cls)
+    except (OperatorInputError, DeclarationError):
+        return None
+    return cls
+
+
 def make_operator(spec: str, **params: Any) -> Operator:
     """Build the operator a spec names; a bad spec or parameter names the field."""
     return resolve_operator(spec).build(**params)

@@ -28,10 +28,14 @@ SPARK = "spark-200"
 
 
 def summarizes(app: str) -> bool:
-    """Whether the run's operator offers the summary hooks key splitting needs."""
-    from keyshift.apps import resolve_operator
+    """Whether the run's operator offers the summary hooks key splitting needs. ``app`` is
+    read from the run's ``job.json``: looked up among the shipped and installed operators,
+    never imported (:func:`keyshift.apps.known_operator`); one this host does not know is
+    projected without dc and wc."""
+    from keyshift.apps import known_operator
 
-    return bool(resolve_operator(app).cls.summarizes())
+    cls = known_operator(app)
+    return cls is not None and bool(cls.summarizes())
 
 
 def policies_for(app: str) -> tuple[str, ...]:
