@@ -93,25 +93,25 @@ def dead_letters(rows: Any, run_id: str, limit: int) -> dict[str, Any]:
 
 def _print(result: dict[str, Any]) -> None:
     from rich.table import Table
-    from rich.text import Text
 
-    from .status import _console
+    from .status import _console, printable
 
     console = _console()
     if not result["total"]:
-        console.print(f"run {result['run_id']}: no dead letters")
+        console.print(f"run {printable(result['run_id'])}: no dead letters")
         return
-    t = Table(title=f"dead letters of run {result['run_id']}: {result['total']} in "
+    t = Table(title=f"dead letters of run {printable(result['run_id'])}: {result['total']} in "
               f"{len(result['reasons'])} reasons")
     for col in ("reason", "count", "batch", "partition", "offset", "record"):
         t.add_column(col, justify="right" if col in ("count", "batch", "partition", "offset")
                      else "left", overflow="fold")
     for r in result["reasons"]:
-        t.add_row(r["reason"], str(r["count"]), "", "", "", "", end_section=not r["samples"])
+        t.add_row(printable(r["reason"]), str(r["count"]), "", "", "", "",
+                  end_section=not r["samples"])
         for i, s in enumerate(r["samples"]):
             cut = "" if s["raw_chars"] is None or s["raw_chars"] <= len(s["raw"]) else (
                 f" ... ({s['raw_chars']} chars)")
             t.add_row("", "", str(s["batch_id"]), str(s["partition"]), str(s["offset"]),
-                      Text(repr(s["raw"])[1:-1] + cut if s["raw"] is not None else "(none)"),
+                      printable(s["raw"]) + cut if s["raw"] is not None else "(none)",
                       end_section=i == len(r["samples"]) - 1)
     console.print(t)

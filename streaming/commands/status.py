@@ -81,18 +81,36 @@ def _num(value: Any, fmt: str = "") -> str:
     return "" if value is None or math.isnan(value) else format(value, fmt)
 
 
+def printable(value: Any) -> str:
+    """A string read from a table (or a file a run wrote) as it may reach a terminal: every
+    character that is not printable (an escape sequence's ESC, a carriage return, a bidi
+    override) written as its Python escape (``\\x1b``, ``\\r``), so whoever could write the
+    warehouse cannot clear, move or recolour the reader's screen; None is ''. The one
+    escaping of the watching commands (status, dead-letters); their console reads no rich
+    markup either (:func:`_console`)."""
+    if value is None:
+        return ""
+    text = str(value)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def _console():
-    """rich's console; piped output gets a wide page instead of 80 columns of wrapped cells."""
+    """rich's console, taking no markup (``[...]`` in a row is text); piped output gets a
+    wide page instead of 80 columns of wrapped cells."""
     from rich.console import Console
 
-    console = Console(highlight=False)
-    return console if console.is_terminal else Console(highlight=False, width=200)
+    console = Console(highlight=False, markup=False)
+    return console if console.is_terminal else Console(highlight=False, markup=False,
+                                                       width=200)
 
 
 def _print_runs(runs: list[dict[str, Any]], warehouse: str) -> None:
     from rich.table import Table
 
-    t = Table(title=f"keyshift runs in {warehouse} (newest first)")
+    p = printable
+    t = Table(title=f"keyshift runs in {p(warehouse)} (newest first)")
     for col in ("run", "app", "policy", "batches", "last batch", "alive", "events in", "dead",
                 "engines", "migrations", "last decision"):
         numeric = col in ("events in", "dead", "engines", "migrations")
@@ -103,27 +121,28 @@ def _print_runs(runs: list[dict[str, Any]], warehouse: str) -> None:
             batches = f"{r['first_batch']}-{r['last_batch']}"
             last = f"{r['last_time'][:19].replace('T', ' ')} ({_age(r['last_batch_age_s'])})"
         else:
-            batches, last = "none yet", f"started {(r['started'] or '?')[:19]}"
+            batches, last = "none yet", f"started {p((r['started'] or '?')[:19])}"
         d = r["last_decision"]
-        t.add_row(r["run_id"], r["app"] or "?", r["policy"] or "?", batches, last,
+        t.add_row(p(r["run_id"]), p(r["app"] or "?"), p(r["policy"] or "?"), batches, last,
                   "yes" if r["alive"] else "no", str(r["events_in"]),
                   str(r["dead_letters"]), _num(r["engines"]), str(r["migrations"]),
-                  f"{d['action']} (batch {d['batch_id']})" if d else "")
+                  f"{p(d['action'])} (batch {d['batch_id']})" if d else "")
     console = _console()
     console.print(t)
     for r in runs:  # the reasons are sentences: below the table, not squeezed into a cell
         if (d := r["last_decision"]):
-            console.print(f"{r['run_id']}: batch {d['batch_id']}, {d['component']} "
-                          f"{d['action']}: {d['reason']}")
+            console.print(f"{p(r['run_id'])}: batch {d['batch_id']}, {p(d['component'])} "
+                          f"{p(d['action'])}: {p(d['reason'])}")
 
 
 def _print_run(result: dict[str, Any]) -> None:
     from rich.table import Table
 
+    p = printable
     r = result["run"]
     console = _console()
     console.print(
-        f"run {r['run_id']}: {r['app'] or '?'} with {r['policy'] or '?'}; batches "
+        f"run {p(r['run_id'])}: {p(r['app'] or '?')} with {p(r['policy'] or '?')}; batches "
         f"{r['first_batch']}-{r['last_batch']}, last {_age(r['last_batch_age_s'])} "
         f"({'alive' if r['alive'] else 'not running'}); "
         f"{r['events_in']} events in, {r['dead_letters']} dead letters, "
@@ -134,7 +153,7 @@ def _print_run(result: dict[str, Any]) -> None:
                 "cores held", "plan"):
         b.add_column(col, justify="left" if col == "time" else "right")
     for x in result["batches"]:
-        b.add_row(str(x["batch_id"]), (x["time"] or "")[:19].replace("T", " "),
+        b.add_row(str(x["batch_id"]), p((x["time"] or "")[:19].replace("T", " ")),
                   str(x["events_in"]), str(x["dead_letter"]), str(x["out_events"]),
                   _num(x["batch_duration_s"], ".2f"), _num(x["rstd"], ".1f"),
                   str(x["engines"]), _num(x.get("cores_held")), f"v{x['plan_version']}")
@@ -146,7 +165,7 @@ def _print_run(result: dict[str, Any]) -> None:
     for x in result["decisions"]:
         engines = (f"{x['engines_before']}->{x['engines_after']}"
                    if x["engines_before"] is not None else "")
-        d.add_row(str(x["batch_id"]), x["component"], x["action"],
+        d.add_row(str(x["batch_id"]), p(x["component"]), p(x["action"]),
                   _num(x["rstd_before"], ".1f"), _num(x["rstd_after"], ".1f"),
-                  _num(x["moved_groups"]), engines, x["reason"])
+                  _num(x["moved_groups"]), engines, p(x["reason"]))
     console.print(d)

@@ -115,3 +115,38 @@ def test_keyshift_report_of_a_forged_row_does_not_import_it(forged, tmp_path, ca
     assert not marker.exists(), "keyshift report imported the module a warehouse row named"
     page = (tmp_path / "rep" / "report.html").read_text()
     assert "Operator planted_mod:Op is not one this host knows" in page
+
+
+def _decision(run: str, batch: int, reason: str) -> dict:
+    return {"schema_version": 4, "run_id": run, "batch_id": batch, "decided_at": T0,
+            "component": "balancer", "policy": "kg", "action": "rebalance", "reason": reason,
+            "rstd_before": 40.0, "rstd_after": 12.0, "moved_groups": 3, "engines_before": 2,
+            "engines_after": 2, "plan_version": 2}
+
+
+@pytest.fixture()
+def hostile(tmp_path) -> Path:
+    """A warehouse whose string columns carry escape sequences, a carriage return and rich
+    markup: the operator's name, a decision's reason, a dead letter's reason and record."""
+    conf = tmp_path / "keyshift.toml"
+    conf.write_text(f'home = "{tmp_path / "home"}"\n')
+    cfg = load_config(conf, env={})
+    _write(cfg, "metrics", [_metrics("r", b, dead=1) for b in range(3)])
+    _write(cfg, "events_out", [_events_out("r", f"wordcount{ESCAPES}")])
+    _write(cfg, "decisions", [_decision("r", 1, f"moved{ESCAPES} [bold red]loud[/]")])
+    _write(cfg, "dead_letter", [{
+        "schema_version": 4, "run_id": "r", "batch_id": 0, "topic": "t", "partition": 0,
+        "offset": 1, "kafka_ts": T0, "raw": f"rec{ESCAPES}", "reason": f"bad{ESCAPES}"}])
+    return conf
+
+
+@pytest.mark.parametrize("argv", [["status"], ["status", "--run-id", "r"],
+                                  ["dead-letters", "r"]])
+def test_watching_commands_escape_what_rows_say(hostile, capsys, argv) -> None:
+    code = main([*argv, "--config", str(hostile)])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "\x1b" not in out and "\r" not in out, out
+    assert "\\x1b[2J\\rX" in out  # shown, as its escapes
+    if argv != ["dead-letters", "r"]:
+        assert "[bold red]loud[/]" in out.replace("\n", "")  # rich markup is text too
