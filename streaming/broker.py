@@ -688,6 +688,55 @@ class TopicEnds:
         return {tp.partition: int(offset) for tp, offset in ends.items()}
 
 
+@dataclass(frozen=True)
+class TopicOffsets:
+    """A topic as the broker holds it now. ``topic_id`` is new each time a topic of that
+    name is created, so it tells a recreated topic from one whose old records were deleted
+    (both can leave offsets a reader had reached missing); ``earliest`` and ``latest`` are
+    each partition's log start and end offsets."""
+
+    topic_id: str | None
+    earliest: dict[int, int]
+    latest: dict[int, int]
+
+
+def topic_offsets(bootstrap: str, topic: str, security: Mapping[str, Any] | None = None,
+                  timeout_s: float = 10.0) -> TopicOffsets | None:
+    """The topic's id and its partitions' earliest and end offsets; None when there is no
+    such topic. BrokerError when the broker does not answer within ``timeout_s``."""
+    from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+    from kafka.errors import KafkaError
+
+    security = environment_security() if security is None else dict(security)
+    timeout_ms = int(timeout_s * 1000)
+    check_listening(bootstrap, START_HINT)
+    admin = consumer = None
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="keyshift-admin",
+                                 bootstrap_timeout_ms=timeout_ms, request_timeout_ms=timeout_ms,
+                                 **security)
+        described = admin.describe_topics([topic])
+        if not described or described[0].get("error_code") or not described[0]["partitions"]:
+            return None
+        topic_id = described[0].get("topic_id")
+        parts = [TopicPartition(topic, p["partition_index"]) for p in described[0]["partitions"]]
+        consumer = KafkaConsumer(bootstrap_servers=bootstrap, client_id="keyshift-offsets",
+                                 enable_auto_commit=False, request_timeout_ms=timeout_ms,
+                                 bootstrap_timeout_ms=timeout_ms, **security)
+        earliest = consumer.beginning_offsets(parts)
+        latest = consumer.end_offsets(parts)
+    except (KafkaError, OSError) as exc:
+        where = f"offsets of topic {topic!r} at {bootstrap}"
+        raise broker_error(where, exc, bootstrap, security, where) from None
+    finally:
+        for client in (consumer, admin):
+            if client is not None:
+                client.close()
+    return TopicOffsets(None if topic_id is None else str(topic_id),
+                        {tp.partition: int(o) for tp, o in earliest.items()},
+                        {tp.partition: int(o) for tp, o in latest.items()})
+
+
 def create_topic(
     bootstrap: str, name: str, partitions: int, timeout_s: float = 30.0,
     security: Mapping[str, Any] | None = None,

@@ -60,7 +60,7 @@ from keyshift.policies import (
 from keyshift.policies.hot_split import hot_groups, splitting_policy
 from keyshift.schemas import SCHEMA_VERSION
 
-from .broker_watch import BrokerWatch
+from .broker_watch import BrokerWatch, resume_source
 from .controller import Controller, ControlLog, progress_lag
 from .engines import (
     DEAD,
@@ -256,6 +256,9 @@ class StreamJob:
         # them follow the plan (streaming/executors.py); kept across restarts in place
         self.resources = RunResources.for_job(cfg, spark)
         self._actions_written: set[int] = set()
+        # offsets per partition Kafka deleted unread and the run skips (fail_on_data_loss
+        # false), said in a warning line at start and kept for the summary
+        self.skipped_offsets: dict[str, int] = {}
         self._new_attempt()
 
     def _new_attempt(self) -> None:
@@ -309,6 +312,10 @@ class StreamJob:
     def start(self) -> StreamingQuery:
         from keyshift.lakehouse.delta import ensure_tables
 
+        if self.query is None:  # a restart in place (ride_out) resumes the topic it checked
+            # a recreated topic refuses the resume; skipped records are said (broker_watch.py)
+            self.skipped_offsets = resume_source(self.cfg, self.run_id, self.topic,
+                                                 self.checkpoint, self.run_uri)
         ensure_tables(self.spark, self.cfg, TABLES_WRITTEN)
         # a run no process started before has written nothing: its first batch need not look
         marker = f"{self.run_uri}/started"
@@ -901,6 +908,7 @@ class StreamJob:
             "events_per_s": out["events_in"] / busy if busy else 0.0,
             "batch_p50_s": _quantile(d, 0.5), "batch_p95_s": _quantile(d, 0.95),
             "run_dir": str(self.run_dir), "checkpoint": self.checkpoint,
+            "skipped_offsets": self.skipped_offsets,
             **self.resources.summary(),
         })
         return out

@@ -316,6 +316,10 @@ def run(args: argparse.Namespace) -> int:
             f"{summary['dead_letter']} dead letters, {summary['complex_events']} complex "
             f"events, {summary['migrations']} migrations; {summary['events_per_s']:.0f} "
             f"events/s busy, batch p50 {summary['batch_p50_s']:.2f} s")
+    recreated = failed and data_lost(failed) and _recreated(cfg, job)
+    if recreated:  # not the advice below: taking it would skip the new topic's records
+        say(f"keyshift run: {recreated}." + (f" {stop_also(stop_failed)}" if stop_failed else ""))
+        return 3
     if failed and data_lost(failed):
         say(f"records of topic {opts.topic} were lost: Kafka deleted them (retention, or a "
             "delete) before this run read them, and the run stops rather than skip them. To "
@@ -356,6 +360,14 @@ def stop_failed_line(stop_failed: str, run_id: str | None = None) -> str:
 
 def _resume(run_id: str | None, to: str = "resume from the failed batch") -> str:
     return f" Fix the cause and run again with --run-id {run_id} to {to}." if run_id else ""
+
+
+def _recreated(cfg, job) -> str | None:
+    """Why the run's topic cannot be read on, when Spark's lost records are a recreated
+    topic's (streaming/broker_watch.py)."""
+    from keyshift.streaming.broker_watch import topic_recreated
+
+    return topic_recreated(cfg, job.run_id, job.topic, job.checkpoint, job.run_uri)
 
 
 def data_lost(error: str) -> bool:
