@@ -641,27 +641,13 @@ def _read_for_reset(durable: DurableState, engine: int, upto: int
     return state, upto, head
 
 
-# What a pickled state of the codec's kinds may name (protocols 2-5): the containers the
-# state codec keeps, and the latin-1 helper protocol 2 writes bytes with. Nothing else.
-_PICKLE_DATA_CLASSES = frozenset({
-    ("builtins", "set"), ("builtins", "frozenset"), ("builtins", "bytearray"),
-    ("collections", "deque"), ("_codecs", "encode"),
-})
-
-
 def _data_only_unpickle(data: bytes, file: str, group: int) -> object:
-    """Decode a format-1 (pickled) group even behind ``--trust-pickled-state`` as data only:
-    an Unpickler that resolves no class but the state codec's containers, so a pickle whose
-    ``__reduce__`` would run code is refused naming the file, the group and what it names."""
-    import io
-    import pickle
+    """Decode a format-1 (pickled) group even behind ``--trust-pickled-state`` as data only
+    (:func:`keyshift.apps.state_codec.unpickle_data`: the codec's containers, no class else,
+    a bound on what it allocates); what it refuses is named with the file and the group."""
+    from keyshift.apps.state_codec import StateCodecError, unpickle_data
 
-    class DataOnly(pickle.Unpickler):
-        def find_class(self, module: str, name: str) -> object:
-            if (module, name) not in _PICKLE_DATA_CLASSES:
-                raise StateFormatError(
-                    f"{file}: group {group}: the pickled state names {module}.{name}, which "
-                    "is not state data; refused (nothing of it was run)")
-            return super().find_class(module, name)
-
-    return DataOnly(io.BytesIO(data)).load()
+    try:
+        return unpickle_data(data)
+    except StateCodecError as exc:
+        raise StateFormatError(f"{file}: group {group}: {exc}") from None

@@ -20,11 +20,13 @@ An operator that keeps other state declares its own codec (``state_codec``, an o
 ``encode(value) -> bytes`` and ``decode(bytes) -> value``; docs/operators.md, "State codec").
 
 Bytes in the old pickled form are refused unread (:class:`PickledStateError`); ``keyshift
-state upgrade RUN_ID --trust-pickled-state`` rewrites a run's durable engine state.
+state upgrade RUN_ID --trust-pickled-state`` rewrites a run's durable engine state, reading
+each pickle with :func:`unpickle_data` only: data, and no more memory than its size allows.
 """
 
 from __future__ import annotations
 
+import io
 from collections import deque
 from typing import Any, Protocol, runtime_checkable
 
@@ -152,6 +154,125 @@ class MsgpackStateCodec:
 
 
 DEFAULT_CODEC = MsgpackStateCodec()
+
+
+# --- the old pickled form, read for the trusted upgrade only ----------------------------------
+# What a pickled state of the codec's kinds may name (protocols 2-5): the containers the
+# state codec keeps, and the latin-1 helper protocol 2 writes bytes with. Nothing else.
+PICKLE_DATA_CLASSES = frozenset({
+    ("builtins", "set"), ("builtins", "frozenset"), ("builtins", "bytearray"),
+    ("collections", "deque"), ("_codecs", "encode"),
+})
+# how many bytes the data of a pickle of n bytes may take unpickled, shared objects counted
+# each time they occur (the encoder writes each occurrence): a list that holds another list
+# twice, 60 levels deep, is a 300-byte pickle of 2^60 elements
+EXPANSION, EXPANSION_FLOOR = 64, 1 << 20
+_MEMO_PUTS = frozenset({"PUT", "BINPUT", "LONG_BINPUT"})
+_LATIN1 = frozenset({"latin1", "latin-1", "iso-8859-1", "iso8859-1", "l1"})
+
+
+def _bytearray(*args: Any) -> bytearray:
+    """``bytearray`` as a pickle of one calls it (from bytes, or a latin-1 str under
+    protocol 2), never from a size: ``bytearray(3_000_000_000)`` is 54 bytes of pickle."""
+    if len(args) == 1 and type(args[0]) in (bytes, bytearray):
+        return bytearray(args[0])
+    if len(args) == 2 and type(args[0]) is str and str(args[1]).lower() in _LATIN1:
+        return bytearray(args[0], "latin-1")
+    if not args:
+        return bytearray()
+    what = (f"a bytearray of {args[0]:,} bytes" if type(args[0]) is int
+            else f"bytearray({', '.join(type(a).__name__ for a in args)})")
+    raise StateCodecError(f"the pickle asks for {what}, which no pickled state holds; "
+                          "refused before making it")
+
+
+def _latin1(obj: Any, encoding: str = "utf-8", errors: str = "strict") -> bytes:
+    """``_codecs.encode`` as protocol 2 calls it for bytes: a str to latin-1, nothing else
+    (another codec name would import a module of ``encodings``)."""
+    if type(obj) is not str or str(encoding).lower() not in _LATIN1:
+        raise StateCodecError(f"the pickle encodes with {encoding!r}, which no pickled state "
+                              "does; refused")
+    return obj.encode("latin-1", errors)
+
+
+_PICKLE_CALLS = {("builtins", "bytearray"): _bytearray, ("_codecs", "encode"): _latin1}
+
+
+def _scan(data: bytes) -> None:
+    """The pickle's opcodes read without running any (:func:`pickletools.genops`): a length
+    beyond the data, an opcode that is none, a memo index or frame beyond the pickle's size
+    (the unpickler makes room for them before it reads on) is refused here."""
+    import pickletools
+
+    try:
+        for op, arg, _ in pickletools.genops(io.BytesIO(data)):
+            if op.name in _MEMO_PUTS and int(arg) > len(data):
+                raise StateCodecError(f"memo index {int(arg):,} in a pickle of {len(data)} "
+                                      "bytes; refused before making room for it")
+            if op.name == "FRAME" and int(arg) > len(data):
+                raise StateCodecError(f"a frame of {int(arg):,} bytes in a pickle of "
+                                      f"{len(data)} bytes; refused")
+    except StateCodecError:
+        raise
+    except Exception as exc:  # genops: an unknown opcode, a length beyond the data, no STOP
+        raise StateCodecError(f"not a whole pickle ({exc})") from None
+
+
+def _within(value: Any, limit: int) -> None:
+    """Refuse data larger than ``limit`` bytes with each shared object counted each time
+    it occurs; walks at most ``limit`` steps whatever the value (a list that holds itself)."""
+    size, todo = 0, [value]
+    while todo:
+        v = todo.pop()
+        size += 8
+        if isinstance(v, str | bytes | bytearray):
+            size += len(v)
+        elif isinstance(v, int):
+            size += v.bit_length() // 8
+        elif isinstance(v, dict):
+            todo.extend(v.keys())
+            todo.extend(v.values())
+        elif isinstance(v, list | tuple | set | frozenset | deque):
+            todo.extend(v)
+        if size > limit:
+            raise StateCodecError(f"the pickled state takes more than {limit:,} bytes as data "
+                                  "(shared parts counted each time they occur); refused")
+
+
+def unpickle_data(data: bytes) -> Any:
+    """A pickled state (protocols 2-5) as data, for ``keyshift state upgrade
+    --trust-pickled-state``: the opcodes are checked before any runs (:func:`_scan`), the
+    Unpickler resolves no class but the codec's containers (:data:`PICKLE_DATA_CLASSES`),
+    ``bytearray`` is made from bytes only, and the result may take at most
+    ``EXPANSION`` × its size (at least ``EXPANSION_FLOOR``). Trusting the writer is not
+    trusting the bytes: a damaged or forged pickle is :class:`StateCodecError` in one line,
+    having run nothing and allocated no more than that bound."""
+    import pickle
+
+    data = bytes(data)
+    _scan(data)
+
+    class DataOnly(pickle.Unpickler):
+        def find_class(self, module: str, name: str) -> Any:
+            module = "builtins" if module == "__builtin__" else module  # protocol 2's name
+            if (module, name) not in PICKLE_DATA_CLASSES:
+                raise StateCodecError(f"the pickled state names {module}.{name}, which is not "
+                                      "state data; refused (nothing of it was run)")
+            return _PICKLE_CALLS.get((module, name)) or super().find_class(module, name)
+
+        def persistent_load(self, pid: Any) -> Any:
+            raise StateCodecError("the pickle refers to a persistent object; refused")
+
+    try:
+        value = DataOnly(io.BytesIO(data)).load()
+    except StateCodecError:
+        raise
+    except Exception as exc:  # truncated, a bad memo reference, a call with wrong arguments
+        first = (str(exc).splitlines() or [""])[0][:120]
+        raise StateCodecError(f"not a readable pickle ({type(exc).__name__}: {first})") \
+            from None
+    _within(value, max(EXPANSION * len(data), EXPANSION_FLOOR))
+    return value
 
 
 def encode_state(value: Any) -> bytes:
