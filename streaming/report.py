@@ -15,6 +15,8 @@ from __future__ import annotations
 import html
 import itertools
 import json
+import numbers
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -50,30 +52,58 @@ class RunTables:
                    frame("control_state").sort_values("batch_id"))
 
 
+def counters(valid: int, dead_letters: int, processed: int | None) -> dict[str, int]:
+    """A run's counts in the one vocabulary every output uses (``run --json``, ``status``,
+    ``report``, the demo): ``records`` taken from Kafka = ``valid`` (parsed and routed to the
+    engines; the ``metrics`` column ``events_in``) + ``dead_letters`` (refused, in
+    ``dead_letter``); ``processed`` by the operator (left out where it was not read).
+    ``events_in`` and ``dead_letter`` are the older names of ``valid`` and ``dead_letters``,
+    kept for the scripts that read them."""
+    valid, dead = int(valid), int(dead_letters)
+    return {"records": valid + dead, "valid": valid, "dead_letters": dead,
+            **({} if processed is None else {"processed": int(processed)}),
+            "events_in": valid, "dead_letter": dead}
+
+
+def batch_counters(batches: Iterable[tuple[int, int, int, int]]) -> dict[str, int]:
+    """:func:`counters` of (batch id, valid, dead letters, processed) per batch, each batch
+    id once (its last account: a batch run again after a restart is the same batch, and the
+    job's writes of it land once), with ``batches``, the number of batch ids."""
+    last = {int(b): (v, d, p) for b, v, d, p in batches}
+    valid, dead, processed = (sum(x[i] for x in last.values()) for i in range(3))
+    return {"batches": len(last), **counters(valid, dead, processed)}
+
+
+def metrics_counters(m: pd.DataFrame) -> dict[str, int]:
+    """:func:`batch_counters` of a run's ``metrics`` rows (``batch_id``, ``events_in``,
+    ``dead_letter``, ``processed``)."""
+    if not len(m):
+        return batch_counters(())
+    return batch_counters(zip(m.batch_id, m.events_in, m.dead_letter, m.processed,
+                              strict=True))
+
+
 def summarize(tables: RunTables, cfg: Config, run_id: str, wall_s: float | None = None,
               records: int | None = None) -> dict[str, Any]:
     """The summary object of a run (``keyshift demo --json`` and ``keyshift report --json``
-    print it). ``wall_s`` and ``records`` are what the caller timed and took from Kafka; by
-    default the span of the run's batches and the records they counted."""
+    print it). ``wall_s`` is what the caller timed, by default the span of the run's batches.
+    The counts come from the run's ``metrics`` rows only (:func:`metrics_counters`), so they
+    are the ones ``status`` shows; ``records`` (what a caller took from Kafka) is accepted
+    and not used."""
     m, mig, d = tables.metrics, tables.migrations, tables.decisions
     if wall_s is None:
         wall_s = ((m.window_end.max() - m.window_start.min()).total_seconds() if len(m)
                   else 0.0)
-    if records is None:
-        records = int(m.events_in.sum() + m.dead_letter.sum()) if len(m) else 0
     done = mig[mig.status == "completed"] if len(mig) else mig
     scaled = d[(d.component == "scaler") & d.plan_version.notna()] if len(d) else d
     busy = m[m.events_in > 0] if len(m) else m
     durations = m.batch_duration_s.to_numpy() if len(m) else np.zeros(0)
-    processed = int(m.processed.sum()) if len(m) else 0
+    counts = metrics_counters(m)
+    processed = counts["processed"]
     return {
         "run_id": run_id,
-        "events_in": int(records),
-        "valid": int(m.events_in.sum()) if len(m) else 0,
-        "processed": processed,
-        "dead_letter": int(m.dead_letter.sum()) if len(m) else 0,
+        **counts,
         "complex_events": int(m.out_events.sum()) if len(m) else 0,
-        "batches": len(m),
         "migrations": len(done),
         "moved_groups": int(sum(len(g) for g in done.groups)) if len(done) else 0,
         "moved_bytes": int(done["bytes"].sum()) if len(done) else 0,
@@ -156,19 +186,20 @@ def write_report(rows: Rows, cfg: Config, run_id: str, tables: RunTables,
         top.update(json.loads(x)["pattern"] for x in out.detail)
         extra = _table(["pattern", "count"], top.top(), "Top-10 click patterns (top-k operator)")
     dec_rows = [] if not len(d) else [
-        (r.batch_id, r.action, f"{r.rstd_before:.1f}" if r.rstd_before == r.rstd_before else "",
+        (str(r.batch_id), r.action,
+         f"{r.rstd_before:.1f}" if r.rstd_before == r.rstd_before else "",
          f"{r.rstd_after:.1f}" if r.rstd_after == r.rstd_after else "",
-         r.moved_groups, r.reason)
+         human(r.moved_groups), r.reason)
         for r in d[d.action != "none"].itertuples()
     ]
     mig_rows = [] if not len(mig) else [
-        (r.migration_id, len(r.groups), r.bytes, r.status,
-         (r.ended_at - r.started_at).total_seconds() if r.ended_at is not None else "")
+        (r.migration_id, human(len(r.groups)), human(r.bytes), r.status,
+         human((r.ended_at - r.started_at).total_seconds()) if r.ended_at is not None else "")
         for r in mig[mig.status == "completed"].itertuples()
     ]
     body = (
         f"<h1>keyshift run {html.escape(run_id)}</h1>"
-        + _table(["metric", "value"], list(summary.items()), "Summary")
+        + _table(["metric", "value"], [(k, human(v)) for k, v in summary.items()], "Summary")
         + _floor_note(m, app, summary.get("policy"))
         + "".join(f'<h2>{html.escape(c)}</h2><img src="{f}" alt="{html.escape(c)}">'
                   for f, c in images)
@@ -366,6 +397,27 @@ def _forecast_plot(control: pd.DataFrame, window_s: float, origin: pd.Timestamp,
     fig.savefig(path, dpi=90)
     plt.close(fig)
     return True
+
+
+def human(value: Any) -> str:
+    """A value as a person reads it in the report: whole numbers with thousands separators,
+    others rounded (3 significant places at most, never more than 3 decimals), yes or no,
+    n/a for none, a mapping as ``key: value`` pairs; ``summary.json`` and ``--json`` keep
+    the exact values."""
+    if value is None or (isinstance(value, numbers.Real) and value != value):
+        return "n/a"
+    if isinstance(value, (bool, np.bool_)):
+        return "yes" if value else "no"
+    if isinstance(value, numbers.Integral):
+        return f"{int(value):,}"
+    if isinstance(value, numbers.Real):
+        v = float(value)
+        return f"{v:,.1f}" if abs(v) >= 100 else f"{v:.2f}" if abs(v) >= 1 else f"{v:.3f}"
+    if isinstance(value, Mapping):
+        return "; ".join(f"{k}: {human(v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return ", ".join(human(v) for v in value)
+    return str(value)
 
 
 def _table(head: list[str], rows: list, title: str) -> str:

@@ -385,7 +385,7 @@ def _print_summary(s: dict[str, Any]) -> None:
     table = Table(title=f"keyshift demo {s['run_id']} ({s['app']}, {s['policy']})")
     table.add_column("metric")
     table.add_column("value", justify="right")
-    for k in ("events_in", "processed", "dead_letter", "complex_events", "batches",
+    for k in ("records", "valid", "dead_letters", "processed", "complex_events", "batches",
               "migrations", "moved_groups", "moved_bytes", "rstd_mean", "rstd_max",
               "events_per_s", "batch_p50_s", "batch_p95_s", "engines_min", "engines_max",
               "engines_final", "scale_actions"):

@@ -169,12 +169,78 @@ def progress_line(r) -> str:
             f"plan v{r.plan_version}  {r.duration_s:5.2f} s{mig}")
 
 
-def start_job(cfg, opts, log_level: str | None = None, say=None):
+class BatchLedger:
+    """This process's batches as the job reported them, by batch id: a batch the query runs
+    again (started again in place after a storage outage) replaces its first account, as its
+    rows replace theirs in the warehouse, so the summary counts it once."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._batches: dict[int, tuple[int, int, int]] = {}
+
+    def add(self, report) -> None:
+        """One :class:`~keyshift.streaming.job.BatchReport` (the job's ``on_batch``)."""
+        with self._lock:
+            self._batches[int(report.batch_id)] = (
+                int(report.events), int(report.dead_letter), int(report.complex_events))
+
+    def __len__(self) -> int:
+        return len(self._batches)
+
+    def counters(self) -> dict[str, int]:
+        """:func:`keyshift.streaming.report.batch_counters` of these batches (the job
+        processes every valid event it routes) and their complex events."""
+        from keyshift.streaming.report import batch_counters
+
+        with self._lock:
+            got = dict(self._batches)
+        return {**batch_counters((b, v, d, v) for b, (v, d, _) in got.items()),
+                "complex_events": sum(o for _, _, o in got.values())}
+
+
+def run_summary(job, ledger: BatchLedger | None, cfg) -> dict[str, Any]:
+    """``keyshift run``'s summary: the job's (timings, resources) with the counts of
+    ``status`` and ``report``. Those come from the run's ``metrics`` rows in the warehouse,
+    one per batch id, all of the run's processes included, so a batch a resumed run ran again
+    is counted once (``counted_from``: ``warehouse``); this process's own batches, each id
+    once (``ledger``; without one, the job's running totals), are under ``this_process``. A
+    warehouse that cannot be read now leaves this process's counts at the top
+    (``counted_from``: ``this process``)."""
+    from keyshift.streaming.report import counters, metrics_counters
+    from keyshift.streaming.runs import answer
+
+    summary = job.summary()
+    if ledger:
+        mine = ledger.counters()
+    else:
+        mine = {"batches": summary["batches"], **counters(
+            summary["events_in"], summary["dead_letter"], summary["processed"]),
+            "complex_events": summary["complex_events"]}
+    summary["this_process"] = mine
+    busy = summary.get("busy_s") or 0.0
+    summary["events_per_s"] = mine["processed"] / busy if busy else 0.0
+    cols = ["batch_id", "events_in", "dead_letter", "processed", "out_events"]
+    try:
+        m = answer(cfg, lambda rows: rows.frame("metrics", job.run_id, cols),
+                   spark=getattr(job, "spark", None))
+        run = {**metrics_counters(m), "complex_events": int(m.out_events.sum()) if len(m) else 0}
+        summary["counted_from"] = "warehouse"
+    except Exception as exc:  # noqa: BLE001 -- the summary still prints, from this process
+        run = mine
+        summary["counted_from"] = "this process"
+        summary["counted_why"] = f"the warehouse could not be read: {failure_line(exc)}"
+    summary.pop("records", None)  # the job's running totals: replaced by the counts below
+    summary.update(run)
+    return summary
+
+
+def start_job(cfg, opts, log_level: str | None = None, say=None,
+              ledger: BatchLedger | None = None):
     """The speed layer's one way to start: Spark's log to the run's folder (or from
     ``log_level`` up to the terminal), the session, the job with a progress line per batch
-    and live metrics (Prometheus on ``[metrics] host:port`` unless the port is 0,
-    :mod:`keyshift.streaming.live_metrics`), the query. ``keyshift run`` and ``keyshift demo`` both
-    use it."""
+    (each also kept in ``ledger``, when given) and live metrics (Prometheus on ``[metrics]
+    host:port`` unless the port is 0, :mod:`keyshift.streaming.live_metrics`), the query.
+    ``keyshift run`` and ``keyshift demo`` both use it."""
     from keyshift.lakehouse.logs import (
         configure_spark_logging,
         log_file,
@@ -193,6 +259,8 @@ def start_job(cfg, opts, log_level: str | None = None, say=None):
     failed: list[str] = []
 
     def on_batch(report) -> None:
+        if ledger is not None:
+            ledger.add(report)
         say(progress_line(report))
         if live is None:
             return
@@ -292,7 +360,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     check_topic(cfg, opts.topic)
     say = say_line
-    job = start_job(cfg, opts, args.log_level, say)
+    ledger = BatchLedger()
+    job = start_job(cfg, opts, args.log_level, say, ledger)
     mode = "available now" if opts.available_now else (
         f"for {args.duration:g} s" if args.duration else "until Ctrl-C")
     held = ("engines on executors requested and released with the plan"
@@ -302,7 +371,7 @@ def run(args: argparse.Namespace) -> int:
     say(f"running {job.run_id}: {opts.app} on {opts.topic} with {opts.policy}"
         f"{', engine scaler on' if cfg.planner.enabled else ''}, {mode}; {held}")
     failed, why, stop_failed = wait_and_stop(job, args.duration, say)
-    summary = job.summary()
+    summary = run_summary(job, ledger, cfg)
     summary["interrupted"] = bool(why)
     # the first cause: the query's failure, else the stop's (its commit of the bookkeeping)
     summary["failed"] = bool(failed or stop_failed)
@@ -312,10 +381,11 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(summary), flush=True)
     else:
-        say(f"{job.run_id}: {summary['batches']} batches, {summary['events_in']} events, "
-            f"{summary['dead_letter']} dead letters, {summary['complex_events']} complex "
-            f"events, {summary['migrations']} migrations; {summary['events_per_s']:.0f} "
-            f"events/s busy, batch p50 {summary['batch_p50_s']:.2f} s")
+        say(f"{job.run_id}: {summary['batches']:,} batches, {summary['records']:,} records "
+            f"({summary['valid']:,} valid, {summary['dead_letters']:,} dead letters), "
+            f"{summary['complex_events']:,} complex events, {summary['migrations']} "
+            f"migrations; {summary['events_per_s']:,.0f} events/s busy, batch p50 "
+            f"{summary['batch_p50_s']:.2f} s")
     recreated = failed and data_lost(failed) and _recreated(cfg, job)
     if recreated:  # not the advice below: taking it would skip the new topic's records
         say(f"keyshift run: {recreated}." + (f" {stop_also(stop_failed)}" if stop_failed else ""))

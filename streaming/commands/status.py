@@ -54,8 +54,10 @@ def run(args: argparse.Namespace) -> int:
 
     def read(rows: runs.Rows) -> dict[str, Any]:
         if args.run_id is None:
-            return {"warehouse": cfg.warehouse_uri, "runs": runs.list_runs(rows, cfg)}
-        return {"warehouse": cfg.warehouse_uri, "run": runs.find_run(rows, cfg, args.run_id),
+            return {"warehouse": cfg.warehouse_uri,
+                    "runs": [_counted(r) for r in runs.list_runs(rows, cfg)]}
+        return {"warehouse": cfg.warehouse_uri,
+                "run": _counted(runs.find_run(rows, cfg, args.run_id)),
                 **runs.recent(rows, cfg, args.run_id, args.last)}
 
     result = runs.answer(cfg, read, args.log_level)
@@ -66,6 +68,15 @@ def run(args: argparse.Namespace) -> int:
     else:
         _print_run(result)
     return 0
+
+
+def _counted(run: dict[str, Any]) -> dict[str, Any]:
+    """A run of the overview with its counts in the vocabulary ``run --json`` and ``report``
+    use (:func:`keyshift.streaming.report.counters`): the overview sums ``metrics`` once per
+    batch, as the report does."""
+    from keyshift.streaming.report import counters
+
+    return {**run, **counters(run["events_in"], run["dead_letters"], None)}
 
 
 def _age(seconds: float | None) -> str:
@@ -111,9 +122,9 @@ def _print_runs(runs: list[dict[str, Any]], warehouse: str) -> None:
 
     p = printable
     t = Table(title=f"keyshift runs in {p(warehouse)} (newest first)")
-    for col in ("run", "app", "policy", "batches", "last batch", "alive", "events in", "dead",
-                "engines", "migrations", "last decision"):
-        numeric = col in ("events in", "dead", "engines", "migrations")
+    for col in ("run", "app", "policy", "batches", "last batch", "alive", "records", "valid",
+                "dead letters", "engines", "migrations", "last decision"):
+        numeric = col in ("records", "valid", "dead letters", "engines", "migrations")
         t.add_column(col, justify="right" if numeric else "left",
                      no_wrap=col in ("run", "batches", "last batch"))
     for r in runs:
@@ -124,8 +135,8 @@ def _print_runs(runs: list[dict[str, Any]], warehouse: str) -> None:
             batches, last = "none yet", f"started {p((r['started'] or '?')[:19])}"
         d = r["last_decision"]
         t.add_row(p(r["run_id"]), p(r["app"] or "?"), p(r["policy"] or "?"), batches, last,
-                  "yes" if r["alive"] else "no", str(r["events_in"]),
-                  str(r["dead_letters"]), _num(r["engines"]), str(r["migrations"]),
+                  "yes" if r["alive"] else "no", f"{r['records']:,}", f"{r['valid']:,}",
+                  f"{r['dead_letters']:,}", _num(r["engines"]), str(r["migrations"]),
                   f"{p(d['action'])} (batch {d['batch_id']})" if d else "")
     console = _console()
     console.print(t)
@@ -145,11 +156,11 @@ def _print_run(result: dict[str, Any]) -> None:
         f"run {p(r['run_id'])}: {p(r['app'] or '?')} with {p(r['policy'] or '?')}; batches "
         f"{r['first_batch']}-{r['last_batch']}, last {_age(r['last_batch_age_s'])} "
         f"({'alive' if r['alive'] else 'not running'}); "
-        f"{r['events_in']} events in, {r['dead_letters']} dead letters, "
-        f"{r['complex_events']} complex events; {_num(r['engines'])} engines now; "
+        f"{r['records']:,} records ({r['valid']:,} valid, {r['dead_letters']:,} dead "
+        f"letters), {r['complex_events']:,} complex events; {_num(r['engines'])} engines now; "
         f"{r['migrations']} migrations")
     b = Table(title=f"last {len(result['batches'])} batches")
-    for col in ("batch", "time", "events", "dead", "out", "duration s", "RSTD %", "engines",
+    for col in ("batch", "time", "valid", "dead letters", "out", "duration s", "RSTD %", "engines",
                 "cores held", "plan"):
         b.add_column(col, justify="left" if col == "time" else "right")
     for x in result["batches"]:

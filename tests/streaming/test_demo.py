@@ -65,8 +65,8 @@ def test_demo_json_summary_and_report(tmp_path: Path) -> None:
     for key in ("events_in", "processed", "dead_letter", "complex_events", "migrations",
                 "moved_groups", "rstd_mean", "events_per_s", "batch_p95_s", "warehouse"):
         assert key in summary, key
-    assert summary["events_in"] == summary["produced"] == 800
-    assert summary["processed"] + summary["dead_letter"] == summary["events_in"]
+    assert summary["records"] == summary["produced"] == 800
+    assert summary["processed"] + summary["dead_letters"] == summary["records"]
     assert summary["policy"] == "dlb-h" and summary["complex_events"] > 0
     run_dir = Path(summary["run_dir"])
     assert run_dir.parent == home.resolve() / "runs"
@@ -125,8 +125,8 @@ def test_ctrl_c_stops_everything_and_still_reports(tmp_path: Path) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
     summary = json.loads(out.read_text().strip().splitlines()[-1])
     assert summary["interrupted"] is True
-    assert 0 < summary["events_in"] <= summary["produced"] < 60_000
-    assert summary["processed"] + summary["dead_letter"] == summary["events_in"]
+    assert 0 < summary["records"] <= summary["produced"] < 60_000
+    assert summary["processed"] + summary["dead_letters"] == summary["records"]
     assert (Path(summary["run_dir"]) / "report.html").exists()
     assert "interrupted" in err.read_text()
     assert not _port_open(port), "the demo's broker is still listening"

@@ -122,7 +122,7 @@ def test_seeded_champions_change_n_and_the_report_shows_the_forecast(tmp_path: P
     assert seeded["history"]["rows"] > 100
     assert re.search(r"^seeded \d+ windows .* champions keyshift-input-rate v1, "
                      r"keyshift-latency v1$", proc.stderr, re.MULTILINE), proc.stderr[-3000:]
-    assert summary["processed"] + summary["dead_letter"] == summary["events_in"] == 1500
+    assert summary["processed"] + summary["dead_letters"] == summary["records"] == 1500
     assert summary["scale_actions"] >= 1 and summary["first_scale_s"] is not None, summary
     page = (Path(summary["run_dir"]) / "report.html").read_text()
     scaled = _scaler_rows(page)
@@ -157,7 +157,7 @@ def test_seeding_that_fails_leaves_the_demo_on_the_fallback(tmp_path: Path) -> N
     assert len(failed) == 1 and "mlflow.tracking_uri" in failed[0], proc.stderr[-3000:]
     assert "engine scaler on" in proc.stderr
     assert summary["seeded"]["status"] == "failed" and summary["planner"] is True
-    assert summary["processed"] + summary["dead_letter"] == summary["events_in"] == 400
+    assert summary["processed"] + summary["dead_letters"] == summary["records"] == 400
     assert summary["scale_actions"] >= 1, summary
     assert summary["engines_max"] == 4 and summary["engines_min"] < 4, summary
     scaled = _scaler_rows((Path(summary["run_dir"]) / "report.html").read_text())

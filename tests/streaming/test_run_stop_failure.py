@@ -94,7 +94,8 @@ def fake_job(tmp_path: Path, query_error: str | None, commit_fails: bool) -> Str
 def run_with(job: StreamJob, monkeypatch, tmp_path, capsys) -> tuple[int, dict, str]:
     monkeypatch.setenv("KEYSHIFT_HOME", str(tmp_path / "home"))
     monkeypatch.setattr(run_cmd, "check_topic", lambda cfg, topic: None)
-    monkeypatch.setattr(run_cmd, "start_job", lambda cfg, opts, level=None, say=None: job)
+    monkeypatch.setattr(run_cmd, "start_job",
+                        lambda cfg, opts, level=None, say=None, ledger=None: job)
     p = argparse.ArgumentParser()
     run_cmd.add_arguments(p)
     args = p.parse_args(["--app", "wordcount", "--topic", "words", "--run-id", "ro",
