@@ -12,11 +12,20 @@ run could start (0.8 s here, against 0.13 s from site-packages), and every new w
 the packages already installed: Spark's home is the installed package, and the zips live
 inside it. Only such zips are dropped, so a Spark home of its own (a cluster's) keeps the
 zips it ships.
+
+The folder the daemon starts in is not on its path either. ``python -m`` puts it first, and
+so does a relative or empty ``PYTHONPATH`` entry; on a local master that folder is the
+driver's current folder, so a ``msgpack.py`` lying there was imported by every Python worker
+in place of the installed package. ``spark.executorEnv.PYTHONSAFEPATH`` (set by the session)
+keeps ``-m`` from adding it; :func:`cwd_entries` drops what is left. A user's code reaches the
+workers shipped (``SparkContext.addPyFile``, :mod:`keyshift.streaming.code_shipping`), never
+through a current folder.
 """
 
 from __future__ import annotations
 
 import importlib.machinery
+import os
 import sys
 from pathlib import Path
 
@@ -48,8 +57,21 @@ def zips_to_drop(path: list[str]) -> list[str]:
     return drop
 
 
+def cwd_entries(path: list[str], cwd: str, pythonpath: str) -> list[str]:
+    """The entries of ``path`` that are the folder the process started in (``cwd``), or a
+    folder a relative ``PYTHONPATH`` entry names relative to it (Python has made them
+    absolute by now): how a file lying in the folder a run starts from gets imported."""
+    def where(entry: str) -> str:
+        return os.path.realpath(os.path.join(cwd, entry))
+
+    unsafe = {where("")} | {where(e) for e in pythonpath.split(os.pathsep)
+                            if not os.path.isabs(e)}
+    return [entry for entry in path if where(entry) in unsafe]
+
+
 def main() -> None:
     drop = set(zips_to_drop(sys.path))
+    drop |= set(cwd_entries(sys.path, os.getcwd(), os.environ.get("PYTHONPATH", "")))
     sys.path[:] = [p for p in sys.path if p not in drop]
     from pyspark.daemon import manager
 

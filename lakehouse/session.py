@@ -103,6 +103,10 @@ def get_spark(cfg: Config | None = None, app_name: str | None = None,
         # zip Spark puts first on its path (keyshift.lakehouse.python_daemon): 0.8 s less
         # before a run's first Python task, 70-80 ms less per new worker.
         "spark.python.daemon.module": PYTHON_DAEMON,
+        # ... started without the current folder first on its path (python -m puts it there):
+        # on a local master that is the driver's, and a msgpack.py lying in it was imported
+        # by the workers in place of the installed package; a user's code is shipped
+        "spark.executorEnv.PYTHONSAFEPATH": "1",
         **local_warehouse_conf(cfg),
         **(cluster_conf(cfg) if on_cluster else {}),
         **(extra_conf or {}),

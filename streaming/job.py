@@ -37,11 +37,12 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from keyshift.apps import event_schema, make_operator
+from keyshift.apps import event_schema, make_operator, resolve_operator
 from keyshift.config import Config
 from keyshift.control import policy_params
 from keyshift.elastic.reconfiguration import MeasuredMigration
@@ -61,6 +62,7 @@ from keyshift.policies.hot_split import hot_groups, splitting_policy
 from keyshift.schemas import SCHEMA_VERSION
 
 from .broker_watch import BrokerWatch, resume_source
+from .code_shipping import prepare_executors
 from .controller import Controller, ControlLog, progress_lag
 from .engines import (
     DEAD,
@@ -113,6 +115,9 @@ class JobOptions:
     available_now: bool = False  # process what the topic holds, then stop
     starting_offsets: str = "earliest"  # where a new run starts in the topic
     ingest_only: bool = False  # validate, route and count only (keyshift stream): no operator
+    # the user's code for the executors (--py-files, already on the driver's path):
+    # streaming/code_shipping.py ships them and the operator's own module
+    py_files: tuple[str, ...] = ()
 
 
 @dataclass
@@ -224,6 +229,12 @@ class StreamJob:
         self.opt = options
         self.app = options.app
         self.event_schema = event_schema(self.app)  # a bad operator spec fails here, with why
+        # the operator's code on every executor, and one task per executor that imports it,
+        # before any task of the stream runs: a user's module that does not reach them fails
+        # here in seconds, naming them (streaming/code_shipping.py)
+        self.operator_code = prepare_executors(
+            spark, resolve_operator(self.app).cls, [Path(p) for p in options.py_files],
+            cfg.home_path / "pyfiles")
         self.splitter = None if options.ingest_only else hot_key_splitter(
             cfg, options.policy, options.app, options.app_params, options.policy_params)
         self.groups = options.groups or cfg.groups.count

@@ -52,6 +52,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "entry point of group keyshift.operators, or module:Class "
                    "(default: controller.app)")
     p.add_argument("--params", default="{}", help="operator parameters as a JSON object")
+    p.add_argument("--py-files", metavar="FILES",
+                   help="comma-separated .py, .zip or .egg files the operator needs, shipped to "
+                   "the executors as with spark-submit (the operator's own module, when it is "
+                   "not installed, is shipped without it)")
     p.add_argument("--topic", help="Kafka topic to read (default: kafka.topic)")
     p.add_argument("--policy", help=f"balancer: one of {', '.join(job_policies())} "
                    "(shipped, or an entry point of group keyshift.policies; default: "
@@ -112,6 +116,9 @@ def options_from(args: argparse.Namespace, cfg) -> Any:
     if not isinstance(params, dict):
         raise UsageError("--params: must be a JSON object of operator parameters")
     app = args.app or cfg.controller.app
+    from keyshift.streaming.code_shipping import driver_py_files  # on the driver's path first
+
+    py_files = driver_py_files(getattr(args, "py_files", None), cfg.home_path / "pyfiles")
     _check_operator(app, params)
     if kind is PolicyKind.SPLITTER:  # split hot keys over engines (mergeable operators)
         from keyshift.streaming.job import hot_key_splitter
@@ -123,7 +130,8 @@ def options_from(args: argparse.Namespace, cfg) -> Any:
     return JobOptions(app=app, policy=policy, run_id=run_id, topic=args.topic or cfg.kafka.topic,
                       engines=args.engines, app_params=params,
                       max_offsets_per_trigger=args.max_offsets,
-                      available_now=args.available_now, starting_offsets=args.starting)
+                      available_now=args.available_now, starting_offsets=args.starting,
+                      py_files=tuple(str(p) for p in py_files))
 
 
 def _check_operator(app: str, params: dict) -> None:
