@@ -18,6 +18,7 @@ from typing import Any
 
 from keyshift.cli import UsageError, _Parser, add_config_option
 from keyshift.experiments import SCENARIOS
+from keyshift.run_ids import run_id_arg
 
 REQUIRED_KEYS = (
     "processed", "missed", "rstd_mean", "rstd_p95", "var_mean", "rebalances", "moved_groups",
@@ -56,7 +57,7 @@ def add_generic_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--window", type=float, help="statistic window Δ in seconds")
     g.add_argument("--quick", action="store_true", help="a shorter, smaller run")
     c = p.add_argument_group("calibrated on a real run (docs/simulator.md)")
-    c.add_argument("--calibrate", metavar="RUN_ID",
+    c.add_argument("--calibrate", metavar="RUN_ID", type=run_id_arg,
                    help="fit the cost model to run RUN_ID of 'keyshift run' (its folder "
                    "<home>/runs/RUN_ID), replay its input, project it to --engines")
     c.add_argument("--cores", help="cores of the projected cluster (default: one per engine)")

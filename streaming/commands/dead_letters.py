@@ -19,6 +19,7 @@ from typing import Any
 from keyshift.cli import UsageError, add_json_options, add_log_options, json_indent
 from keyshift.config import load_config
 from keyshift.lakehouse.logs import one_line_failure
+from keyshift.run_ids import run_id_arg
 
 SUMMARY = "list a run's dead letters: counts and samples per reason"
 RAW_SHOWN = 200  # characters of a sample's record shown (dead_letter.raw keeps up to 4096)
@@ -36,7 +37,8 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         f"{RAW_SHOWN} characters) and the total. Read without Spark when the warehouse is on "
         "this machine's disk.",
     )
-    p.add_argument("run_id", metavar="RUN_ID", help="the run (see `keyshift status`)")
+    p.add_argument("run_id", metavar="RUN_ID", type=run_id_arg,
+                   help="the run (see `keyshift status`)")
     p.add_argument("--limit", type=int, default=3,
                    help="samples shown per reason, the earliest first (default 3; 0: counts only)")
     add_json_options(p)

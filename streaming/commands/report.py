@@ -14,6 +14,7 @@ from pathlib import Path
 from keyshift.cli import UsageError
 from keyshift.config import load_config
 from keyshift.lakehouse.logs import one_line_failure
+from keyshift.run_ids import run_id_arg
 
 from .status import add_common
 
@@ -28,7 +29,8 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "and write report.html with its plots (imbalance, throughput, batch duration, load "
         "per engine), decisions and migrations, and summary.json; prints the report's path.",
     )
-    p.add_argument("run_id", metavar="RUN_ID", help="the run (see `keyshift status`)")
+    p.add_argument("run_id", metavar="RUN_ID", type=run_id_arg,
+                   help="the run (see `keyshift status`)")
     p.add_argument("--out", help="folder for the report and its plots "
                    "(default: <home>/runs/<RUN_ID>/)")
     add_common(p)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import signal
 import sys
 import threading
@@ -32,11 +31,10 @@ from keyshift.cli import UsageError, add_config_option, add_log_options
 from keyshift.config import load_config
 from keyshift.lakehouse.logs import failure_line, log_hint, one_line_failure
 from keyshift.lakehouse.logs import say as say_line
+from keyshift.run_ids import check_run_id, run_id_arg
 from keyshift.streaming.executors import ResourcesError, resources_mode
 
 SUMMARY = "run your operator on a Kafka topic, kept balanced"
-
-_RUN_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
 def job_policies() -> list[str]:
@@ -62,7 +60,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "controller.policy)")
     p.add_argument("--planner", action="store_true",
                    help="let the engine scaler choose N as well ([planner] enabled)")
-    p.add_argument("--run-id", help="names the run; the same id resumes it (default: new id)")
+    p.add_argument("--run-id", type=run_id_arg,
+                   help="names the run; the same id resumes it (default: new id)")
     p.add_argument("--engines", type=int, help="engines at start (default: engines.initial)")
     p.add_argument("--max-offsets", type=int,
                    help="most Kafka records per micro-batch (default: spark.max_offsets_per_trigger)")
@@ -100,8 +99,10 @@ def options_from(args: argparse.Namespace, cfg) -> Any:
     except PolicyInputError as exc:
         raise UsageError(f"--{exc}") from None
     run_id = args.run_id or time.strftime("run-%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
-    if not _RUN_ID.match(run_id):
-        raise UsageError(f"--run-id: use 1-64 letters, digits, '.', '_' or '-', got {run_id!r}")
+    try:  # argparse checked it (run_id_arg); a caller that built args itself did not
+        check_run_id(run_id)
+    except ValueError as exc:
+        raise UsageError(f"--run-id: {exc}") from None
     if args.engines is not None and not cfg.engines.min <= args.engines <= cfg.engines.max:
         raise UsageError(f"--engines: must be in {cfg.engines.min}..{cfg.engines.max} "
                          f"(engines.min..engines.max), got {args.engines}")

@@ -13,6 +13,7 @@ from typing import Any
 
 from keyshift.cli import UsageError
 from keyshift.config import load_config
+from keyshift.run_ids import run_id_arg
 
 SUMMARY = "upgrade a run's durable engine state from the old pickled format"
 
@@ -34,7 +35,8 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         f"files name: only with {FLAG}, for state whose every writer you trust. Without it "
         "nothing is unpickled and the files that need it are listed (exit status 2).",
     )
-    u.add_argument("run_id", metavar="RUN_ID", help="the run (see `keyshift status`)")
+    u.add_argument("run_id", metavar="RUN_ID", type=run_id_arg,
+                   help="the run (see `keyshift status`)")
     u.add_argument(FLAG, dest="trust", action="store_true",
                    help="unpickle the old files (only if nobody else could have written them)")
     u.add_argument("--app", help="the run's operator, whose state_codec encodes the state "

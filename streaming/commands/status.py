@@ -15,6 +15,7 @@ from typing import Any
 from keyshift.cli import UsageError, add_log_options
 from keyshift.config import load_config
 from keyshift.lakehouse.logs import one_line_failure
+from keyshift.run_ids import run_id_arg
 
 SUMMARY = "list the runs, or one run's last batches and decisions"
 
@@ -38,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "a remote one through Spark.",
     )
     add_common(p)
-    p.add_argument("--run-id", help="show this run's last batches and decisions")
+    p.add_argument("--run-id", type=run_id_arg, help="show this run's last batches and decisions")
     p.add_argument("--last", type=int, default=10,
                    help="with --run-id: how many batches and decisions (default 10)")
     p.set_defaults(func=run)

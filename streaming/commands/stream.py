@@ -17,7 +17,6 @@ the batch layer computes baseline plans from.
 from __future__ import annotations
 
 import argparse
-import re
 import signal
 import sys
 from typing import Any
@@ -26,11 +25,11 @@ from keyshift.cli import UsageError, add_log_options
 from keyshift.config import Config, load_config
 from keyshift.lakehouse.logs import one_line_failure
 from keyshift.lakehouse.logs import say as say_line
+from keyshift.run_ids import check_run_id, run_id_arg
 
 SUMMARY = "ingest a Kafka topic into Delta without an operator"
 
 DEFAULT_POLICY = "kg"  # ingestion measures loads; a hash plan never moves a group
-_RUN_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
 def stream_policies() -> list[str]:
@@ -51,7 +50,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )
     p.add_argument("--app", help="event schema: a shipped app, an entry point of group "
                    "keyshift.operators, or module:Class (default: controller.app)")
-    p.add_argument("--run-id", default="default",
+    p.add_argument("--run-id", default="default", type=run_id_arg,
                    help="run id: checkpoint, metrics rows, plans (default: 'default')")
     p.add_argument("--topic", help="Kafka topic (default: kafka.topic)")
     p.add_argument("--policy", default=DEFAULT_POLICY,
@@ -87,8 +86,10 @@ def ingest_options(args: argparse.Namespace, cfg: Config) -> tuple[Config, Any]:
     if args.scope is not None:
         raise UsageError("--scope: removed; the run's controller owns its plan. Use --policy "
                          "lptf|clb|uhlb to route by the batch layer's plan (scope 'baseline')")
-    if not _RUN_ID.match(args.run_id):
-        raise UsageError(f"--run-id: use 1-64 letters, digits, '.', '_' or '-', got {args.run_id!r}")
+    try:  # argparse checked it (run_id_arg); a caller that built args itself did not
+        check_run_id(args.run_id)
+    except ValueError as exc:
+        raise UsageError(f"--run-id: {exc}") from None
     if args.window is not None and not args.window > 0:
         raise UsageError(f"--window: must be > 0 seconds, got {args.window}")
     if args.duration is not None and not args.duration > 0:

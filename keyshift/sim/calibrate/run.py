@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from keyshift.run_ids import check_run_id
+
 
 class CalibrationError(ValueError):
     """Bad calibration input; the message starts with the option or field at fault."""
@@ -109,8 +111,10 @@ def runs_root(home: Path) -> Path:
 
 def find_run(home: Path, run_id: str) -> Path:
     """The folder of run ``run_id`` under ``home``; one line naming where it looked."""
-    if not run_id or "/" in run_id or run_id in (".", ".."):
-        raise CalibrationError(f"--calibrate: not a run id: {run_id!r}")
+    try:
+        check_run_id(run_id)
+    except ValueError as exc:
+        raise CalibrationError(f"--calibrate: {exc}") from None
     root = runs_root(home)
     path = root / run_id
     if not (path / "job.json").is_file():
