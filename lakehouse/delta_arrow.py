@@ -19,8 +19,10 @@ does not know), or an installation without ``deltalake``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 from keyshift.config import Config
 from keyshift.schemas import SCHEMA_VERSION, table
@@ -103,6 +105,56 @@ def read_arrow(cfg: Config, name: str, run_id: str | None = None,
         if field.name not in got.column_names:  # written before the version that added it
             got = got.append_column(field, pa.nulls(got.num_rows, field.type))
     return got.select(target.names).cast(target)
+
+
+def first_values(cfg: Config, name: str, column: str, run_ids: Iterable[str]) -> dict[str, Any]:
+    """One value of ``column`` for each of ``run_ids`` that has rows in table ``name`` (the
+    operator a run's ``events_out`` names, which ``status`` shows), reading what that needs
+    and no more: the Delta log's statistics of each file (the least and greatest ``run_id``,
+    which Delta writes with every file) leave out the files that cannot hold a wanted run,
+    and each other file's ``run_id`` and ``column``, filtered to the runs still wanted, is
+    read once, in file order, until every run has its value. Memory is one file's two
+    columns whatever the table's size (a full read of the column took 1.7 GB at 20 M rows,
+    issue 46 item 5)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    wanted = set(run_ids)
+    folder = local_table(cfg, name)
+    if not wanted or not (folder / "_delta_log").is_dir():
+        return {}
+    try:
+        from deltalake import DeltaTable
+        from deltalake.exceptions import DeltaError
+    except ImportError:
+        raise FastReadUnavailable("the deltalake package is not installed (pip install "
+                                  "'keyshift[spark]')") from None
+    try:
+        files = pa.table(DeltaTable(str(folder)).get_add_actions(flatten=True)).to_pylist()
+    except DeltaError as exc:
+        raise FastReadUnavailable(f"{name}: delta-rs cannot read the table at {folder}: "
+                                  f"{str(exc).splitlines()[0] if str(exc) else exc!r}") from exc
+    found: dict[str, Any] = {}
+    for f in files:
+        left = wanted - found.keys()
+        if not left:
+            break
+        low, high = f.get("min.run_id"), f.get("max.run_id")
+        if low is not None and high is not None and not any(low <= r <= high for r in left):
+            continue
+        if "://" in f["path"]:
+            raise FastReadUnavailable(f"{name}: a file outside the table's folder: {f['path']}")
+        try:
+            got = pq.read_table(folder / unquote(f["path"]), columns=["run_id", column],
+                                filters=pc.field("run_id").isin(sorted(left)))
+        except FileNotFoundError:  # vacuumed since the log was read: its rows are elsewhere
+            continue
+        for rid in left:
+            at = pc.index(got["run_id"], rid).as_py()
+            if at >= 0:
+                found[rid] = got[column][at].as_py()
+    return found
 
 
 def _check_columns(name: str, have: set[str], path: str) -> None:

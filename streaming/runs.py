@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from keyshift.config import Config
 from keyshift.lakehouse.delta import read_table, table_exists
-from keyshift.lakehouse.delta_arrow import FastReadUnavailable, read_arrow
+from keyshift.lakehouse.delta_arrow import FastReadUnavailable, first_values, read_arrow
 from keyshift.lakehouse.storage import filesystem, read_if_exists
 from keyshift.schemas import table
 
@@ -181,6 +181,11 @@ class Rows(Protocol):
     def frame(self, name: str, run_id: str | None = None,
               columns: list[str] | None = None, distinct: bool = False) -> pd.DataFrame: ...
 
+    def first_values(self, name: str, column: str, run_ids: set[str]) -> dict[str, Any]:
+        """One value of ``column`` per run of an append-only table (never staged), read
+        from as few rows as the path allows: what ``status`` shows of a large table."""
+        ...
+
 
 class ArrowRows:
     """Rows read in this process through delta-rs: no JVM (issue 28 item 4)."""
@@ -196,6 +201,9 @@ class ArrowRows:
                 df[col] = df[col].dt.tz_convert("UTC").dt.tz_localize(None)
         return df.drop_duplicates(ignore_index=True) if distinct else df
 
+    def first_values(self, name: str, column: str, run_ids: set[str]) -> dict[str, Any]:
+        return first_values(self.cfg, name, column, run_ids)
+
 
 class SparkRows:
     """Rows read through a Spark session (a remote warehouse, a table delta-rs refuses)."""
@@ -209,6 +217,19 @@ class SparkRows:
         df = current(self.spark, self.cfg, name, run_id)
         df = df.select(*columns) if columns else df
         return (df.distinct() if distinct else df).toPandas()
+
+    def first_values(self, name: str, column: str, run_ids: set[str]) -> dict[str, Any]:
+        from pyspark.sql import functions as F
+
+        if not table_exists(self.spark, self.cfg, name):
+            return {}
+        df = read_table(self.spark, self.cfg, name)
+        found = {}
+        for rid in run_ids:  # a limit per run: Spark stops reading at its first row
+            got = df.where(F.col("run_id") == rid).select(column).limit(1).collect()
+            if got:
+                found[rid] = got[0][0]
+        return found
 
 
 def answer(cfg: Config, compute: Callable[[Rows], T], log_level: str | None = None,
@@ -343,11 +364,8 @@ def _apps(rows: Rows, cfg: Config, ids: set[str]) -> dict[str, str]:
         except (OSError, ValueError, KeyError):
             pass
     rest = ids - set(apps)
-    if rest:
-        one = next(iter(rest)) if len(rest) == 1 else None
-        out = rows.frame("events_out", one, ["run_id", "app"], distinct=True)
-        out = out[out.run_id.isin(rest)]
-        apps.update(out.groupby("run_id").app.max().to_dict())
+    if rest:  # one row per run, not the column of every complex event (issue 46 item 5)
+        apps.update(rows.first_values("events_out", "app", rest))
     return apps
 
 
