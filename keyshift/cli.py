@@ -28,6 +28,21 @@ class UsageError(Exception):
     """Bad input from the user: printed as one line, exit status 2, no traceback."""
 
 
+def printable(value: Any) -> str:
+    """A string that may quote what a table, a file or a record holds, as it may reach a
+    terminal: every character that is not printable (an escape sequence's ESC, a carriage
+    return, a newline, a bidi override) written as its Python escape (``\\x1b``), so whoever
+    could write the warehouse or the input cannot clear, move or recolour the reader's
+    screen; None is ''. The one escaping of what the commands print (their error lines,
+    ``status``, ``dead-letters``)."""
+    if value is None:
+        return ""
+    text = str(value)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def read_json_request(path: str | None) -> Any:
     """The one JSON object a JSON-in/JSON-out command reads: from ``path`` or stdin.
     Unreadable or malformed input is a :class:`UsageError` naming ``input``."""
@@ -240,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except (UsageError, ConfigError, FieldError) as exc:  # bad input: one line, status 2
-        print(f"keyshift {args.command}: {exc}", file=sys.stderr)
+        print(f"keyshift {args.command}: {printable(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"keyshift {args.command}: interrupted", file=sys.stderr)

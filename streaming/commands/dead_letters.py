@@ -96,7 +96,9 @@ def dead_letters(rows: Any, run_id: str, limit: int) -> dict[str, Any]:
 def _print(result: dict[str, Any]) -> None:
     from rich.table import Table
 
-    from .status import _console, printable
+    from keyshift.cli import printable
+
+    from .status import _console
 
     console = _console()
     if not result["total"]:

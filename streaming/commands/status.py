@@ -12,7 +12,7 @@ import json
 import math
 from typing import Any
 
-from keyshift.cli import UsageError, add_log_options
+from keyshift.cli import UsageError, add_log_options, printable
 from keyshift.config import load_config
 from keyshift.lakehouse.logs import one_line_failure
 from keyshift.run_ids import run_id_arg
@@ -93,24 +93,10 @@ def _num(value: Any, fmt: str = "") -> str:
     return "" if value is None or math.isnan(value) else format(value, fmt)
 
 
-def printable(value: Any) -> str:
-    """A string read from a table (or a file a run wrote) as it may reach a terminal: every
-    character that is not printable (an escape sequence's ESC, a carriage return, a bidi
-    override) written as its Python escape (``\\x1b``, ``\\r``), so whoever could write the
-    warehouse cannot clear, move or recolour the reader's screen; None is ''. The one
-    escaping of the watching commands (status, dead-letters); their console reads no rich
-    markup either (:func:`_console`)."""
-    if value is None:
-        return ""
-    text = str(value)
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-
-
 def _console():
-    """rich's console, taking no markup (``[...]`` in a row is text); piped output gets a
-    wide page instead of 80 columns of wrapped cells."""
+    """rich's console, taking no markup (``[...]`` in a row is text; a row's control
+    characters are escaped by :func:`keyshift.cli.printable`); piped output gets a wide page
+    instead of 80 columns of wrapped cells."""
     from rich.console import Console
 
     console = Console(highlight=False, markup=False)

@@ -131,7 +131,8 @@ def hostile(tmp_path) -> Path:
     conf = tmp_path / "keyshift.toml"
     conf.write_text(f'home = "{tmp_path / "home"}"\n')
     cfg = load_config(conf, env={})
-    _write(cfg, "metrics", [_metrics("r", b, dead=1) for b in range(3)])
+    _write(cfg, "metrics", [_metrics("r", b, dead=1) for b in range(3)]
+           + [_metrics(f"forged{ESCAPES}", 0)])
     _write(cfg, "events_out", [_events_out("r", f"wordcount{ESCAPES}")])
     _write(cfg, "decisions", [_decision("r", 1, f"moved{ESCAPES} [bold red]loud[/]")])
     _write(cfg, "dead_letter", [{
@@ -150,3 +151,12 @@ def test_watching_commands_escape_what_rows_say(hostile, capsys, argv) -> None:
     assert "\\x1b[2J\\rX" in out  # shown, as its escapes
     if argv != ["dead-letters", "r"]:
         assert "[bold red]loud[/]" in out.replace("\n", "")  # rich markup is text too
+
+
+def test_an_error_line_naming_the_runs_escapes_them(hostile, capsys) -> None:
+    """An unknown run id is answered with the known ones, which are the tables' own."""
+    code = main(["status", "--run-id", "nope", "--config", str(hostile)])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    assert "\x1b" not in err and "\r" not in err and err.count("\n") == 1, err
+    assert "forged\\x1b[2J\\rX" in err
