@@ -239,7 +239,6 @@ def resume_source(cfg: Config, run_id: str, topic: str, checkpoint: str, run_uri
                 f"partition {p} offsets {first}-{end - 1} ({end - first:,})"
                 for p, (first, end) in check.skipped.items())
             + " (skipped_offsets in the run's summary)")
-    log.warning("%s", line)
     say(line)
     return skipped
 

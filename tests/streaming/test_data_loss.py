@@ -60,4 +60,11 @@ def test_records_deleted_before_they_were_read_stop_the_run_unless_accepted(
 
     accepted = _run(cfg, topic, run_id, KEYSHIFT_KAFKA__FAIL_ON_DATA_LOSS="false")
     assert accepted.returncode == 0, accepted.stderr[-2000:]
-    assert json.loads(accepted.stdout.strip().splitlines()[-1])["events_in"] == 50
+    summary = json.loads(accepted.stdout.strip().splitlines()[-1])
+    # the run's counts are all its processes' (100 + 50); this one read the 50 left
+    assert summary["events_in"] == 150 and summary["this_process"]["events_in"] == 50
+    # the skip is never silent (issue 46 item 3): a warning line per run, and the summary
+    assert summary["skipped_offsets"] == {"0": 100}
+    warned = [x for x in accepted.stderr.splitlines() if "WARNING: skipping" in x]
+    assert len(warned) == 1 and "partition 0 offsets 100-199 (100)" in warned[0], \
+        accepted.stderr[-2000:]
