@@ -536,7 +536,8 @@ class Broker:
             "share.coordinator.state.topic.replication.factor": "1",
             "share.coordinator.state.topic.min.isr": "1",
             "group.initial.rebalance.delay.ms": "0",
-            "auto.create.topics.enable": "true",
+            # a typo'd topic is refused, never created on first use (issue 46 item 10)
+            "auto.create.topics.enable": "false",
             "log.retention.hours": "24",
             "message.max.bytes": str(1 << 20),
         }

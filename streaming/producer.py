@@ -5,7 +5,11 @@ Rate control is a token bucket refilled at ``rate`` events/s and drained in chun
 1/20 s of traffic, so the producer keeps the rate over any window longer than a chunk without
 a sleep per event. Events are keyed by their ``key`` (Kafka partitions by it), their value is
 one JSON object. Bad records are mixed in on request, spread evenly over the run, so a test
-knows exactly how many the ingestion job must reject.
+knows exactly how many the ingestion job must reject; :func:`send_lines` sends a file's lines
+as they are, so any bad record can be sent on purpose.
+
+Ctrl-C stops a producer between records: what was sent is flushed, and the stats it returns
+say it was interrupted, so the command can say how many went out (issue 46 item 10).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +41,7 @@ class ProduceStats:
     elapsed_s: float = 0.0
     first_error: str | None = None
     skipped: int = 0  # records of a user's file that failed their schema, not sent
+    interrupted: bool = False  # Ctrl-C stopped the run; what was sent is flushed
 
     @property
     def bad_total(self) -> int:
@@ -44,6 +50,15 @@ class ProduceStats:
     @property
     def rate(self) -> float:
         return self.sent / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    def as_json(self) -> dict[str, Any]:
+        """The counts as one JSON-able object (``keyshift produce --json``): ``delivered`` is
+        what the broker acknowledged, ``sent`` minus ``failed``."""
+        return {"sent": self.sent, "delivered": self.sent - self.failed, "valid": self.good,
+                "bad": self.bad_total, "bad_kinds": dict(sorted(self.bad.items())),
+                "skipped": self.skipped, "failed": self.failed,
+                "first_error": self.first_error, "seconds": round(self.elapsed_s, 3),
+                "per_s": round(self.rate, 1), "interrupted": self.interrupted}
 
 
 class TokenBucket:
@@ -171,6 +186,18 @@ class _Sender:
             self.producer.close(timeout=timeout_s)
 
 
+@contextmanager
+def _sending(sender: _Sender, stats: ProduceStats) -> Iterator[None]:
+    """Around a producer's loop: Ctrl-C ends the loop (``stats.interrupted``), and what was
+    sent is flushed either way before the producer closes."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        stats.interrupted = True
+    finally:
+        sender.close(timeout_s=30)
+
+
 def produce(
     producer,
     topic: str,
@@ -217,7 +244,7 @@ def produce(
     start = clock()
     kinds = 0
     i = 0
-    try:
+    with _sending(sender, stats):
         while i < total:
             r = rate.at(clock() - start)
             if r != bucket.rate:  # the schedule's next step: a second of its tokens at most
@@ -239,8 +266,6 @@ def produce(
             stats.elapsed_s = clock() - start
             if progress is not None:
                 progress(stats)
-    finally:
-        sender.close(timeout_s=30)
     stats.elapsed_s = clock() - start
     return stats
 
@@ -269,7 +294,7 @@ def replay(
     start = clock()
     wall0 = int(time.time() * 1000)
     ts0: int | None = None
-    try:
+    with _sending(sender, stats):
         for n, e in enumerate(_limited(events, limit)):
             ts0 = e["ts"] if ts0 is None else ts0
             due = (e["ts"] - ts0) / 1000.0 / speedup
@@ -281,8 +306,6 @@ def replay(
             if progress is not None and n % 200 == 0:
                 stats.elapsed_s = clock() - start
                 progress(stats)
-    finally:
-        sender.close(timeout_s=30)
     stats.elapsed_s = clock() - start
     return stats
 
@@ -309,7 +332,7 @@ def send_records(
     sender = _Sender(producer, topic, stats)
     bucket = TokenBucket(rate, burst=max(1.0, rate / 20), clock=clock, sleep=sleep)
     start = clock()
-    try:
+    with _sending(sender, stats):
         for item in records:
             if limit is not None and stats.sent >= limit:
                 break
@@ -324,8 +347,40 @@ def send_records(
             if progress is not None and stats.sent % 200 == 0:
                 stats.elapsed_s = clock() - start
                 progress(stats)
-    finally:
-        sender.close(timeout_s=30)
+    stats.elapsed_s = clock() - start
+    return stats
+
+
+def send_lines(
+    producer,
+    topic: str,
+    lines: Iterable[bytes],
+    *,
+    rate: float,
+    limit: int | None = None,
+    progress: Callable[[ProduceStats], None] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> ProduceStats:
+    """Send each line as it is, byte for byte (its line break removed), without a key, at
+    ``rate`` records/s: a malformed record, a wrong type, a non-UTF-8 byte go to the topic
+    unchanged, as a test of what the job does with them needs (``produce --from F --raw``).
+    Nothing is validated, so nothing is counted valid or bad."""
+    if rate <= 0:
+        raise ValueError(f"rate must be > 0, got {rate}")
+    stats = ProduceStats()
+    sender = _Sender(producer, topic, stats)
+    bucket = TokenBucket(rate, burst=max(1.0, rate / 20), clock=clock, sleep=sleep)
+    start = clock()
+    with _sending(sender, stats):
+        for line in lines:
+            if limit is not None and stats.sent >= limit:
+                break
+            bucket.take(1)
+            sender.send(None, line.removesuffix(b"\n").removesuffix(b"\r"))
+            if progress is not None and stats.sent % 200 == 0:
+                stats.elapsed_s = clock() - start
+                progress(stats)
     stats.elapsed_s = clock() - start
     return stats
 

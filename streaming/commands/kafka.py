@@ -1,4 +1,8 @@
-"""``keyshift kafka start|stop|status|topic create``: the local single-node KRaft broker."""
+"""``keyshift kafka start|stop|status|topic create``: the local single-node KRaft broker.
+
+Each action takes ``--json``: its answer as one JSON object on stdout, a failure included
+(``"ok": false`` with ``"error"``, the one line on stderr as well), so scripts need not parse
+sentences."""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ import json
 import os
 import sys
 
-from keyshift.cli import UsageError
+from keyshift.cli import UsageError, add_json_options, json_indent
 from keyshift.config import load_config
 
 SUMMARY = "start or stop a local Kafka broker, create topics"
@@ -19,25 +23,27 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     actions = p.add_subparsers(dest="action", metavar="ACTION")
     actions.required = True
     start = actions.add_parser("start", help="start the broker (fetches its jars on first use)")
+    add_json_options(start)
     start.add_argument(
         "--sasl-plain", metavar="USER:PASSWORD",
         help="client listener SASL_PLAINTEXT with PLAIN for this user (default: from config, "
              "kafka.security_protocol = SASL_PLAINTEXT with sasl_mechanism = PLAIN); clients "
              "then need kafka.sasl_username / KEYSHIFT_KAFKA__SASL_PASSWORD")
-    actions.add_parser(
+    add_json_options(actions.add_parser(
         "stop", help="stop the broker at kafka.host:port that keyshift started, from this home "
-        "or another (SIGTERM, then SIGKILL); exit 1 when another process holds the port")
-    actions.add_parser(
+        "or another (SIGTERM, then SIGKILL); exit 1 when another process holds the port"))
+    add_json_options(actions.add_parser(
         "fetch-jars", help="resolve the broker's and Spark's Kafka/Delta jars into the cache "
-        "now (install step; later starts need no network)")
+        "now (install step; later starts need no network)"))
     st = actions.add_parser("status", help="health check by a metadata request")
-    st.add_argument("--json", action="store_true", help="print the status as JSON")
+    add_json_options(st, "print the status as one JSON object")
     topic = actions.add_parser("topic", help="create topics on the broker")
     topic_actions = topic.add_subparsers(dest="topic_action", metavar="TOPIC_ACTION")
     topic_actions.required = True
     create = topic_actions.add_parser("create", help="create a topic on the broker")
     create.add_argument("name", nargs="?", help="topic name (default: kafka.topic)")
     create.add_argument("--partitions", type=int, help="partitions (default: kafka.partitions)")
+    add_json_options(create)
     p.set_defaults(func=run)
     return p
 
@@ -52,6 +58,17 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config)  # ConfigError: the CLI's one-line message
     broker = Broker.from_config(cfg)
+    action = args.action if args.action != "topic" else f"topic {args.topic_action}"
+
+    def answer(text: str, **fields) -> int:
+        """The action's answer: one line, or with --json one object."""
+        if args.json:
+            print(json.dumps({"action": action, "ok": True, "result": text, **fields},
+                             indent=json_indent(args)))
+        else:
+            print(f"kafka: {text}")
+        return 0
+
     try:
         if args.action == "start":
             if getattr(args, "sasl_plain", None):
@@ -59,10 +76,11 @@ def run(args: argparse.Namespace) -> int:
                 if not sep:
                     raise UsageError("--sasl-plain: expected USER:PASSWORD")
                 broker = dataclasses.replace(broker, sasl_plain=(user, password))
-            print(f"kafka: {broker.start()}"
-                  + (f" (SASL_PLAINTEXT, PLAIN user {broker.sasl_plain[0]})"
-                     if broker.sasl_plain else ""))
-            return 0
+            started = broker.start()
+            return answer(started + (f" (SASL_PLAINTEXT, PLAIN user {broker.sasl_plain[0]})"
+                                     if broker.sasl_plain else ""),
+                          bootstrap=broker.bootstrap, pid=broker.pid(),
+                          sasl_user=broker.sasl_plain[0] if broker.sasl_plain else None)
         if args.action == "fetch-jars":
             from keyshift.lakehouse.jars import JarResolutionError, spark_jars
 
@@ -71,16 +89,16 @@ def run(args: argparse.Namespace) -> int:
                 spark = spark_jars(cfg.cache_path / "jars", cfg.spark.delta_version)
             except JarResolutionError as exc:
                 raise BrokerError(str(exc)) from None
-            print(f"kafka: {len(classpath.split(os.pathsep))} broker jars and {len(spark)} Spark "
-                  f"jars cached in {cfg.cache_path / 'jars'}")
-            return 0
+            n = len(classpath.split(os.pathsep))
+            return answer(f"{n} broker jars and {len(spark)} Spark jars cached in "
+                          f"{cfg.cache_path / 'jars'}", broker_jars=n, spark_jars=len(spark),
+                          cache=str(cfg.cache_path / "jars"))
         if args.action == "stop":
-            print(f"kafka: {broker.stop()}")
-            return 0
+            return answer(broker.stop(), bootstrap=broker.bootstrap)
         if args.action == "status":
             st = broker.status()
             if args.json:
-                print(json.dumps(st))
+                print(json.dumps(st, indent=json_indent(args)))
             elif st["healthy"]:
                 print(
                     f"kafka: healthy at {st['bootstrap']} (pid {st['pid'] or 'not ours'}, "
@@ -101,8 +119,10 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--partitions: must be >= 1, got {partitions}")
         done = create_topic(broker.bootstrap, name, partitions,
                             security=client_options(cfg.kafka))
-        print(f"kafka: {done}")
-        return 0
+        return answer(done, topic=name, partitions=partitions)
     except BrokerError as exc:
-        print(f"keyshift kafka {args.action}: {exc}", file=sys.stderr)
+        if args.json:
+            print(json.dumps({"action": action, "ok": False, "error": str(exc)},
+                             indent=json_indent(args)))
+        print(f"keyshift kafka {action}: {exc}", file=sys.stderr)
         return 1

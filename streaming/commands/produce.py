@@ -2,14 +2,20 @@
 
     keyshift produce --app wordcount --rate 2000 --duration 60 --skew zipf:0.2@0,1.5@20,0.2@40
     keyshift produce --replay data/dublin_siri_20130131_first10k.csv --speedup 600
+    keyshift produce --from bad.jsonl --raw --topic t      # each line as it is, bad ones too
+
+The topic must exist (``keyshift kafka topic create NAME``): a typo'd name is refused with
+the topics there are (exit 2), never created. Ctrl-C stops between records, flushes what was
+sent and says how many (exit 130); ``--json`` prints the counts as one JSON object.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
-from keyshift.cli import UsageError, add_log_options
+from keyshift.cli import UsageError, add_json_options, add_log_options, json_indent
 from keyshift.config import load_config
 from keyshift.workloads import GENERATORS, REPLAYS, SkewSchedule, WorkloadInputError
 from keyshift.workloads.rate import RateSchedule
@@ -55,6 +61,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    help="replay with the original event times (default: shifted to now)")
     add_from_options(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_json_options(p, "print the counts as one JSON object (no table, no progress bar)")
     add_log_options(p)
     p.set_defaults(func=run)
     return p
@@ -71,6 +78,9 @@ def add_from_options(p: argparse.ArgumentParser) -> None:
         "end, exit status 1.")
     g.add_argument("--from", dest="from_file", metavar="FILE.jsonl|FILE.csv",
                    help="send the records of this file instead of generated events")
+    g.add_argument("--raw", action="store_true",
+                   help="with --from: send each line as it is, byte for byte, without a key "
+                   "and without any check (malformed records on purpose; a CSV's header too)")
 
 
 def _run_from_file(args: argparse.Namespace) -> int:
@@ -84,6 +94,8 @@ def _run_from_file(args: argparse.Namespace) -> int:
                         ("--bad-fraction", args.bad_fraction), ("--keys", args.keys)):
         if given:
             raise UsageError(f"--from: does not go with {flag}")
+    if args.raw:
+        return _run_raw(args)
     schema = None
     if args.app:
         try:
@@ -117,12 +129,18 @@ def _run_from_file(args: argparse.Namespace) -> int:
     except ProducerError as exc:
         print(f"keyshift produce: {exc}", file=sys.stderr)
         return 1
-    table = Table(title=f"keyshift produce: {args.from_file} → {topic} at {cfg.kafka.bootstrap}")
-    for col in ("sent", "skipped", "failed", "seconds", "records/s"):
-        table.add_column(col, justify="right")
-    table.add_row(f"{stats.sent:,}", f"{stats.skipped:,}", f"{stats.failed:,}",
-                  f"{stats.elapsed_s:.1f}", f"{stats.rate:,.0f}")
-    Console().print(table)
+    if args.json:
+        _print_json(args, cfg, topic, stats, source=args.from_file)
+    else:
+        table = Table(title=f"keyshift produce: {args.from_file} → {topic} at "
+                      f"{cfg.kafka.bootstrap}")
+        for col in ("sent", "skipped", "failed", "seconds", "records/s"):
+            table.add_column(col, justify="right")
+        table.add_row(f"{stats.sent:,}", f"{stats.skipped:,}", f"{stats.failed:,}",
+                      f"{stats.elapsed_s:.1f}", f"{stats.rate:,.0f}")
+        Console().print(table)
+    if stats.interrupted:
+        return _interrupted(stats, topic)
     status = 0
     if stats.skipped:
         more = (f" (lines {', '.join(map(str, bad_lines[:shown]))}, ...)"
@@ -137,19 +155,78 @@ def _run_from_file(args: argparse.Namespace) -> int:
     return status
 
 
+def _run_raw(args: argparse.Namespace) -> int:
+    """``keyshift produce --from FILE --raw``: each line of the file to the topic as it is."""
+    from keyshift.lakehouse.logs import configure_python_logging, log_file
+    from keyshift.streaming.producer import ProducerError, send_lines
+
+    if args.app:
+        raise UsageError("--raw: sends lines unchecked; --app types records, drop one of them")
+    try:
+        lines = open(args.from_file, "rb")  # noqa: SIM115 -- closed below
+    except OSError as exc:
+        raise UsageError(f"--from: cannot read {args.from_file}: {exc.strerror}") from None
+    with lines:
+        cfg = load_config(args.config)  # ConfigError: the CLI's one-line message
+        configure_python_logging(log_file(cfg, "produce"), args.log_level)
+        topic = args.topic or cfg.kafka.topic
+        producer = connect_at_start(cfg, topic)  # broker down, no topic: UsageError, exit 2
+        try:
+            stats = send_lines(producer, topic, lines, rate=args.rate.peak, limit=args.limit)
+        except ProducerError as exc:
+            print(f"keyshift produce: {exc}", file=sys.stderr)
+            return 1
+    if args.json:
+        _print_json(args, cfg, topic, stats, source=args.from_file, raw=True)
+    else:
+        print(f"keyshift produce: sent {stats.sent:,} lines of {args.from_file} as they are "
+              f"to {topic} at {cfg.kafka.bootstrap} in {stats.elapsed_s:.1f} s", file=sys.stderr)
+    if stats.interrupted:
+        return _interrupted(stats, topic)
+    if stats.failed:
+        print(f"keyshift produce: {stats.failed} records were not delivered; first error: "
+              f"{stats.first_error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _print_json(args: argparse.Namespace, cfg, topic: str, stats, **what) -> None:
+    """The run's one JSON object on stdout (``--json``)."""
+    print(json.dumps({"topic": topic, "bootstrap": cfg.kafka.bootstrap, **what,
+                      **stats.as_json()}, indent=json_indent(args)), flush=True)
+
+
+def _interrupted(stats, topic: str) -> int:
+    """Ctrl-C: how many records went out (flushed before this line), exit status 130."""
+    lost = f"; {stats.failed:,} of them not delivered ({stats.first_error})" \
+        if stats.failed else ""
+    print(f"keyshift produce: interrupted after sending {stats.sent:,} records to {topic} "
+          f"(flushed){lost}", file=sys.stderr, flush=True)
+    return 130
+
+
 def connect_at_start(cfg, topic: str):
-    """A producer for ``topic`` (created when missing); a broker that does not answer is a
-    dependency down before any work: :class:`UsageError`, exit status 2 (docs/platform.md,
-    "Exit codes"), as ``keyshift run`` says it."""
-    from keyshift.streaming.broker import BrokerError, client_options, create_topic
+    """A producer for ``topic``. The topic must exist: a typo'd name is refused with the
+    topics there are, never created (the local broker does not create topics on first use
+    either). That, and a broker that does not answer, are things missing before any work:
+    :class:`UsageError`, exit status 2 (docs/platform.md, "Exit codes"), as ``keyshift run``
+    says them."""
+    from keyshift.streaming.broker import BrokerError, HandshakeError, client_options, metadata
     from keyshift.streaming.producer import ProducerError, connect
 
     try:
-        create_topic(cfg.kafka.bootstrap, topic, cfg.kafka.partitions, timeout_s=10,
-                     security=client_options(cfg.kafka))
+        topics = metadata(cfg.kafka.bootstrap, timeout_s=10,
+                          security=client_options(cfg.kafka))["topics"]
+    except HandshakeError as exc:
+        raise UsageError(f"kafka: {exc}") from None
     except BrokerError as exc:
-        if "already exists" not in str(exc):
-            raise UsageError(f"kafka: {exc}") from None
+        raise UsageError(f"kafka: {exc} (kafka.host/kafka.port, or `keyshift kafka start`)") \
+            from None
+    if topic not in topics:
+        raise UsageError(
+            f"--topic: no topic {topic!r} on {cfg.kafka.bootstrap}; it has "
+            f"{', '.join(topics[:20]) or 'none'}{' ...' if len(topics) > 20 else ''}. Create "
+            f"it with `keyshift kafka topic create {topic} --partitions N`")
     try:
         return connect(cfg.kafka.bootstrap, security=client_options(cfg.kafka))
     except ProducerError as exc:
@@ -161,6 +238,8 @@ def _validate(args: argparse.Namespace) -> None:
         args.rate = RateSchedule.parse(args.rate)
     except WorkloadInputError as exc:
         raise UsageError(f"--{exc}") from None
+    if args.raw and not args.from_file:
+        raise UsageError("--raw: sends the lines of a file; give it with --from FILE")
     if args.from_file and not args.rate.constant:
         raise UsageError("--rate: a schedule paces generated events; --from sends at one "
                          "rate (--rate N)")
@@ -226,7 +305,7 @@ def run(args: argparse.Namespace) -> int:
     with Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed:,.0f}"),
         TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
-        console=console, disable=args.no_progress, transient=False,
+        console=console, disable=args.no_progress or args.json, transient=False,
     ) as bar:
         task = bar.add_task(f"{app} → {topic}", total=total, info="")
 
@@ -247,14 +326,21 @@ def run(args: argparse.Namespace) -> int:
             return 1
         show(stats)
 
-    table = Table(title=f"keyshift produce: {app} → {topic} at {cfg.kafka.bootstrap}")
-    for col in ("sent", "valid", "bad", "failed", "seconds", "events/s"):
-        table.add_column(col, justify="right")
-    bad_text = str(stats.bad_total) + (
-        f" ({', '.join(f'{k} {v}' for k, v in sorted(stats.bad.items()))})" if stats.bad else "")
-    table.add_row(f"{stats.sent:,}", f"{stats.good:,}", bad_text, f"{stats.failed:,}",
-                  f"{stats.elapsed_s:.1f}", f"{stats.rate:,.0f}")
-    Console().print(table)
+    if args.json:
+        _print_json(args, cfg, topic, stats, **({"replay": args.replay} if args.replay
+                                                else {"app": app}))
+    else:
+        table = Table(title=f"keyshift produce: {app} → {topic} at {cfg.kafka.bootstrap}")
+        for col in ("sent", "valid", "bad", "failed", "seconds", "events/s"):
+            table.add_column(col, justify="right")
+        bad_text = str(stats.bad_total) + (
+            f" ({', '.join(f'{k} {v}' for k, v in sorted(stats.bad.items()))})"
+            if stats.bad else "")
+        table.add_row(f"{stats.sent:,}", f"{stats.good:,}", bad_text, f"{stats.failed:,}",
+                      f"{stats.elapsed_s:.1f}", f"{stats.rate:,.0f}")
+        Console().print(table)
+    if stats.interrupted:
+        return _interrupted(stats, topic)
     if stats.failed:
         print(f"keyshift produce: {stats.failed} records were not delivered; first error: "
               f"{stats.first_error}", file=sys.stderr)

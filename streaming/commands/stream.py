@@ -17,11 +17,12 @@ the batch layer computes baseline plans from.
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import sys
 from typing import Any
 
-from keyshift.cli import UsageError, add_log_options
+from keyshift.cli import UsageError, add_json_options, add_log_options, json_indent
 from keyshift.config import Config, load_config
 from keyshift.lakehouse.logs import one_line_failure
 from keyshift.lakehouse.logs import say as say_line
@@ -65,6 +66,8 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--no-routing", action="store_true",
                    help="one engine under kg: every group on engine 0 (benchmark baseline)")
     p.add_argument("--scope", help=argparse.SUPPRESS)  # removed: a clear error, not argparse's
+    add_json_options(p, "print the run's summary as one JSON object at the end (no table), "
+                     "as keyshift run --json does")
     add_log_options(p)
     p.set_defaults(func=run)
     return p
@@ -122,12 +125,21 @@ def run(args: argparse.Namespace) -> int:
     cfg, opts = ingest_options(args, load_config(args.config))  # ConfigError: one line
     from keyshift.lakehouse.jars import JarResolutionError
 
-    from .run import check_topic, query_failed, start_job, stop_failed_line, wait_and_stop
+    from .run import (
+        BatchLedger,
+        check_topic,
+        query_failed,
+        run_summary,
+        start_job,
+        stop_failed_line,
+        wait_and_stop,
+    )
 
     check_topic(cfg, opts.topic)  # broker down or topic missing: UsageError, before Spark
     say = say_line
     try:
-        job = start_job(cfg, opts, args.log_level, say)
+        ledger = BatchLedger()  # this process's batches, each once (--json's this_process)
+        job = start_job(cfg, opts, args.log_level, say, ledger)
     except JarResolutionError as exc:
         print(f"keyshift stream: {exc}", file=sys.stderr)
         return 1
@@ -139,6 +151,13 @@ def run(args: argparse.Namespace) -> int:
     say(f"{job.run_id}: {s['batches']} batches, {s['events_in']} events, {s['dead_letter']} "
         f"dead letters; {s['events_per_s']:.0f} events/s busy, batch p50 "
         f"{s['batch_p50_s']:.2f} s")
+    if args.json:  # keyshift run's summary, failures included (the line on stderr says why)
+        from keyshift.lakehouse.logs import failure_line
+
+        s = run_summary(job, ledger, cfg)
+        s.update(interrupted=bool(why), failed=bool(failed or stop_failed),
+                 error=(failure_line(failed) if failed else stop_failed) or None)
+        print(json.dumps(s, indent=json_indent(args)), flush=True)
     if failed:  # the first cause; a failed stop after it is its second clause
         print(f"keyshift stream: {query_failed(failed, job.run_id, stop_failed)}",
               file=sys.stderr)
@@ -146,11 +165,12 @@ def run(args: argparse.Namespace) -> int:
     if stop_failed:
         print(f"keyshift stream: {stop_failed_line(stop_failed, job.run_id)}", file=sys.stderr)
         return 1
-    from rich.console import Console
+    if not args.json:
+        from rich.console import Console
 
-    from keyshift.lakehouse.delta import read_table
+        from keyshift.lakehouse.delta import read_table
 
-    _summary(read_table(job.spark, cfg, "metrics"), job.run_id, Console())
+        _summary(read_table(job.spark, cfg, "metrics"), job.run_id, Console())
     return 130 if why and why[0] == signal.SIGINT else 0
 
 

@@ -115,7 +115,10 @@ def _consume(bootstrap: str, topic: str) -> list[bytes]:
 
 @pytest.mark.integration
 def test_produce_sends_exact_counts_with_bad_records(kafka_broker):
+    from keyshift.streaming.broker import create_topic
+
     topic = f"prod-{uuid.uuid4().hex[:8]}"
+    create_topic(kafka_broker.bootstrap, topic, 1)  # the broker creates no topic on first use
     stats = produce(connect(kafka_broker.bootstrap), topic,
                     make_generator("traffic", seed=2, producer_id="tp"),
                     rate=20_000, count=300, malformed=12)
@@ -135,7 +138,10 @@ def test_produce_sends_exact_counts_with_bad_records(kafka_broker):
 
 @pytest.mark.integration
 def test_cli_replay_real_file(kafka_broker, real_data, monkeypatch, capsys):
+    from keyshift.streaming.broker import create_topic
+
     topic = f"replay-{uuid.uuid4().hex[:8]}"
+    create_topic(kafka_broker.bootstrap, topic, 1)  # produce refuses a missing topic
     monkeypatch.setenv("KEYSHIFT_KAFKA__PORT", str(kafka_broker.port))
     monkeypatch.setenv("KEYSHIFT_KAFKA__CONTROLLER_PORT", str(kafka_broker.controller_port))
     rc = main(["produce", "--replay", str(real_data / "dublin_siri_20130131_first10k.csv"),

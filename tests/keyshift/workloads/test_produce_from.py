@@ -156,7 +156,10 @@ def _consume(bootstrap: str, topic: str) -> list:
 @pytest.mark.integration
 def test_cli_sends_a_jsonl_file_keyed_by_key(kafka_broker, ks_home, tmp_path, monkeypatch,
                                              capsys):
+    from keyshift.streaming.broker import create_topic
+
     topic = f"from-{uuid.uuid4().hex[:8]}"
+    create_topic(kafka_broker.bootstrap, topic, 1)  # produce refuses a missing topic
     monkeypatch.setenv("KEYSHIFT_KAFKA__PORT", str(kafka_broker.port))
     monkeypatch.setenv("KEYSHIFT_KAFKA__CONTROLLER_PORT", str(kafka_broker.controller_port))
     lines = [{"id": f"e{i}", "key": f"k{i % 3}", "ts": 1_000 + i, "delay_s": i / 2}
