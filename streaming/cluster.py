@@ -126,12 +126,15 @@ class LocalCluster:
     and ``memory`` are per worker (Spark's ``--cores``/``--memory``); ``daemon_memory`` is
     the heap of the master and worker JVMs themselves (``SPARK_DAEMON_MEMORY``). ``python``
     is the interpreter the executors' Python workers run (``PYSPARK_PYTHON``; default this
-    interpreter, i.e. the venv's). Use as a context manager, or call :meth:`stop`.
+    interpreter, i.e. the venv's). ``port`` and ``ui_port`` fix the master's RPC and web UI
+    ports (default: free ones, new at each start), so a ``spark.master`` URL stays valid
+    across restarts. Use as a context manager, or call :meth:`stop`.
     """
 
     def __init__(self, folder: str | os.PathLike[str], workers: int = 2, cores: int = 1,
                  memory: str = "2g", daemon_memory: str = "512m",
-                 startup_timeout_s: float = 90.0, python: str | None = None) -> None:
+                 startup_timeout_s: float = 90.0, python: str | None = None,
+                 port: int | None = None, ui_port: int | None = None) -> None:
         if workers < 1:
             raise ValueError(f"workers: must be >= 1, got {workers}")
         if cores < 1:
@@ -145,6 +148,7 @@ class LocalCluster:
         self.daemon_memory = daemon_memory
         self.startup_timeout_s = startup_timeout_s
         self.python = python or sys.executable
+        self.port, self.ui_port = port, ui_port
         self.master: Daemon | None = None
         self.worker_daemons: list[Daemon] = []
         self._groups: set[int] = set()  # every process group started, kept after stop
@@ -172,7 +176,8 @@ class LocalCluster:
         (self.folder / "conf").mkdir(exist_ok=True)  # SPARK_CONF_DIR: no stray spark-env.sh
         try:
             self.master = self._launch(
-                "master", [MASTER_CLASS], work_dir="", local_dir="")
+                "master", [MASTER_CLASS], work_dir="", local_dir="", port=self.port,
+                ui_port=self.ui_port)
             self._wait_master()
             for i in range(self.workers):
                 work = self.folder / f"worker-{i}" / "work"
@@ -215,8 +220,10 @@ class LocalCluster:
             work_dir=str(work), local_dir=str(local), master=True)
 
     def _launch(self, name: str, args: list[str], work_dir: str, local_dir: str,
-                master: bool = False) -> Daemon:
-        port, ui_port = free_port(HOST), free_port(HOST)
+                master: bool = False, port: int | None = None,
+                ui_port: int | None = None) -> Daemon:
+        port = port or free_port(HOST)
+        ui_port = ui_port or free_port(HOST)
         while ui_port == port:
             ui_port = free_port(HOST)
         log = self.folder / f"{name}.log"
@@ -377,6 +384,28 @@ class LocalCluster:
 
     def forget(self) -> None:
         (self.folder / STATE_FILE).unlink(missing_ok=True)
+
+
+PORTS = (1024, 65535)
+
+
+def port_problem(port: int, host: str = HOST) -> str | None:
+    """Why ``port`` cannot be a daemon's fixed port on ``host`` (None: it can): outside
+    1024..65535 (below needs root), or something listens on it or holds it already."""
+    import socket
+
+    low, high = PORTS
+    if not low <= port <= high:
+        return f"must be in {low}..{high}, got {port}"
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # as the JVM binds (SO_REUSEADDR): a port whose last connections linger in TIME_WAIT
+        # after a stop is free for a new master, one that something listens on is not
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            return f"{host}:{port} is taken ({exc.strerror or exc})"
+    return None
 
 
 def group_is_spark(pgid: int) -> bool:
