@@ -45,6 +45,7 @@ from keyshift.models.evaluation import (  # noqa: E402
     default_models,
 )
 from keyshift.models.features import to_epoch_seconds  # noqa: E402
+from keyshift.models.synthetic import timetable_series  # noqa: E402
 
 DAY_S = 86_400.0
 WEEK_S = 7 * DAY_S
@@ -155,6 +156,8 @@ SERIES: dict[str, tuple[str, Callable[[], tuple[np.ndarray, np.ndarray]]]] = {
     "wc98-pre": ("WorldCup98 before the tournament, requests / hour",
                  _nab("worldcup98_requests_hour.csv", until="1998-06-10")),
     "syn-weekly": ("synthetic weekly rhythm, hourly, four months", _weekly_hourly),
+    "syn-timetable": ("synthetic timetable, scheduled events / hour, one DST shift",
+                      timetable_series),
     "syn-cycle": ("synthetic daily+weekly cycle, AR(1) deviations", _synthetic("cycle")),
     "syn-bursty": ("synthetic cycle with bursts", _synthetic("bursty")),
 }

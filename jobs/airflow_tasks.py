@@ -123,7 +123,7 @@ def report(result: dict[str, Any]) -> str:
             moved = "moved" if m.get("champion_moved") else "kept"
             label = f"v{m['version']}" if m.get("version") else "no new version"
             parts.append(
-                f"{which} {m.get('name')} {label} ({m.get('kernel')}): "
+                f"{which} {m.get('name')} {label} ({m.get('forecaster') or m.get('kernel')}): "
                 f"CC {metrics.get('cc', float('nan')):.3f}, RMSE {metrics.get('rmse', float('nan')):.4g}"
                 f" on the held-out tail; champion {moved} ({m.get('reason')})"
             )

@@ -127,7 +127,11 @@ def _table(out: dict) -> None:
         table.add_row(name, f"{m['mae']:.4g}", f"{m['rmse']:.4g}", f"{m['mase']:.3f}",
                       f"{m['cc']:.3f}", f"{m['coverage_90']:.1%}", f"{m['train_s']:.2f}",
                       m.get("kernel", ""))
-    Console(file=sys.stdout).print(table)
+    console = Console(file=sys.stdout)
+    console.print(table)
+    for name, m in out["models"].items():  # which forecaster each origin's fit became
+        if m.get("choice"):
+            console.print(f"{name} chose, per origin: {m['choice']}", highlight=False)
 
 
 def _plot(result: dict, path: Path, title: str) -> None:

@@ -39,8 +39,9 @@ from keyshift.models.features import FeatureError, rate_features, to_epoch_secon
 from keyshift.models.gp import Z_90, InputRateGP
 
 METRICS = ("mae", "rmse", "mase", "cc", "coverage_90", "train_s")
-CHOICES = ("kernel", "cycle", "half_life", "mean")
-"""What a model chooses per origin (its ``kernel_``, ``cycle_``, ``half_life_``, ``mean_``),
+CHOICES = ("choice", "kernel", "cycle", "half_life", "mean")
+"""What a model chooses per origin (its ``choice_`` -- which forecaster: a GP on a profile, the
+profile alone or seasonal naive --, ``kernel_``, ``cycle_``, ``half_life_``, ``mean_``),
 counted over the origins in each backtest result."""
 
 
@@ -239,7 +240,8 @@ def backtest(
             train_s[name] += time.perf_counter() - started
             preds[name].append(model.predict(X_te))
             for attr in CHOICES:
-                if getattr(model, f"{attr}_", None):
+                if getattr(model, f"{attr}_", None) is not None and getattr(
+                        model, f"{attr}_") != "":
                     choices.setdefault(name, {}).setdefault(attr, []).append(
                         getattr(model, f"{attr}_"))
     y_te = values[starts[0]:starts[-1] + horizon]

@@ -47,10 +47,13 @@ from keyshift.models.gp_predictor import (
     PREDICTOR_PARTS,
     to_target_units,
 )
+from keyshift.models.selection import Candidate, choose
 from keyshift.models.seasonal import (
     CYCLES,
     HALF_LIFE_CYCLES,
     HALF_LIVES,
+    NAIVE,
+    NAIVE_CYCLES,
     PROFILE_STATS,
     ProfileChoice,
     SlotProfile,
@@ -213,6 +216,30 @@ class _Candidate(NamedTuple):
     variance_scale: float = 1.0  # the prior-variance calibration's factor
     held: list | tuple = ()  # (error, std) per held-out block: the interval calibration
     mean: str = "constant"  # the GP's mean: one of MEANS but "auto"
+
+
+class _Alone(NamedTuple):
+    """A forecaster without a GP (the profile alone, seasonal naive), as scored on the held-out
+    blocks: the profile to adopt when it wins (None: the GP's own), (error, spread) per
+    block, its complexity (:class:`keyshift.models.selection.Candidate`) and whether it is
+    seasonal naive."""
+
+    profile: SlotProfile | None
+    held: list
+    complexity: float
+    naive: bool
+
+
+def interval_factor(held: list[tuple[np.ndarray, np.ndarray]]) -> float:
+    """The factor on the predictive std that makes the interval cover 90 % of the held-out
+    blocks' errors (``(error, std)`` per block): the root mean square of each block's 90 %
+    quantile of |error| / std over Z_90, never below MIN_INTERVAL_SCALE (see
+    :meth:`GPForecaster._calibrate_interval` for why both)."""
+    factors = np.array([float(np.quantile(np.abs(err) / np.maximum(std, 1e-12), 0.9))
+                        for err, std in held]) / Z_90
+    factor = float(np.sqrt(np.mean(np.square(factors)))) if factors.size else 1.0
+    factor = factor if np.isfinite(factor) else 1.0  # the blocks gave no number
+    return max(MIN_INTERVAL_SCALE, factor)
 
 
 def recent_level(t: np.ndarray, z: np.ndarray, span_s: float = LEVEL_SPAN_S) -> float:
@@ -421,6 +448,13 @@ class GPForecaster:
     costs O(hyper_points³) instead of O(n³) — the difference between seconds and minutes at
     n = 2,000 on two cores. ``threads`` defaults to one: on a shared two-core host, two BLAS
     threads per fit were four times slower in CPU time than one.
+
+    ``rivals`` (default on) puts, beside the GP on a seasonal profile, the forecasters without
+    a GP on the held-out blocks the kernel and mean are chosen on: the profile alone and
+    seasonal naive of each cycle (and the naive profile among the profiles, so that the GP may
+    sit on last cycle's value). Whatever forecast those blocks best is the model:
+    ``choice_`` names it, ``choice_reason_`` says why, ``signal_`` is False when it has no
+    GP (issue 44: on a timetable the GP lost to last week's value, 1.39 MASE).
     """
 
     feature_names: tuple[str, ...] = ()
@@ -449,6 +483,7 @@ class GPForecaster:
         profile_stat: str | None = None,
         cycle: str = "auto",
         half_life: str | float | None = None,
+        rivals: bool = True,
     ) -> None:
         self.kernel = self.default_kernel if kernel is None else kernel
         self.profile_stat = self.default_profile_stat if profile_stat is None else profile_stat
@@ -464,13 +499,14 @@ class GPForecaster:
         self.threads = threads
         self.cycle = cycle
         self.half_life = self.default_half_life if half_life is None else half_life
+        self.rivals = rivals
 
     # -- parameters --------------------------------------------------------------------
     def get_params(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in
                 ("kernel", "method", "mean", "iters", "lr", "inducing", "max_train",
                  "exact_max", "hyper_points", "seed", "threads", "profile_stat", "cycle",
-                 "half_life")}
+                 "half_life", "rivals")}
 
     def _validate_params(self) -> list[str]:
         if self.method not in METHODS:
@@ -561,7 +597,8 @@ class GPForecaster:
         if step is not None:
             t, y = resample(t, y, step)
         choice, self.cycle_errors_ = choose_profile(t, y, self._profile_stats(), self._cycles(),
-                                                    self._half_lives(), slot_s=step)
+                                                    self._half_lives(), slot_s=step,
+                                                    naive=self.rivals)
         return choice, step, t, y
 
     def _candidates(self) -> list[str]:
@@ -602,11 +639,20 @@ class GPForecaster:
         t = X[:, TIMESTAMP_COLUMN]
         profile: SlotProfile | None = None
         self.cycle_, self.cycle_errors_ = None, {}
+        grid: tuple[np.ndarray, np.ndarray, float | None] | None = None
         if self.mean_.startswith("profile"):
             choice, step, tp, yp = self._choose_profile(t, y_log)
+            grid = (tp, yp, step)
             self.cycle_ = choice.cycle
             profile = SlotProfile.fit(tp, yp, stat=choice.stat, cycle=choice.cycle, slot_s=step,
                                       half_life=choice.half_life)
+            if profile.naive:
+                # On the naive profile the residual is a seasonal difference: a constant
+                # other than 0 (the last day's level, a learnt offset) is a drift carried to
+                # every later hour. On the bikes' last days of 2012 the level of the
+                # Christmas days' differences added 46 rentals an hour to the day after.
+                means = ["profile"]
+                self.mean_ = "profile"
         self.method_ = ("exact" if self.method == "exact" or
                         (self.method == "auto" and X.shape[0] <= self.exact_max) else "sgpr")
         n, keep = X.shape[0], min(self.hyper_points, X.shape[0])
@@ -616,7 +662,12 @@ class GPForecaster:
             sub = np.unique(np.linspace(0, n - 1, keep).round().astype(int))
         self._fit_rows = int(X.shape[0])
         blocks = self._held_out_blocks(X)
-        select = len(candidates) * len(means) > 1 and bool(blocks)
+        # the profile alone and seasonal naive are candidates too (issue 44): one GP fit
+        # with a profile has something to be compared with on its held-out blocks
+        self._profile = profile
+        alone = (self._alone_candidates(X, y_log, blocks, grid)
+                 if profile is not None and self.rivals else {})
+        select = (len(candidates) * len(means) > 1 or bool(alone)) and bool(blocks)
         self.kernel_scores_: dict[str, float] = {}
         self.kernel_errors_: dict[str, float] = {}
         self.mean_errors_: dict[str, float] = {}
@@ -649,20 +700,133 @@ class GPForecaster:
         for (kernel, mean), err in errors.items():
             self.kernel_errors_[kernel] = min(err, self.kernel_errors_.get(kernel, np.inf))
             self.mean_errors_[mean] = min(err, self.mean_errors_.get(mean, np.inf))
-        best = results[min(errors, key=errors.get) if select else
-                       (max(self.kernel_scores_, key=self.kernel_scores_.get), means[0])]
+        gp_key = (min(errors, key=errors.get) if select and errors else
+                  (max(self.kernel_scores_, key=self.kernel_scores_.get), means[0]))
+        best = results[gp_key]
         self._adopt(best)
         self.variance_scale_ = best.variance_scale
+        scored = {self._gp_label(k, m): Candidate(
+            [err for err, _ in results[k, m].held],
+            2 + k.count("+") + (0.5 if m == "profile+level" else 0.0)) for k, m in errors}
+        scored.update({label: Candidate([err for err, _ in c.held], c.complexity, c.naive)
+                       for label, c in alone.items()})
+        self.choice_errors_ = {label: c.mae for label, c in scored.items()}
+        winner = choose(scored) if select and scored else self._gp_label(*gp_key)
+        self.signal_ = winner not in alone
+        if not self.signal_ and alone[winner].profile is not None:
+            self._profile = alone[winner].profile  # seasonal naive of another cycle
+            self.cycle_ = self._profile.cycle_name
+            z = self._deseason(X, y_log)
+        self.choice_ = winner
+        self.choice_reason_ = self._choice_reason(winner, len(blocks) if select else 0)
         self.profile_stat_ = None if self._profile is None else self._profile.stat
         self.half_life_ = None if self._profile is None else self._profile.half_life
         self._inducing_z = None
-        self.interval_scale_ = (self._calibrate_interval(best.held)
-                                if self.calibrate_interval and best.held else 1.0)
+        if self.signal_:
+            self.interval_scale_ = (self._calibrate_interval(best.held)
+                                    if self.calibrate_interval and best.held else 1.0)
+        else:
+            self.interval_scale_ = (interval_factor(alone[winner].held)
+                                    if self.calibrate_interval else 1.0)
+            self._silence(self.interval_scale_)
         self._condition_on(X, z)
         self._follow_level()  # a profile+level constant, from the rows just conditioned on
         self._posterior_now()  # the factorisation is part of fitting, not of a forecast
         self.train_seconds_ = time.perf_counter() - started
         return self
+
+    def _profile_label(self, profile: SlotProfile) -> str:
+        if profile.naive:
+            return f"{profile.cycle_name} seasonal naive"
+        if profile.cycle_name == "none":
+            return "smoothed level (no cycle)"
+        return f"{ProfileChoice(profile.cycle_name, profile.stat, profile.half_life).label(2, 2)} profile"
+
+    def _gp_label(self, kernel: str, mean: str) -> str:
+        """What a (kernel, mean) candidate is called in ``choice_`` and ``choice_errors_``."""
+        if self._profile is None:
+            return f"GP ({kernel}, {mean} mean)"
+        level = ", level of the last day" if mean == "profile+level" else ""
+        return f"GP on the {self._profile_label(self._profile)} ({kernel}{level})"
+
+    def _alone_candidates(self, X: np.ndarray, y_log: np.ndarray, blocks: list[tuple[int, int]],
+                          grid: tuple[np.ndarray, np.ndarray, float | None] | None
+                          ) -> dict[str, _Alone]:
+        """The forecasts without a GP, scored on the GP's own held-out blocks: the chosen
+        profile alone and the seasonal naive of each cycle the history supports (its profile
+        fitted on the rows before each block, as the GP's is). The naive is always among
+        them, so the forecaster chosen on those blocks has, there, an error no larger than
+        the better naive's: the construction the issue asks for (issue 44 item 1). Each
+        carries the profile to adopt when it wins (None: the chosen one) and its held-out
+        (error, spread) per block, for the interval."""
+        t = X[:, TIMESTAMP_COLUMN]
+        chosen = self._profile
+        settings: list[tuple[str, SlotProfile | None, dict[str, Any]]] = [
+            (f"the {self._profile_label(chosen)} alone", None,
+             dict(stat=chosen.stat, cycle=chosen.cycle_name, slot_s=chosen.slot_s,
+                  half_life=chosen.half_life))]
+        allowed = self._cycles()
+        span = float(t[-1] - t[0]) if t.size else 0.0
+        for cycle in NAIVE_CYCLES:
+            period = {"daily": 86_400.0, "weekly": 7 * 86_400.0}[cycle]
+            if (chosen.naive and chosen.cycle_name == cycle) or span < 2 * period or (
+                    allowed is not None and cycle not in allowed):
+                continue
+            kw = dict(stat=chosen.stat, cycle=cycle, slot_s=grid[2] if grid else None,
+                      half_life=NAIVE)
+            settings.append((f"{cycle} seasonal naive", SlotProfile.fit(
+                grid[0], grid[1], **kw) if grid else None, kw))
+        out = {}
+        for label, whole, kw in settings:
+            held = []
+            for lo, hi in blocks:
+                before = SlotProfile.fit(t[:lo], y_log[:lo], **kw)
+                i = before.slot(t[lo:hi])
+                held.append((y_log[lo:hi] - before.mean[i], before.spread[i]))
+            if held and (whole is not None or label.endswith("alone")):
+                naive = kw["half_life"] == NAIVE
+                out[label] = _Alone(whole, held, 0.0 if naive else 1.0, naive)
+        return out
+
+    def _choice_reason(self, winner: str, n_blocks: int) -> str:
+        """One sentence for the registry's description, ``keyshift forecast`` and the report:
+        what was kept, on what, against the best candidate (when the one-standard-error rule
+        kept a simpler one, :mod:`keyshift.models.selection`) and the better naive."""
+        if not n_blocks:
+            return (f"{winner}: the history is too short to hold a day out, so the candidates "
+                    "could not be compared (the marginal likelihood chose the kernel)")
+        errs = self.choice_errors_
+        best = min(errs, key=errs.get)
+        text = (f"{winner}: held-out MAE {errs[winner]:.4g} on the last {n_blocks} blocks of "
+                "the training window")
+        if best != winner:
+            text += (f"; {best} erred {errs[best]:.4g}, within one standard error of the "
+                     "blocks' differences, so the simpler forecaster is kept")
+        naive = {k: v for k, v in errs.items() if "seasonal naive" in k and not
+                 k.startswith("GP ")}
+        if naive and winner not in naive:
+            better = min(naive, key=naive.get)
+            text += f"; the {better.removeprefix('the ')} erred {naive[better]:.4g}"
+        elif best == winner and len(errs) > 1:
+            rival = min((k for k in errs if k != winner), key=errs.get)
+            text += f"; the runner-up, {rival}, erred {errs[rival]:.4g}"
+        return text
+
+    def _silence(self, scale: float) -> None:
+        """Switch the GP's signal off: a forecaster that is its profile alone (or seasonal
+        naive). The output scales go to ~0 and the constant to the profile itself (z = 0),
+        so the posterior mean is the profile; the noise is set so that the predictive std
+        is ``scale`` times the profile's spread. The stored form, the numpy predictor and
+        ``add_observations`` then serve it unchanged: no second kind of model to ship."""
+        torch = _torch()
+        s = self._scaling
+        with torch.no_grad():
+            for k in self._scale_kernels():
+                k.outputscale = torch.full_like(k.outputscale, 1e-12)
+            self._model.mean_module.constant = -s.y_mean / s.y_std
+            self._likelihood.noise = torch.full_like(self._likelihood.noise,
+                                                     max((scale / s.y_std) ** 2, 1.01 * _MIN_NOISE))
+        self.mean_ = "profile"
 
     def _training_rows(self, X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The rows a fit uses: the most recent ``max_train`` (all without it), in time
@@ -789,7 +953,7 @@ class GPForecaster:
                                         cycle=self._profile.cycle_name,
                                         slot_s=self._profile.slot_s,
                                         half_life=self._profile.half_life))
-        head = y_log[:lo] if profile is None else profile.standardise(t[:lo], y_log[:lo])
+        head = y_log[:lo] if profile is None else profile.residuals(t[:lo], y_log[:lo])
         x_tail = torch.as_tensor(self._scaling.x(X[lo:hi]), dtype=torch.float64)
         if shared is not None:  # the factor of the rows before lo, cut from the shared one
             y_head = torch.as_tensor(self._scaling.y(head), dtype=torch.float64)
@@ -837,11 +1001,7 @@ class GPForecaster:
         stayed too wide (AAPL 96.6 %, WorldCup98 96.5 %, the bikes 94.8 %). With 0.8: AAPL
         95.1, WorldCup98 91.5, the bikes 90.4, GOOG 91.7, taxi 87.8, ELB 87.4 % (14 series,
         20 origins: 10 inside 85–95 %, against 9; docs/models.md)."""
-        factors = np.array([float(np.quantile(np.abs(err) / np.maximum(std, 1e-12), 0.9))
-                            for err, std in held]) / Z_90
-        factor = float(np.sqrt(np.mean(np.square(factors))))
-        factor = factor if np.isfinite(factor) else 1.0  # the blocks gave no number
-        factor = max(MIN_INTERVAL_SCALE, factor)
+        factor = interval_factor(held)
         self._scale_variance(factor ** 2)
         return factor
 
@@ -855,13 +1015,18 @@ class GPForecaster:
         return np.log(y)
 
     def _deseason(self, X: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """The residual of history rows (a naive profile's first cycle: 0)."""
+        if self._profile is None:
+            return y
+        return self._profile.residuals(X[:, TIMESTAMP_COLUMN], y)
+
+    def _to_model_space(self, X: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """The targets the GP itself sees for new rows: the (log) target's deviation from the
+        profile (for the naive profile, from the value one cycle earlier)."""
+        y = self._log(y)
         if self._profile is None:
             return y
         return self._profile.standardise(X[:, TIMESTAMP_COLUMN], y)
-
-    def _to_model_space(self, X: np.ndarray, y: np.ndarray) -> np.ndarray:
-        """The targets the GP itself sees: the (log) target's deviation from the profile."""
-        return self._deseason(X, self._log(y))
 
     def _from_model_space(self, X: np.ndarray, mean: np.ndarray, std: np.ndarray
                           ) -> tuple[np.ndarray, np.ndarray]:
@@ -976,6 +1141,8 @@ class GPForecaster:
         if X.shape[0] == 0:
             return self
         z = self._to_model_space(X, y)
+        if self._profile is not None:  # the naive profile is the last cycle, kept so online
+            self._profile = self._profile.observed(X[:, TIMESTAMP_COLUMN], self._log(y))
         rows, targets = np.vstack([self._X, X]), np.concatenate([self._y, z])
         torch = _torch()
         torch.set_num_threads(self.threads)
@@ -1104,6 +1271,9 @@ class GPForecaster:
                                                      "stat": profile.stat,
                                                      "half_life": profile.half_life},
             "log_target": bool(self.log_target),
+            "signal": bool(getattr(self, "signal_", True)),
+            "choice": getattr(self, "choice_", ""),
+            "choice_reason": getattr(self, "choice_reason_", ""),
         }
         arrays = {"x_mean": s.x_mean, "x_std": s.x_std, "X": self._X,
                   "y": self._y}  # y in model space (log, deseasoned)
@@ -1311,6 +1481,11 @@ class GPForecaster:
         gp._model, gp._likelihood = model, model.likelihood
         gp.kernel_scores_ = {gp.kernel_: gp.mll_}
         gp.kernel_errors_ = {}
+        gp.choice_errors_ = {}
+        # a model stored before issue 44 is a GP on its profile
+        gp.signal_ = bool(desc.get("signal", True))
+        gp.choice_ = str(desc.get("choice", "")) or gp._gp_label(gp.kernel_, gp.mean_)
+        gp.choice_reason_ = str(desc.get("choice_reason", ""))
         gp._posterior = None
         gp._X, gp._y = X, z
         gp._inducing_z = arrays.get("inducing_z")

@@ -148,15 +148,23 @@ def _day(t: float) -> str:
 
 def version_description(which: str, features: tuple[str, ...], train_t: np.ndarray,
                         test_t: np.ndarray, held_out: dict[str, float], kernel: str,
-                        source: DeltaSource | None, decision: str) -> str:
-    """The registered version's description (Markdown, shown on its page in MLflow)."""
+                        source: DeltaSource | None, decision: str, choice: str = "",
+                        choice_reason: str = "") -> str:
+    """The registered version's description (Markdown, shown on its page in MLflow).
+    ``choice`` and ``choice_reason`` (the forecaster's ``choice_`` and ``choice_reason_``)
+    say which forecaster the training window's last days chose -- a GP on a profile, the
+    profile alone or seasonal naive -- and why: a reviewer promoting a version that is
+    seasonal naive should know it is."""
     label, unit = TARGETS[which]
     data = str(source) if source is not None else "a metrics frame passed by the caller"
+    what = (f"chosen on the training window's last days: {choice} (GP kernel `{kernel}`)"
+            if choice else f"a Gaussian process, kernel `{kernel}`")
     lines = [
         (f"Forecasts the {label} [{unit}] of keyshift's stream job for a future window, from "
-         f"({', '.join(features)}); a Gaussian process, kernel `{kernel}`. The elasticity "
+         f"({', '.join(features)}); {what}. The elasticity "
          "planner reads it through the champion alias."),
         "",
+        *([f"- Why this forecaster: {choice_reason}."] if choice_reason else []),
         (f"- Training window: {len(train_t)} windows, {_day(train_t[0])} to "
          f"{_day(train_t[-1])} UTC."),
         (f"- Held out: the next {len(test_t)} windows, {_day(test_t[0])} to "

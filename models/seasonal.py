@@ -51,6 +51,14 @@ shifts: a season, a holiday period). The default; :func:`choose_profile` can cho
 HALF_LIVES = (0.1, 0.5, 1.0, 2.0, 4.0)
 """The half-lives a GP's profile chooses among (:func:`choose_profile`): 0.1 is the last cycle
 alone (weights 1, 0.001, ...), seasonal naive's forecast; 4 averages about six cycles."""
+NAIVE = 0.0
+"""The half-life of the *naive* profile: each slot's mean is its latest value (last cycle's
+value, seasonal naive's forecast) and the residual of a row is its difference from the row
+one cycle earlier, so a GP on it is a GP whose mean is last cycle's value (issue 44).
+:func:`choose_profile` always offers the daily and the weekly naive, whatever half-lives the
+caller asks for: on a timetable last week's value is the forecast, and a choice that cannot
+reach it loses to it."""
+NAIVE_CYCLES = ("daily", "weekly")
 _SMOOTH_SLOTS = 2  # the spread of a slot is pooled with this many neighbours on each side
 CYCLES = ("none", "daily", "weekly", "daily+weekly")
 _CYCLE_PERIOD_S = {"none": 0.0, "daily": DAY_S, "weekly": WEEK_S, "daily+weekly": WEEK_S}
@@ -114,6 +122,11 @@ class SlotProfile:
     def cycle_name(self) -> str:
         return self.cycle or {0.0: "none", DAY_S: "daily"}.get(float(self.period_s), "weekly")
 
+    @property
+    def naive(self) -> bool:
+        """Whether this is the last cycle's values (seasonal naive), see :data:`NAIVE`."""
+        return self.half_life == NAIVE and self.period_s > 0
+
     @classmethod
     def fit(cls, t: np.ndarray, y: np.ndarray, period_s: float | None = None,
             half_life: float | None = HALF_LIFE_CYCLES, stat: str = "mean",
@@ -156,6 +169,8 @@ class SlotProfile:
             floor = max(float(y.std()) * 0.05, 1e-9)
             return cls(0.0, slot, np.array([level]), np.array([max(np.sqrt(var), floor)]),
                        stat, "none", half_life)
+        if half_life == NAIVE and period_s > 0 and t.size:
+            return cls._naive(t, y, float(period_s), slot, n_slots, stat, cycle)
         if half_life is not None and period_s > 0 and t.size:
             age = np.floor((t[-1] - t) / period_s)
             w = np.power(0.5, age / half_life)
@@ -185,13 +200,73 @@ class SlotProfile:
         return cls(float(period_s), slot, mean, np.maximum(np.sqrt(var), floor), stat, cycle,
                    half_life)
 
+    @classmethod
+    def _naive(cls, t: np.ndarray, y: np.ndarray, period_s: float, slot: float, n_slots: int,
+               stat: str, cycle: str) -> SlotProfile:
+        """The naive profile: each slot's latest value, and as its spread the slot's std of
+        the seasonal differences y_t − y_(t−period) (recent cycles weighing more, half-life
+        ``HALF_LIFE_CYCLES``, pooled with the neighbouring slots): the error the naive makes,
+        which is what its forecast interval must cover."""
+        probe = cls(period_s, slot, np.zeros(n_slots), np.ones(n_slots))
+        idx = probe.slot(t)
+        latest = np.full(n_slots, float(y.mean()))
+        order = np.argsort(t, kind="stable")
+        latest[idx[order]] = y[order]  # later rows overwrite earlier ones of the slot
+        diff = y - lagged(t, y, period_s, slot)
+        seen = np.isfinite(diff)
+        if not seen.any():
+            spread = np.full(n_slots, max(float(y.std()), 1e-9))
+            return cls(period_s, slot, latest, spread, stat, cycle, NAIVE)
+        w = np.power(0.5, np.floor((t[-1] - t) / period_s) / HALF_LIFE_CYCLES) * seen
+        d = np.where(seen, diff, 0.0)
+        sq = np.bincount(idx, weights=w * d ** 2, minlength=n_slots)
+        weight = np.bincount(idx, weights=w, minlength=n_slots)
+        if n_slots > 1:
+            pad = lambda a: np.concatenate([a[-_SMOOTH_SLOTS:], a, a[:_SMOOTH_SLOTS]])  # noqa: E731
+            pool = np.ones(2 * _SMOOTH_SLOTS + 1)
+            sq, weight = (np.convolve(pad(a), pool, "valid") for a in (sq, weight))
+        overall = float(np.sqrt(np.mean(d[seen] ** 2)))
+        spread = np.where(weight > 0, np.sqrt(sq / np.where(weight > 0, weight, 1.0)), overall)
+        floor = max(overall * 0.05, float(y.std()) * 0.05, 1e-9)
+        return cls(period_s, slot, latest, np.maximum(spread, floor), stat, cycle, NAIVE)
+
     def slot(self, t: np.ndarray) -> np.ndarray:
         return slot_index(t, self.period_s, self.slot_s, self.mean.size)
 
     def standardise(self, t: np.ndarray, y: np.ndarray) -> np.ndarray:
-        """z = (y − m_slot) / s_slot."""
+        """z = (y − m_slot) / s_slot; for the naive profile m is the value one cycle earlier,
+        from the rows given when one of them is, else the profile's (the last cycle it saw):
+        what new windows after a fit are measured against."""
         i = self.slot(t)
-        return (y - self.mean[i]) / self.spread[i]
+        if not self.naive:
+            return (y - self.mean[i]) / self.spread[i]
+        before = lagged(t, y, self.period_s, self.slot_s)
+        before = np.where(np.isfinite(before), before, self.mean[i])
+        return (y - before) / self.spread[i]
+
+    def residuals(self, t: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """The standardised residual of history rows (what a GP on this profile is fitted
+        and conditioned on): :meth:`standardise`, except that for the naive profile a row
+        without a row one cycle before it among (t, y) (the history's first cycle) gets 0,
+        no deviation, rather than its difference from the profile's last cycle, which is a
+        season away from it."""
+        if not self.naive:
+            return self.standardise(t, y)
+        before = lagged(t, y, self.period_s, self.slot_s)
+        z = (y - before) / self.spread[self.slot(t)]
+        return np.where(np.isfinite(z), z, 0.0)
+
+    def observed(self, t: np.ndarray, y: np.ndarray) -> SlotProfile:
+        """This profile after new rows: the naive profile's slots take their latest values
+        (it *is* the last cycle, and stays so online); any other profile is as fitted."""
+        if not self.naive or np.size(t) == 0:
+            return self
+        t = np.asarray(t, dtype=np.float64)
+        order = np.argsort(t, kind="stable")
+        mean = self.mean.copy()
+        mean[self.slot(t[order])] = np.asarray(y, dtype=np.float64)[order]
+        return SlotProfile(self.period_s, self.slot_s, mean, self.spread, self.stat,
+                           self.cycle, self.half_life)
 
     def restore(self, t: np.ndarray, z_mean: np.ndarray, z_std: np.ndarray
                 ) -> tuple[np.ndarray, np.ndarray]:
@@ -200,6 +275,27 @@ class SlotProfile:
 
     def as_tuple(self) -> tuple[float, float, np.ndarray, np.ndarray]:
         return self.period_s, self.slot_s, self.mean, self.spread
+
+
+def lagged(t: np.ndarray, y: np.ndarray, period_s: float, slot_s: float) -> np.ndarray:
+    """For each row, the value of the row one ``period_s`` earlier (the nearest in time to
+    t − period_s, if within half a slot of it), NaN where (t, y) holds none: seasonal naive's
+    forecast of each row, irregular rows included."""
+    t = np.asarray(t, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    out = np.full(t.shape, np.nan)
+    if t.size == 0 or period_s <= 0:
+        return out
+    order = np.argsort(t, kind="stable")
+    ts, ys = t[order], y[order]
+    target = t - period_s
+    j = np.clip(np.searchsorted(ts, target), 1, ts.size - 1) if ts.size > 1 else np.zeros(
+        t.shape, dtype=np.int64)
+    if ts.size > 1:
+        j = np.where(np.abs(ts[j - 1] - target) <= np.abs(ts[j] - target), j - 1, j)
+    ok = np.abs(ts[j] - target) <= 0.5 * slot_s
+    out[ok] = ys[j[ok]]
+    return out
 
 
 def _slot_stat(idx: np.ndarray, y: np.ndarray, w: np.ndarray, n: int, stat: str,
@@ -270,6 +366,8 @@ class ProfileChoice(NamedTuple):
         """"weekly", "weekly (median)", "weekly (median, half-life 0.5)": the settings that
         were chosen between (``stats``, ``half_lives``: how many were), the cycle always.
         ``none`` (one slot, the smoothed level) has neither a statistic nor a half-life."""
+        if self.half_life == NAIVE:
+            return f"{self.cycle} (last cycle)"
         parts = []
         if self.cycle != "none":
             parts += [self.stat] if stats > 1 else []
@@ -280,7 +378,8 @@ class ProfileChoice(NamedTuple):
 def choose_profile(t: np.ndarray, y: np.ndarray, stats: tuple[str, ...] | list[str] = ("mean",),
                    cycles: list[str] | None = None,
                    half_lives: tuple[float, ...] | list[float] = (HALF_LIFE_CYCLES,),
-                   slot_s: float | None = None) -> tuple[ProfileChoice, dict[str, float]]:
+                   slot_s: float | None = None, naive: bool = True
+                   ) -> tuple[ProfileChoice, dict[str, float]]:
     """The profile (cycle × statistic × half-life) that, fitted on the rows before each of
     the last days (:func:`cycle_blocks`), forecast those days with the least mean absolute
     error; with each setting's error under :meth:`ProfileChoice.label`. Cycles among
@@ -292,7 +391,8 @@ def choose_profile(t: np.ndarray, y: np.ndarray, stats: tuple[str, ...] | list[s
     half-life of 0.1) and a profile averaged over weeks: the first follows a level or a
     shape that moved (the bikes' Christmas fortnight, the WorldCup98 match days), the second
     ignores one odd day. Which one forecasts better depends on the series and the season
-    (docs/models.md, "How far back the profile looks")."""
+    (docs/models.md, "How far back the profile looks"). With ``naive`` the daily and weekly
+    naive profiles (:data:`NAIVE`) are settings too."""
     t = np.asarray(t, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
     stats, half_lives = list(dict.fromkeys(stats)), list(dict.fromkeys(half_lives))
@@ -303,7 +403,10 @@ def choose_profile(t: np.ndarray, y: np.ndarray, stats: tuple[str, ...] | list[s
     # "none" is one slot, the smoothed level: neither a statistic nor a half-life to vary
     settings = [ProfileChoice(c, st, hl) for c in names
                 for st, hl in ([(stats[0], default_hl)] if c == "none"
-                               else [(st, hl) for st in stats for hl in half_lives])]
+                               else [(st, hl) for st in stats for hl in half_lives
+                                     if hl != NAIVE])]
+    if naive:  # seasonal naive, whatever half-lives were asked for (see NAIVE)
+        settings += [ProfileChoice(c, stats[0], NAIVE) for c in NAIVE_CYCLES if c in names]
     if len(settings) == 1 or not blocks:
         cycle = next((c for c in ("weekly", "daily") if c in names), names[0])
         return ProfileChoice(cycle, stats[0], default_hl), {}

@@ -131,14 +131,20 @@ def train_and_register(
                 mlflow.log_params({f"{which}.kernel_chosen": gp.kernel_,
                                    f"{which}.profile_stat_chosen": gp.profile_stat_ or "none",
                                    f"{which}.cycle_chosen": gp.cycle_ or "none",
-                                   f"{which}.half_life_chosen": gp.half_life_ or "none",
+                                   f"{which}.half_life_chosen": (
+                                       "none" if gp.half_life_ is None else
+                                       "last cycle" if gp.half_life_ == 0 else gp.half_life_),
+                                   f"{which}.forecaster_chosen": gp.choice_[:500],
                                    f"{which}.n_train": cut, f"{which}.n_test": len(y) - cut})
                 # what the choice compared, for a reviewer: each candidate's marginal
                 # likelihood and, when blocks were held out, its mean absolute error on them
                 # (in the GP's target units: events/s, or log seconds for the latency GP)
                 mlflow.log_dict({"chosen": {"kernel": gp.kernel_,
                                             "profile_stat": gp.profile_stat_,
-                                            "cycle": gp.cycle_, "half_life": gp.half_life_},
+                                            "cycle": gp.cycle_, "half_life": gp.half_life_,
+                                            "forecaster": gp.choice_,
+                                            "why": gp.choice_reason_},
+                                 "forecaster_held_out_mae": gp.choice_errors_,
                                  "profile_held_out_mae": gp.cycle_errors_,
                                  "marginal_log_likelihood": gp.kernel_scores_,
                                  "held_out_mae": gp.kernel_errors_,
@@ -154,6 +160,7 @@ def train_and_register(
                 if decision["champion_rmse"] is not None:
                     mlflow.log_metric(f"{which}_champion_rmse", decision["champion_rmse"])
                 entry = {"name": name, "metrics": held_out, "kernel": gp.kernel_,
+                         "forecaster": gp.choice_, "why": gp.choice_reason_,
                          "profile_stat": gp.profile_stat_,
                          "champion_moved": bool(decision["move"]),
                          "previous_champion": decision["previous"],
@@ -173,7 +180,7 @@ def train_and_register(
                 client.update_model_version(name, version, description=version_description(
                     which, gp.feature_names, X[:cut, TIMESTAMP_COLUMN],
                     X[cut:, TIMESTAMP_COLUMN], held_out, gp.kernel_, source,
-                    decision["reason"]))
+                    decision["reason"], gp.choice_, gp.choice_reason_))
                 summary["models"][which] = {**entry, "version": version, "registered": True}
     return summary
 

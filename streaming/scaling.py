@@ -68,7 +68,13 @@ class ChampionForecast:
 
     @property
     def label(self) -> str:
-        return (f"{self.alias} GPs {self.rate.name} v{self.rate.version}, "
+        """The versions that forecast, and which forecaster the input-rate version is when
+        its training chose one without a GP (seasonal naive, the profile alone): a decision
+        planned on last week's value says so (issue 44)."""
+        gp = getattr(self.rate, "gp", None)
+        kind = ("" if gp is None or getattr(gp, "signal_", True)
+                else f" ({getattr(gp, 'choice_', '')})")
+        return (f"{self.alias} GPs {self.rate.name} v{self.rate.version}{kind}, "
                 f"{self.latency.name} v{self.latency.version}")
 
     def observe(self, s: WindowSample, window_s: float) -> None:

@@ -98,3 +98,22 @@ def test_the_help_text_lists_the_kernels_the_gp_has():
     from keyshift.models import commands, gp
 
     assert commands.KERNELS == tuple(k for k in gp.KERNELS if k not in gp.LOAD_KERNELS)
+
+
+def test_the_forecast_says_which_forecaster_each_origin_chose(tmp_path, capsys):
+    """Issue 44: on the timetable series the choice may end at seasonal naive or the profile
+    alone; `keyshift forecast` says what each origin's fit became, in the JSON and below the
+    table, and the GP does not lose to last week's value there."""
+    from keyshift.models.synthetic import timetable_series
+
+    t, y = timetable_series(weeks=6)
+    path = tmp_path / "timetable.csv"
+    pd.DataFrame({"ts": t.astype(int), "value": y}).to_csv(path, index=False)
+    args = ["forecast", "--series", str(path), "--models", "gp,seasonal-naive", "--origins",
+            "3", "--horizon", "24", "--iters", "10"]
+    assert main(args + ["--json"]) == 0
+    gp = json.loads(capsys.readouterr().out)["models"]["gp"]
+    assert gp["choice"].startswith(("GP on the", "the ")), gp["choice"]
+    assert gp["mase"] <= 1.0 + 1e-6, gp  # a naive choice: equal up to the silenced GP's 1e-12
+    assert main(args) == 0
+    assert "gp chose, per origin: " in capsys.readouterr().out
