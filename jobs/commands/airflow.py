@@ -68,6 +68,12 @@ def airflow_env(cfg: Config, port: int | None = None) -> dict[str, str]:
         "KEYSHIFT_HOME": str(cfg.home_path),
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
+        # MLflow writes its INFO lines ("Successfully registered model ...") to stderr
+        # through a handler of its own, and Airflow logs a task's stderr as ERROR: a green
+        # retrain showed eight red lines. Unconfigured, MLflow's loggers propagate to the
+        # task's logging at their own levels. Its usage telemetry stays off.
+        "MLFLOW_CONFIGURE_LOGGING": "false",
+        "MLFLOW_DISABLE_TELEMETRY": "true",
     }
 
 
