@@ -198,6 +198,7 @@ def run(
         **summary,
         "status": "written" if rows else "unchanged",
         "windows": history.windows,
+        "groups": history.groups,
         "bucket_s": bucket_s,
         "source_from": history.source_from.isoformat(),
         "source_to": history.source_to.isoformat(),

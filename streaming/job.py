@@ -323,11 +323,12 @@ class StreamJob:
     def start(self) -> StreamingQuery:
         from keyshift.lakehouse.delta import ensure_tables
 
+        # the warehouse first: a warehouse that cannot be made is the first thing said
+        ensure_tables(self.spark, self.cfg, TABLES_WRITTEN)
         if self.query is None:  # a restart in place (ride_out) resumes the topic it checked
             # a recreated topic refuses the resume; skipped records are said (broker_watch.py)
             self.skipped_offsets = resume_source(self.cfg, self.run_id, self.topic,
                                                  self.checkpoint, self.run_uri)
-        ensure_tables(self.spark, self.cfg, TABLES_WRITTEN)
         # a run no process started before has written nothing: its first batch need not look
         marker = f"{self.run_uri}/started"
         self.appends.fresh = read_if_exists(marker) is None

@@ -215,6 +215,30 @@ def test_report_line_names_policies_and_rstd() -> None:
     assert "lptf v3 (new): RSTD 12.5% (KG 30.0%)" in line
 
 
+def test_report_line_says_what_clbs_moves_are() -> None:
+    """Issue 46 item 11: 'clb v2 (new): RSTD 0.3% (KG 32.5%), moves 3079' on 4,096 groups and
+    4 engines is what a from-scratch partition moves, and the line says so."""
+    from keyshift.jobs.airflow_tasks import report
+
+    line = report({
+        "job": "baseline_partitions", "range": "2026-11-22..2026-11-24", "engines": 4,
+        "groups": 4096, "kg": {"expected_rstd": 32.5},
+        "plans": [{"policy": "clb", "version": 2, "new": True, "expected_rstd": 0.3,
+                   "moved_groups_from_kg": 3079}],
+    })
+    assert "moves 3079 (of 4096 groups; CLB ignores state movement" in line
+    assert "(1 - 1/4) of them, 3072)" in line
+
+
+def test_clb_moves_what_a_partition_from_scratch_moves() -> None:
+    rng = np.random.default_rng(0)
+    weights = 1 / np.arange(1, 1025) ** 1.0
+    rng.shuffle(weights)
+    loads = rng.poisson(np.outer(1 + 0.5 * np.sin(np.arange(24) / 6), weights * 5000))
+    _, plans = compute_baselines(_history(loads.astype(float)), 4, ["clb"])
+    assert abs(plans[0].moved_groups / 1024 - 0.75) < 0.05
+
+
 def test_airflow_env_points_at_the_repo_dags_and_a_local_sqlite(tmp_path) -> None:
     from keyshift.jobs.commands.airflow import airflow_env, dags_folder
 
