@@ -22,6 +22,7 @@ import importlib
 import inspect
 from dataclasses import dataclass
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Any
 
 from keyshift.apps.base import Operator, OperatorInputError
@@ -107,8 +108,13 @@ def _import_class(spec: str) -> type:
     except ModuleNotFoundError as exc:
         missing = exc.name or module_name
         if module_name == missing or module_name.startswith(missing + "."):
+            hint = ""
+            if Path(f"{missing.replace('.', '/')}.py").is_file() or Path(missing).is_dir():
+                # the keyshift script does not put the current folder on the path
+                hint = (f"; it is in the current folder: give it with --py-files "
+                        f"{missing.split('.')[0]}{'' if Path(missing).is_dir() else '.py'}")
             raise _fail(spec, f"module {module_name!r} is not importable (no module named "
-                              f"{missing!r} on the Python path)") from None
+                              f"{missing!r} on the Python path){hint}") from None
         raise _fail(spec, f"importing module {module_name!r} failed: {exc}") from None
     except Exception as exc:  # a user's module that raises on import
         raise _fail(spec, f"importing module {module_name!r} failed: "
