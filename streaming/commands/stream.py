@@ -148,8 +148,10 @@ def run(args: argparse.Namespace) -> int:
         f"checkpoint {job.checkpoint}")
     failed, why, stop_failed = wait_and_stop(job, args.duration, say)
     s = job.summary()
-    say(f"{job.run_id}: {s['batches']} batches, {s['events_in']} events, {s['dead_letter']} "
-        f"dead letters; {s['events_per_s']:.0f} events/s busy, batch p50 "
+    # this process's batches; the run's counts (each batch once) are in --json and status
+    say(f"{job.run_id}: {s['batches']} batches in this process, "
+        f"{s['events_in'] + s['dead_letter']} records: {s['events_in']} valid, "
+        f"{s['dead_letter']} dead letters; {s['events_per_s']:.0f} events/s busy, batch p50 "
         f"{s['batch_p50_s']:.2f} s")
     if args.json:  # keyshift run's summary, failures included (the line on stderr says why)
         from keyshift.lakehouse.logs import failure_line
@@ -182,7 +184,7 @@ def _summary(metrics, run_id: str, console) -> None:
     rows = (metrics.where(F.col("run_id") == run_id).orderBy(F.col("batch_id").desc())
             .limit(10).collect())
     table = Table(title=f"metrics of run {run_id} (last 10 batches)")
-    for col in ("batch", "events in", "dead letter", "engines", "engine loads", "RSTD %",
+    for col in ("batch", "valid", "dead letters", "engines", "engine loads", "RSTD %",
                 "var(L)", "events/s", "work µs/tuple", "plan"):
         table.add_column(col, justify="right")
     for r in reversed(rows):
