@@ -99,6 +99,9 @@ def test_a_training_run_logs_plots_lineage_and_a_version_description(tmp_path) -
         assert "version 7" in version.description
         assert f"RMSE {model['metrics']['rmse']:.4g}" in version.description
         assert model["reason"] in version.description
+        # which forecaster the training window chose, and why (issue 44)
+        assert f"Why this forecaster: {model['why']}" in version.description
+        assert model["forecaster"] in version.description
 
 
 @pytest.mark.integration
