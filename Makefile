@@ -30,9 +30,9 @@ demo: $(STAMP)
 
 ## Run the whole test suite, integration tests included (this is what CI runs).
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist worksteal -m "" $(PYTEST_ARGS)
 
-## Only the pure-core tests (milliseconds to seconds).
+## The fast tier (a bare pytest runs it too): no broker, Spark subprocess or kill; ~4 min here.
 test-fast: $(STAMP)
 	$(VENV)/bin/python -m pytest -m "not integration and not slow" $(PYTEST_ARGS)
 

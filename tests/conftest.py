@@ -67,6 +67,7 @@ def ks_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
+FAST_TIER = "not integration and not slow"  # pyproject's addopts: what a bare pytest runs
 _STARTED = pytest.StashKey[tuple[float, float | None]]()  # (monotonic, machine CPU s)
 
 
@@ -78,6 +79,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     """After the 15 slowest tests, the CPU the run took and the wall-time floor it sets
     (tests/suite_budget.py); the controller's line only under parallel workers."""
+    if config.option.markexpr == FAST_TIER:
+        terminalreporter.write_line(
+            "fast tier only (a bare pytest): the integration and slow tests were left out; "
+            "`make test` (or `pytest -m ''`) runs everything, as CI does")
     began, cpu0 = config.stash.get(_STARTED, (0.0, None))
     cpu1 = machine_cpu_seconds()
     if os.environ.get("PYTEST_XDIST_WORKER") or cpu0 is None or cpu1 is None:
