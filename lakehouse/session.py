@@ -94,7 +94,7 @@ def get_spark(cfg: Config | None = None, app_name: str | None = None,
         # ... and none of those listings is kept: Spark's FileStatusCache (250 MB by default)
         # holds the status of every file a read by path has listed, and each staged file is
         # read once and then deleted, so over hours the cache filled the driver's heap with
-        # statuses of files long gone (soak run 4, docs/engines.md). No keyshift table is a
+        # statuses of files long gone (soak run 4, bench/results/soak.md). No keyshift table is a
         # partitioned catalog table, the case that cache serves.
         "spark.sql.hive.filesourcePartitionFileCacheSize": "0",
         # Small local batches: Arrow keeps the pandas operators of the engines cheap.

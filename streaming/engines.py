@@ -1,7 +1,7 @@
 """Engines: one Spark task per engine per micro-batch, each running the operator over the key
 groups the plan gives it, with its working state durable off the executor.
 
-Why this shape (numbers in docs/engines.md):
+Why this shape (numbers in docs/engines.md, "Benchmarks", and bench/results/):
 
 * The micro-batch is routed (group → engine through the plan of this batch) and shuffled with
   an identity partitioner over engine slots, so partition *e* is engine *e*: exactly one task
