@@ -1,7 +1,8 @@
-"""Offline comparison of reserve rules built on the GP's predictive σ (docs/elasticity.md,
-"With the GP forecaster"): how much each rule would miss and what it would cost on the three
-real series, without running the planner. The companion of bench_reserve_floors.py (same
-engine-count and billing estimate), with the GP forecaster instead of the seasonal profile.
+"""Offline comparison of reserve rules built on the GP's predictive σ
+(bench/results/elastic_evaluation.md, "With the GP forecaster"): how much each rule would
+miss and what it would cost on the three real series, without running the planner. The
+companion of bench_reserve_floors.py (same engine-count and billing estimate), with the GP
+forecaster instead of the seasonal profile.
 
 For every evaluation window the rule sets a floor from what is known before it: the last
 observed input In_now, the GP's one-step forecast (mean, σ), updated online, and the

@@ -1,6 +1,6 @@
-"""Offline comparison of burst-reserve rules (docs/elasticity.md, "Mechanisms evaluated and
-not kept"): how much each rule would miss and what it would cost on the three real series,
-without running the planner.
+"""Offline comparison of burst-reserve rules (bench/results/elastic_evaluation.md,
+"Mechanisms evaluated and not kept"): how much each rule would miss and what it would cost
+on the three real series, without running the planner.
 
 For every evaluation window the rule sets a floor (tuples the capacity must cover) from
 what is known before the window: the last observed input In_now, the one-step forecast

@@ -24,8 +24,8 @@ Why an additive rise and not a growth ratio In_{t+1}/In_t or a quantile of stand
 forecast errors: on the tweet series the ratio is unbounded (a burst from a near-empty
 window is ×100 and more) and the standardised errors are heavy-tailed (the 0.999 quantile
 is 48σ), so both either miss bursts or buy far too much capacity at busy hours; the
-additive rise is bounded by the largest burst in tuples. docs/elasticity.md has the
-comparison on the three series.
+additive rise is bounded by the largest burst in tuples. bench/results/elastic_evaluation.md
+has the comparison on the three series.
 
 The forecast's own quantile (:class:`ForecastQuantile`, ``reserve_source = "forecast"``).
 A forecaster with a predictive σ (the GP) says how sure it is window by window: at night a
@@ -205,7 +205,7 @@ class ForecastQuantile:
         # numpy's default (linear) quantile, as RiseQuantile's: one definition of q for both
         # sources. With the GP whose σ is calibrated at fit (9f2ea8e) it measured 0.83× the
         # static engine-hours on tweets against 0.92× for "higher" (the largest surprise
-        # below 1/(1 − q) of them); docs/elasticity.md.
+        # below 1/(1 − q) of them); bench/results/elastic_evaluation.md.
         return max(float(np.quantile(self.scores_, self.quantile)), 0.0)
 
     def rise(self) -> float:
