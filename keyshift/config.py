@@ -1,5 +1,9 @@
-"""The one configuration loader: embedded TOML defaults, an optional user TOML file, then
+"""The one configuration loader: the models' defaults, an optional user TOML file, then
 environment overrides ``KEYSHIFT_<SECTION>__<KEY>``, validated by pydantic.
+
+The models below are the one declaration of every key (default, bounds, description):
+keyshift/defaults.toml and docs/config.md are rendered from them by
+keyshift.config_reference, and a test fails when either drifts.
 
 A wrong value stops the program at start with a message naming the key and the allowed
 range (``ConfigError``), never later with a stack trace from deep inside Spark.
@@ -16,7 +20,6 @@ import os
 import re
 import tomllib
 from functools import cached_property
-from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
@@ -83,34 +86,57 @@ def resolve_home(home: str, base: Path | None = None, cwd: Path | None = None,
 
 
 class _Section(BaseModel):
+    """A section's fields are the one declaration of its keys (default, bounds and a one-line
+    description); keyshift.config_reference renders defaults.toml and docs/config.md from
+    them, and a test fails when those drift."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class GroupsConfig(_Section):
-    count: int = Field(4096, ge=1, le=1 << 22, description="p, key groups")
+    """Key groups: the unit of assignment and migration between engines."""
+
+    count: int = Field(4096, ge=1, le=1 << 22,
+                       description="p: key groups (the unit of assignment and migration)")
 
 
 class KafkaConfig(_Section):
-    version: str = "4.1.1"
-    host: str = "127.0.0.1"
-    port: int = Field(9092, ge=1, le=65535)
-    controller_port: int = Field(9093, ge=1, le=65535)
-    topic: str = Field("keyshift-events", min_length=1, pattern=r"^[A-Za-z0-9._-]+$")
-    partitions: int = Field(4, ge=1, le=1024)
-    startup_timeout_s: float = Field(60, gt=0, le=600)
-    # Records deleted (retention, a delete) before the job read them stop the job, with
-    # the way out in one line; false skips them, as Spark's failOnDataLoss=false does.
-    fail_on_data_loss: bool = True
-    # Security (docs/platform.md "Kafka security"): the client side of the Spark source, the
-    # producer and the admin client (keyshift.streaming.broker.client_options / spark_options). The
-    # password is a SecretStr: printed as ********** by `keyshift config` and in any repr.
-    security_protocol: Literal["PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL", "SSL"] = "PLAINTEXT"
-    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "PLAIN"
-    sasl_username: str = ""
-    sasl_password: SecretStr = SecretStr("")  # also KEYSHIFT_KAFKA__SASL_PASSWORD
-    ssl_cafile: str = ""  # PEM CA bundle the broker's certificate is checked against
-    ssl_certfile: str = ""  # PEM client certificate (mutual TLS), with ssl_keyfile
-    ssl_keyfile: str = ""  # PEM (PKCS#8) private key of ssl_certfile
+    """The input topic, the local development broker, and the client side's security (the
+    Spark source, the producer and the admin client; docs/platform.md "Kafka security").
+    port and controller_port differ; a SASL protocol needs sasl_username and sasl_password;
+    ssl_certfile and ssl_keyfile go together."""
+
+    version: str = Field("4.1.1", description="Apache Kafka broker fetched from Maven Central")
+    host: str = Field("127.0.0.1", description="the broker's host")
+    port: int = Field(9092, ge=1, le=65535, description="the broker's client port")
+    controller_port: int = Field(9093, ge=1, le=65535,
+                                 description="the local broker's KRaft controller port")
+    topic: str = Field("keyshift-events", min_length=1, pattern=r"^[A-Za-z0-9._-]+$",
+                       description="the input topic the job reads")
+    partitions: int = Field(4, ge=1, le=1024,
+                            description="partitions of a topic keyshift creates")
+    startup_timeout_s: float = Field(60.0, gt=0, le=600,
+                                     description="seconds the local broker has to become healthy")
+    fail_on_data_loss: bool = Field(
+        True, description="records Kafka deleted before the job read them stop it (false: "
+        "skip them, as Spark's failOnDataLoss=false)")
+    # the security keys reach the clients by keyshift.streaming.broker.client_options and
+    # spark_options
+    security_protocol: Literal["PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL", "SSL"] = Field(
+        "PLAINTEXT", description="the client's security protocol")
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = Field(
+        "PLAIN", description="the SASL mechanism, with a SASL_* protocol")
+    sasl_username: str = Field("", description="the SASL user")
+    # a SecretStr: printed as ********** by `keyshift config` and in any repr
+    sasl_password: SecretStr = Field(
+        SecretStr(""), description="the SASL password; better from the environment: "
+        "KEYSHIFT_KAFKA__SASL_PASSWORD")
+    ssl_cafile: str = Field(
+        "", description="PEM CA bundle the broker's certificate is checked against "
+        "(\"\" = system CAs)")
+    ssl_certfile: str = Field(
+        "", description="PEM client certificate (mutual TLS), with ssl_keyfile")
+    ssl_keyfile: str = Field("", description="PEM (PKCS#8) private key of ssl_certfile")
 
     @property
     def bootstrap(self) -> str:
@@ -137,41 +163,68 @@ class KafkaConfig(_Section):
 
 
 class SparkConfig(_Section):
-    master: str = "local[2]"
-    app_name: str = "keyshift"
-    shuffle_partitions: int = Field(4, ge=1, le=10000)
-    driver_memory: str = Field("2g", pattern=r"^\d+[kmgt]?$")
-    # More options of the driver JVM, after keyshift's own (docs/platform.md): each a
-    # -X/-D option, none a shell word. The test suite passes -XX:TieredStopAtLevel=1.
-    driver_java_options: str = ""
-    # Map the driver's class-data-sharing archive when one is built for this JDK and class
-    # path (keyshift.lakehouse.class_sharing): about 4 s off each driver's start.
-    class_data_sharing: bool = True
-    trigger_s: float = Field(2.0, gt=0, le=3600)
-    max_offsets_per_trigger: int = Field(20000, ge=1)
+    """The Spark session. On a cluster (master spark://HOST:PORT, or any master that is not
+    local[...]) the cores_max..dynamic_allocation keys say what one application may take
+    and where the executors reach the driver, so a job does not grab a shared cluster
+    (docs/platform.md)."""
+
+    master: str = Field(
+        "local[2]", description="Spark master: local[N], spark://HOST:PORT[,HOST:PORT...], ...")
+    app_name: str = Field("keyshift", description="the Spark application's name")
+    shuffle_partitions: int = Field(
+        4, ge=1, le=10000,
+        description="spark.sql.shuffle.partitions and spark.default.parallelism")
+    driver_memory: str = Field("2g", pattern=r"^\d+[kmgt]?$",
+                               description="the driver JVM's heap (spark.driver.memory)")
+    # each a -X/-D option, none a shell word; the test suite passes -XX:TieredStopAtLevel=1
+    driver_java_options: str = Field(
+        "", description="more driver JVM options after keyshift's own, e.g. "
+        "\"-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m\" for short runs")
+    class_data_sharing: bool = Field(
+        True, description="map the driver's class archive once built "
+        "(python -m keyshift.lakehouse.class_sharing): ~4 s off each start")
+    trigger_s: float = Field(2.0, gt=0, le=3600, description="micro-batch trigger interval")
+    max_offsets_per_trigger: int = Field(20000, ge=1,
+                                         description="most Kafka records per micro-batch")
     # delta-spark's PyPI patch releases can run ahead of its Maven jars (4.4.1 on PyPI, 4.4.0
     # on Central): the jar version is pinned here, same major.minor as the Python package.
-    delta_version: str = Field("4.4.0", pattern=r"^\d+\.\d+\.\d+$")
-    ui: bool = False
-    # On a cluster (master not local[...]): what one application may take and where the
-    # executors reach the driver, so a job does not grab a shared cluster (docs/platform.md).
-    cores_max: int = Field(0, ge=0, le=100000)  # spark.cores.max; 0 = unset (all cores)
-    executor_cores: int = Field(1, ge=1, le=1024)
-    executor_memory: str = Field("1g", pattern=r"^\d+[kmgt]?$")
-    driver_host: str = Field("", pattern=r"^[A-Za-z0-9.:_\[\]-]*$")  # "" = Spark's choice
-    driver_bind_address: str = Field("", pattern=r"^[A-Za-z0-9.:_\[\]-]*$")  # "" = driver_host
-    driver_port: int = Field(0, ge=0, le=65535)  # 0 = a random free port
-    driver_block_manager_port: int = Field(0, ge=0, le=65535)  # 0 = a random free port
-    pyspark_python: str = ""  # executors' Python; "" = the driver's interpreter (the venv's)
-    master_timeout_s: float = Field(10.0, gt=0, le=600)  # a spark:// master must answer
-    executor_wait_s: float = Field(120.0, ge=0, le=3600)  # first executor; 0 = do not wait
-    # the master's web UI (standalone: http://HOST:8080), where the job checks the cores the
-    # cluster manager says it holds; "" = the scheduler's count only
-    master_ui: str = Field("", pattern=r"^(https?://[A-Za-z0-9.:_\[\]-]+/?)?$")
-    # Spark's own dynamic allocation (shuffle tracking on): executors follow the task backlog
-    # and idle time, not the plan; off with planner.resources = "executors"
-    dynamic_allocation: bool = False
-    dynamic_allocation_idle_s: float = Field(60.0, gt=0, le=86400)  # its executorIdleTimeout
+    delta_version: str = Field("4.4.0", pattern=r"^\d+\.\d+\.\d+$",
+                               description="Delta jar on Maven Central (PyPI patch may be ahead)")
+    ui: bool = Field(False, description="Spark web UI")
+    cores_max: int = Field(
+        0, ge=0, le=100000,
+        description="spark.cores.max, cores of the whole cluster this job may take; "
+        "0 = unset (all)")
+    executor_cores: int = Field(1, ge=1, le=1024, description="spark.executor.cores")
+    executor_memory: str = Field("1g", pattern=r"^\d+[kmgt]?$",
+                                 description="spark.executor.memory")
+    driver_host: str = Field(
+        "", pattern=r"^[A-Za-z0-9.:_\[\]-]*$",
+        description="spark.driver.host, the address executors reach the driver at; "
+        "\"\" = Spark's choice")
+    driver_bind_address: str = Field("", pattern=r"^[A-Za-z0-9.:_\[\]-]*$",
+                                     description="spark.driver.bindAddress; \"\" = driver_host")
+    driver_port: int = Field(0, ge=0, le=65535,
+                             description="spark.driver.port; 0 = a random free port")
+    driver_block_manager_port: int = Field(
+        0, ge=0, le=65535, description="spark.driver.blockManager.port; 0 = a random free port")
+    pyspark_python: str = Field(
+        "", description="spark.pyspark.python, the executors' Python; \"\" = the driver's "
+        "interpreter (the venv's)")
+    master_timeout_s: float = Field(
+        10.0, gt=0, le=600,
+        description="a spark:// master that does not accept a connection in this time is an error")
+    executor_wait_s: float = Field(
+        120.0, ge=0, le=3600, description="wait for the first executor at start (0 = do not wait)")
+    master_ui: str = Field(
+        "", pattern=r"^(https?://[A-Za-z0-9.:_\[\]-]+/?)?$",
+        description="the master's web UI (standalone: http://HOST:8080), where the job checks "
+        "the cores it holds; \"\" = the scheduler's count")
+    dynamic_allocation: bool = Field(
+        False, description="Spark's own dynamic allocation (shuffle tracking): executors follow "
+        "the task backlog, not the plan; not with planner.resources = \"executors\"")
+    dynamic_allocation_idle_s: float = Field(
+        60.0, gt=0, le=86400, description="its executorIdleTimeout (Spark's default 60 s)")
 
     @field_validator("driver_java_options")
     @classmethod
@@ -198,20 +251,27 @@ class SparkConfig(_Section):
 
 
 class WarehouseConfig(_Section):
-    root: str = ""
-    # VACUUM keeps files removed less than this long ago (keyshift.jobs.table_maintenance). Delta's
-    # own floor is 168 h: a shorter one can delete files a running reader or a time-travel
-    # query (the table version a model was trained on) still needs, so it is refused here.
-    vacuum_retention_hours: float = Field(168.0, le=24 * 3650)
-    # a run's bookkeeping rows (key_loads, metrics, decisions, plans, ...) wait staged beside
-    # the warehouse at most this long before one commit per table (streaming/staging.py);
-    # 0 = with the next batch
-    commit_interval_s: float = Field(10.0, ge=0, le=3600)
-    # a warehouse that refuses writes or reads (no space, read-only, permission, an object
-    # store out of reach) is waited for this long, the job saying once that it waits and
-    # once that it resumed (streaming/storage_watch.py); past it the job stops in one line.
-    # 0 = stop at the first failure
-    outage_s: float = Field(300.0, ge=0, le=86400)
+    """The Delta warehouse: where the tables live, how long removed files are kept, and how
+    a run's bookkeeping is committed and a storage outage ridden out."""
+
+    root: str = Field("", description="the warehouse: a path or a URI (s3a://, hdfs://, "
+                      "abfss://, file:); \"\" = <home>/warehouse")
+    # Delta's own floor is 168 h: a shorter one can delete files a running reader or a
+    # time-travel query (the table version a model was trained on) still needs, so it is
+    # refused here (keyshift.jobs.table_maintenance).
+    vacuum_retention_hours: float = Field(
+        168.0, le=24 * 3650,
+        description="VACUUM keeps removed files this long (>= 168, Delta's safe minimum)")
+    # staged beside the warehouse (streaming/staging.py)
+    commit_interval_s: float = Field(
+        10.0, ge=0, le=3600,
+        description="a run's key_loads/metrics/decisions rows wait staged at most this long "
+        "before one commit per table (0 = with the next batch)")
+    # the job says once that it waits and once that it resumed (streaming/storage_watch.py)
+    outage_s: float = Field(
+        300.0, ge=0, le=86400,
+        description="a warehouse outage (no space, read-only, permission, unreachable) is "
+        "waited out this long, then the job stops (0 = stop at once)")
 
     @field_validator("vacuum_retention_hours")
     @classmethod
@@ -223,20 +283,28 @@ class WarehouseConfig(_Section):
 
 
 class MlflowConfig(_Section):
-    tracking_uri: str = ""
-    artifact_root: str = ""
-    input_rate_model: str = "keyshift-input-rate"
-    latency_model: str = "keyshift-latency"
-    alias: str = "champion"
+    """The MLflow tracking store and the registered models the planner's forecasts come from."""
+
+    tracking_uri: str = Field("", description="\"\" = sqlite:///<home>/mlflow.db")
+    artifact_root: str = Field("", description="\"\" = <home>/mlartifacts")
+    input_rate_model: str = Field("keyshift-input-rate",
+                                  description="registered model of the input-rate forecaster")
+    latency_model: str = Field("keyshift-latency",
+                               description="registered model of the latency model")
+    alias: str = Field("champion", description="the registry alias the job loads a model by")
 
 
 class EnginesConfig(_Section):
-    initial: int = Field(4, ge=1, le=4096)
-    min: int = Field(1, ge=1, le=4096)
-    max: int = Field(16, ge=1, le=4096)
-    # every this many batches an engine writes a base file of its whole state and prunes the
-    # changelog before the previous base (keyshift.streaming.engine_state); 0 = never compact
-    compact_every: int = Field(100, ge=0, le=1_000_000)
+    """The parallel instances of the stateful operator; min <= initial <= max."""
+
+    initial: int = Field(4, ge=1, le=4096, description="N at start")
+    min: int = Field(1, ge=1, le=4096, description="fewest engines the job scales to")
+    max: int = Field(16, ge=1, le=4096,
+                     description="most engines the job scales to")
+    # the base prunes the changelog before the previous base (keyshift.streaming.engine_state)
+    compact_every: int = Field(
+        100, ge=0, le=1_000_000,
+        description="batches between an engine's base files of its durable state (0 = never)")
 
     @model_validator(mode="after")
     def _ordered(self) -> EnginesConfig:
@@ -248,22 +316,33 @@ class EnginesConfig(_Section):
 
 
 class ControllerConfig(_Section):
-    # a shipped application (fsd, traffic, clicks, wordcount, heavy), an entry point of group
-    # keyshift.operators, or module:Class; resolved (and refused with a reason) at start
-    app: str = Field("fsd", min_length=1, pattern=r"^[A-Za-z0-9_.:-]+$")
-    # a policy the streaming job runs (online, fixed, from-plans or splitter): shipped, or an
-    # entry point of group keyshift.policies (keyshift.policies.registry)
-    policy: str = Field("dlb-h", min_length=1)
-    window_s: float = Field(10.0, gt=0, le=86400)
-    theta: float = Field(15.0, gt=0, le=1000)
-    band_low: float = Field(0.0, ge=0)
-    band_high: float = Field(0.0, ge=0)
-    clb_period: int = Field(24, ge=1)
-    clb_theta: float = Field(0.0, ge=0)
-    clb_subsets: int = Field(0, ge=0)
-    min_gain: float = Field(0.05, ge=0, lt=1)
-    # act: realize decisions; recommend: decide and record with reasons, realize nothing
-    mode: Literal["act", "recommend"] = "act"
+    """The streaming job's application and its load-balancing policy; band_low <= band_high
+    when band_high is set."""
+
+    app: str = Field(
+        "fsd", min_length=1, pattern=r"^[A-Za-z0-9_.:-]+$",
+        description="operator: fsd, traffic, clicks, wordcount, heavy, an entry point of "
+        "keyshift.operators, or module:Class")
+    # resolved (and refused with a reason) at start by keyshift.policies.registry
+    policy: str = Field(
+        "dlb-h", min_length=1,
+        description="dlb-h, dlb-l, dlb-s, elb, or a fixed plan: kg, lptf, clb; or an entry "
+        "point of keyshift.policies")
+    window_s: float = Field(10.0, gt=0, le=86400, description="statistic window Δ")
+    theta: float = Field(15.0, gt=0, le=1000, description="DLB threshold on imbScore (%)")
+    band_low: float = Field(
+        0.0, ge=0, description="ELB band [v, u] in events per engine per window; "
+        "0 = derive from the mean (no scaling)")
+    band_high: float = Field(0.0, ge=0, description="the ELB band's upper end u; 0 = derived")
+    clb_period: int = Field(24, ge=1, description="CLB: every m windows")
+    clb_theta: float = Field(0.0, ge=0, description="CLB: threshold θ on the groups' correlation")
+    clb_subsets: int = Field(0, ge=0, description="CLB: subsets to split into; 0 = the engines")
+    min_gain: float = Field(
+        0.05, ge=0, lt=1, description="a rebalance must lower the most loaded engine's window "
+        "load by this fraction (0 = off)")
+    mode: Literal["act", "recommend"] = Field(
+        "act", description="act: realize decisions; recommend: decide and record the reasons, "
+        "realize nothing (no plan change, no migration)")
 
     @field_validator("policy")
     @classmethod
@@ -285,55 +364,77 @@ class ControllerConfig(_Section):
 
 
 class PlannerConfig(_Section):
-    enabled: bool = False
-    horizon: int = Field(10, ge=1, le=10000)
-    mc: float = Field(1.0, ge=0)
-    ec: float = Field(1.0, ge=0)
-    rc: float = Field(10.0, ge=0)
-    # fixed: rc (and controller.min_gain) as configured; learned: fitted on the run's measured
-    # migrations (keyshift.elastic.reconfiguration), the configured values as the prior worth
-    # rc_prior_changes changes
-    rc_source: Literal["fixed", "learned"] = "fixed"
-    rc_prior_changes: float = Field(3.0, ge=0)
-    theta1: float = Field(0.0, ge=0)
-    theta2: float = Field(0.0, ge=0)
-    min_engines: int = Field(0, ge=0)
-    max_engines: int = Field(0, ge=0)
-    cooldown_windows: int = Field(0, ge=0)
-    max_step: int = Field(0, ge=0)
-    dry_run: bool = False
-    objective: Literal["mean", "expected"] = "mean"
-    # Burst reserve (keyshift.elastic.reserve): capacity >= max(In_now, forecast) + the
-    # q-quantile of the input's one-window rises; 0 = off (the paper's plain planner).
-    reserve_quantile: float = Field(0.0, ge=0, le=1)
-    reserve_history: int = Field(0, ge=0)  # 0 = every rise seen; else the most recent ones
-    # rise: the rises above; forecast: the forecast's σ scaled by the q-quantile of the
-    # surprises seen (a forecaster without σ falls back to the rises)
-    reserve_source: Literal["rise", "forecast"] = "rise"
-    # The running job looks at the registry's alias every this many windows and loads a
-    # champion that moved (keyshift.streaming.scaling.JobForecaster); a store down at start is retried
-    registry_check_windows: int = Field(10, ge=1, le=1_000_000)
-    # Guardrails (keyshift.control.guard): a scale-out whose next effectiveness_windows
-    # windows lowered the busiest engine's share of the input (or the lag) by less than this
-    # fraction of what it expected is ineffective; scale-out is then held for the cool-off.
-    # 0 = no check. A scale-in waits scale_down_delay_windows windows (0 = at once) and
-    # takes the largest count asked for meanwhile.
-    effectiveness: float = Field(0.1, ge=0, lt=1)
-    effectiveness_windows: int = Field(2, ge=1, le=1000)
-    ineffective_cooloff_windows: int = Field(6, ge=0, le=1_000_000)
-    scale_down_delay_windows: int = Field(0, ge=0, le=1_000_000)
-    # Measured demand overrules the forecast (keyshift.control.overrule): when the window's
-    # arrivals and backlog need more engines than the scaler chose, at target_utilisation,
-    # for overrule_windows windows in a row, N rises to what they need; when they need fewer
-    # and nothing is backlogged for as long, N falls. 0 = off (the paper's planner alone).
-    overrule_windows: int = Field(2, ge=0, le=1000)
-    target_utilisation: float = Field(0.8, gt=0, le=1)
-    # Engines on executors (keyshift.control.resources): auto = executors on a cluster master,
-    # fixed on local[...] or under spark.dynamic_allocation; executors = the job requests and
-    # releases executors so that it holds ceil(live engines / engines_per_executor)
-    resources: Literal["auto", "executors", "fixed"] = "auto"
-    engines_per_executor: int = Field(0, ge=0, le=1024)  # 0 = spark.executor_cores
-    executor_wait_s: float = Field(60.0, ge=0, le=3600)  # a scale-out waits this long for executors
+    """The elastic planner: how many engines, ahead of time, from forecasts (the paper's
+    path planner), with a burst reserve, guardrails, an overrule by measured demand and the
+    executors the engines run on. reserve_source "forecast" needs reserve_quantile > 0."""
+
+    enabled: bool = Field(
+        False, description="run the planner: N picked ahead from the forecasts (false: no planner)")
+    horizon: int = Field(10, ge=1, le=10000, description="H windows")
+    mc: float = Field(1.0, ge=0, description="cost per missed tuple")
+    ec: float = Field(1.0, ge=0, description="cost per engine-second")
+    rc: float = Field(10.0, ge=0, description="cost per reconfiguration")
+    # learned: keyshift.elastic.reconfiguration
+    rc_source: Literal["fixed", "learned"] = Field(
+        "fixed", description="fixed | learned: rc and controller.min_gain fitted on the run's "
+        "measured migrations (pause x events/s x mc), the configured values as the prior")
+    rc_prior_changes: float = Field(
+        3.0, ge=0, description="learned: the configured rc weighs as this many measured "
+        "changes of N")
+    theta1: float = Field(
+        0.0, ge=0, description="0 = off: reject a path when an arc's cost std exceeds it")
+    theta2: float = Field(
+        0.0, ge=0, description="0 = off: reject when the observed prediction error exceeds it")
+    min_engines: int = Field(0, ge=0, description="0 = off (use engines.min)")
+    max_engines: int = Field(0, ge=0, description="0 = off (use engines.max)")
+    cooldown_windows: int = Field(
+        0, ge=0, description="windows after a change of N before the next (0 = none)")
+    max_step: int = Field(0, ge=0, description="most engines N changes by at once (0 = no bound)")
+    dry_run: bool = Field(False, description="decide and record the scaling, apply none")
+    objective: Literal["mean", "expected"] = Field(
+        "mean", description="mean: Eq. 11 on forecast means (paper); expected: E[cost], "
+        "keeps headroom")
+    # keyshift.elastic.reserve
+    reserve_quantile: float = Field(
+        0.0, ge=0, le=1, description="0 = off; q in (0, 1]: capacity >= max(In_now, forecast) "
+        "+ q-quantile of one-window rises (1 = largest seen)")
+    reserve_history: int = Field(0, ge=0, description="rises the reserve remembers (0 = all)")
+    reserve_source: Literal["rise", "forecast"] = Field(
+        "rise", description="rise: the rises above; forecast: forecast sigma x q-quantile of "
+        "the surprises seen (rises where no sigma)")
+    # keyshift.streaming.scaling.JobForecaster; a store down at start is retried
+    registry_check_windows: int = Field(
+        10, ge=1, le=1_000_000,
+        description="the running job checks the registry's champion alias every K windows")
+    # Guardrails (keyshift.control.guard): an ineffective scale-out holds further scale-out
+    # for the cool-off; a scale-in waits and takes the largest count asked for meanwhile.
+    effectiveness: float = Field(
+        0.1, ge=0, lt=1, description="a scale-out that achieved less than this fraction of its "
+        "expected drop of the busiest engine's share (or lag) is ineffective (0 = no check)")
+    effectiveness_windows: int = Field(
+        2, ge=1, le=1000, description="windows after a scale-out it is judged on")
+    ineffective_cooloff_windows: int = Field(
+        6, ge=0, le=1_000_000,
+        description="windows no scale-out is realized after an ineffective one")
+    scale_down_delay_windows: int = Field(
+        0, ge=0, le=1_000_000, description="a scale-in waits this many windows and takes the "
+        "largest count asked meanwhile (0 = at once)")
+    # keyshift.control.overrule: N rises to what arrivals and backlog need, or falls when
+    # they need fewer and nothing is backlogged for as long; 0 = the paper's planner alone
+    overrule_windows: int = Field(
+        2, ge=0, le=1000, description="measured arrivals + backlog overrule the forecast "
+        "after this many windows in a row (0 = off)")
+    target_utilisation: float = Field(
+        0.8, gt=0, le=1, description="the engines' utilisation the overrule sizes N for")
+    # keyshift.control.resources: executors = hold ceil(live engines / engines_per_executor)
+    resources: Literal["auto", "executors", "fixed"] = Field(
+        "auto", description="auto | executors | fixed: the job requests/releases executors "
+        "for its engines (auto: on a cluster master, not under spark.dynamic_allocation)")
+    engines_per_executor: int = Field(
+        0, ge=0, le=1024, description="engines one executor runs (0 = spark.executor_cores)")
+    executor_wait_s: float = Field(
+        60.0, ge=0, le=3600,
+        description="a scale-out waits this long for its executors to register")
 
     @model_validator(mode="after")
     def _reserve_on(self) -> PlannerConfig:
@@ -345,24 +446,37 @@ class PlannerConfig(_Section):
 
 class EventsConfig(_Section):
     """Scaling events on Kafka (keyshift.streaming.events): every decision of the control
-    loop as one JSON record; "" = off."""
+    loop as one JSON record."""
 
-    topic: str = Field("", pattern=r"^[A-Za-z0-9._-]{0,249}$")
-    # records held while the broker is away; past it the oldest are dropped (and counted)
-    buffer: int = Field(1000, ge=1, le=1_000_000)
+    topic: str = Field(
+        "", pattern=r"^[A-Za-z0-9._-]{0,249}$",
+        description="Kafka topic of the control loop's decisions as JSON (docs/platform.md); "
+        "\"\" = off")
+    buffer: int = Field(
+        1000, ge=1, le=1_000_000,
+        description="records held while the broker is away; past it the oldest are dropped "
+        "and counted")
 
 
 class AirflowConfig(_Section):
-    port: int = Field(8080, ge=1, le=65535)
-    # the log servers `keyshift airflow standalone` starts (Airflow's fixed defaults 8793 and
-    # 8794 otherwise: a second Airflow on the host, or anything else there, would collide)
-    worker_log_server_port: int = Field(8793, ge=1, le=65535)
-    trigger_log_server_port: int = Field(8794, ge=1, le=65535)
+    """`keyshift airflow` and the nightly DAGs. The three ports differ."""
+
+    port: int = Field(8080, ge=1, le=65535, description="the Airflow UI's port")
+    # Airflow's fixed defaults otherwise: a second Airflow on the host would collide
+    worker_log_server_port: int = Field(
+        8793, ge=1, le=65535,
+        description="Airflow's log server of task logs (standalone: the scheduler's)")
+    trigger_log_server_port: int = Field(8794, ge=1, le=65535,
+                                         description="... of the triggerer's logs")
     # execution_timeout of each DAG's job task (dags/keyshift_dag_defaults.py): a hung Spark
     # job fails instead of blocking every later night (max_active_runs=1)
-    retrain_timeout_min: int = Field(180, ge=1, le=24 * 60)
-    baselines_timeout_min: int = Field(60, ge=1, le=24 * 60)
-    maintenance_timeout_min: int = Field(120, ge=1, le=24 * 60)
+    retrain_timeout_min: int = Field(180, ge=1, le=24 * 60,
+                                     description="execution_timeout of the nightly retrain task")
+    baselines_timeout_min: int = Field(60, ge=1, le=24 * 60,
+                                       description="... of the baseline partitions task")
+    maintenance_timeout_min: int = Field(
+        120, ge=1, le=24 * 60,
+        description="... of the table maintenance task (OPTIMIZE + VACUUM)")
 
     @model_validator(mode="after")
     def _ports_differ(self) -> AirflowConfig:
@@ -375,10 +489,13 @@ class AirflowConfig(_Section):
 
 
 class MetricsConfig(_Section):
-    """The running job's Prometheus endpoint (keyshift.streaming.live_metrics): 0 = off."""
+    """The running job's Prometheus endpoint (keyshift.streaming.live_metrics)."""
 
-    port: int = Field(9464, ge=0, le=65535)
-    host: str = Field("127.0.0.1", min_length=1, pattern=r"^[A-Za-z0-9.:_\[\]-]+$")
+    port: int = Field(9464, ge=0, le=65535,
+                      description="the running job's Prometheus endpoint (/metrics); 0 = off")
+    host: str = Field(
+        "127.0.0.1", min_length=1, pattern=r"^[A-Za-z0-9.:_\[\]-]+$",
+        description="address it listens on; \"0.0.0.0\" to be scraped from other hosts")
 
 
 class Config(_Section):
@@ -386,8 +503,13 @@ class Config(_Section):
 
     model_config = ConfigDict(extra="forbid", frozen=True, ignored_types=(cached_property,))
 
-    # "" = found (resolve_home); after validation always an absolute path
-    home: str = Field("", validate_default=True)
+    # after validation always an absolute path (resolve_home)
+    home: str = Field(
+        "", validate_default=True,
+        description="runtime folder (caches, broker data, warehouse, runs); \"\" = found: "
+        "$KEYSHIFT_HOME, else <project>/.keyshift of the nearest keyshift.toml from the "
+        "current directory up, else $XDG_DATA_HOME/keyshift (~/.local/share/keyshift); "
+        "a relative home set in a config file is relative to that file's folder")
     groups: GroupsConfig = GroupsConfig()
     kafka: KafkaConfig = KafkaConfig()
     spark: SparkConfig = SparkConfig()
@@ -481,11 +603,6 @@ def _on_disk(uri: str) -> bool:
     return uri.startswith("file:") or not _has_scheme(uri)
 
 
-def _defaults() -> dict[str, Any]:
-    text = resources.files("keyshift").joinpath("defaults.toml").read_text()
-    return tomllib.loads(text)
-
-
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for key, value in over.items():
@@ -553,7 +670,7 @@ def load_config(
     is relative to that file's folder, from the environment or ``overrides`` to the current
     directory; unset, it is the project's ``.keyshift`` or the user's data directory."""
     env = dict(os.environ if env is None else env)
-    data = _defaults()
+    data: dict[str, Any] = {}  # the models' own defaults (defaults.toml lists the same)
     sources = ["defaults"]
     home_base: Path | None = None  # the folder a relative home is taken from; None: cwd
     path = path or env.get(CONFIG_ENV)
