@@ -6,7 +6,8 @@ py-spy shows Python idle for most of it: the JVM loads, verifies and links some 
 classes, the same ones every start. A restart after a crash, each nightly task's driver and
 every test that starts a job pay that again. A dynamic CDS archive of a driver that has run
 a representative workload (``-XX:ArchiveClassesAtExit`` once, ``-XX:SharedArchiveFile``
-after) took 4 s off that start here (docs/platform.md).
+after) took 4 s off that start here (docs/platform.md; the runs:
+bench/results/spark_driver_startup.md).
 
 An archive fits one JDK and one class path exactly, so it is named by a key of both (the
 ``java`` binary and its ``libjvm.so``, pyspark's jars and keyshift's Maven jars): a new JDK or Spark

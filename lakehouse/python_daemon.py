@@ -8,10 +8,10 @@ and py4j's source zip ahead of everything on ``PYTHONPATH``. A module imported f
 no bytecode cache, so every daemon compiled pyspark from source before the first task of a
 run could start (0.8 s here, against 0.13 s from site-packages), and every new worker's
 ``importlib.invalidate_caches()`` re-read the 1,377 entries of pyspark.zip's directory
-(70-80 ms each; docs/platform.md). With a pip-installed pyspark the zips are copies of
-the packages already installed: Spark's home is the installed package, and the zips live
-inside it. Only such zips are dropped, so a Spark home of its own (a cluster's) keeps the
-zips it ships.
+(70-80 ms each; bench/results/spark_driver_startup.md). With a pip-installed pyspark
+the zips are copies of the packages already installed: Spark's home is the installed
+package, and the zips live inside it. Only such zips are dropped, so a Spark home of its
+own (a cluster's) keeps the zips it ships.
 
 The folder the daemon starts in is not on its path either. ``python -m`` puts it first, and
 so does a relative or empty ``PYTHONPATH`` entry; on a local master that folder is the

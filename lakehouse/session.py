@@ -198,7 +198,8 @@ def local_warehouse_conf(cfg: Config) -> dict[str, str]:
     ``.crc``, through a checkpoint file manager, by default the Hadoop ``FileContext`` one.
     On the local file system without Hadoop's native library (pyspark ships none) its
     rename runs a ``readlink`` process for each path it checks: about 430 processes in a
-    run of 19 micro-batches, a few per cent of its time (docs/platform.md). The
+    run of 19 micro-batches, a few per cent of its time
+    (bench/results/spark_driver_startup.md). The
     ``FileSystem`` manager renames through Java and keeps the same semantics here: on a
     local disk both check that the destination is absent and then rename, neither
     atomically, and a checkpoint has one writer (its query). A warehouse on HDFS or an

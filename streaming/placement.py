@@ -8,7 +8,8 @@ Spark routes a row to partition pmod(hash(key), slots), where ``hash`` is Murmur
 with seed 42 (``Murmur3Hash``; for a long, ``Murmur3_x86_32.hashLong``). Computed here, the
 keys cost no Spark job at a run's start, and a ``keyshift run`` says "running" about 1 s
 sooner (10.0-10.2 s against 10.8-11.4 s); the whole run takes as long, since its first
-batch is then the JVM's first Spark job and pays that warm-up (docs/platform.md)."""
+batch is then the JVM's first Spark job and pays that warm-up
+(bench/results/spark_driver_startup.md)."""
 
 from __future__ import annotations
 
