@@ -3,7 +3,7 @@ environment overrides ``KEYSHIFT_<SECTION>__<KEY>``, validated by pydantic.
 
 The models below are the one declaration of every key (default, bounds, description):
 keyshift/defaults.toml and docs/config.md are rendered from them by
-keyshift.config_reference, and a test fails when either drifts.
+keyshift.commands.config_reference, and a test fails when either drifts.
 
 A wrong value stops the program at start with a message naming the key and the allowed
 range (``ConfigError``), never later with a stack trace from deep inside Spark.
@@ -87,8 +87,8 @@ def resolve_home(home: str, base: Path | None = None, cwd: Path | None = None,
 
 class _Section(BaseModel):
     """A section's fields are the one declaration of its keys (default, bounds and a one-line
-    description); keyshift.config_reference renders defaults.toml and docs/config.md from
-    them, and a test fails when those drift."""
+    description); keyshift.commands.config_reference renders defaults.toml and
+    docs/config.md from them, and a test fails when those drift."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

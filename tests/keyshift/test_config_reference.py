@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from pydantic import Field
 
-from keyshift import config_reference
+from keyshift.commands import config_reference
 from keyshift.config import Config, KafkaConfig, load_config
-from keyshift.config_reference import (
+from keyshift.commands.config_reference import (
     REGENERATE,
     bounds,
     env_var,

@@ -2,8 +2,9 @@
 each key's default, bounds and description are declared once (the pydantic fields) and the
 two listings cannot drift from them (tests/keyshift/test_config_reference.py).
 
-``python -m keyshift.config_reference --write`` rewrites both files; without ``--write`` it
-names the ones that differ and exits 1.
+It sits beside ``keyshift config`` (config_show) rather than beside keyshift.config, whose
+floor it stands above. ``python -m keyshift.commands.config_reference --write`` rewrites both
+files; without ``--write`` it names the ones that differ and exits 1.
 """
 
 from __future__ import annotations
@@ -23,13 +24,13 @@ from pydantic.fields import FieldInfo
 
 from keyshift.config import ENV_PREFIX, Config, _Section
 
-REGENERATE = "python -m keyshift.config_reference --write"
+REGENERATE = "python -m keyshift.commands.config_reference --write"
 WIDTH = 92
 """Comment lines in defaults.toml wrap at this width."""
 
 _TOML_HEADER = f"""\
-keyshift's embedded defaults: a local broker, local Spark, a local Delta warehouse and a
-local MLflow store under `home`. Override with a file (--config / KEYSHIFT_CONFIG) or with
+keyshift's defaults: a local broker, local Spark, a local Delta warehouse and a local
+MLflow store under `home`. Override with a file (--config / KEYSHIFT_CONFIG) or with
 environment variables KEYSHIFT_<SECTION>__<KEY>, e.g. KEYSHIFT_KAFKA__PORT=19092.
 
 Generated from the models in keyshift/config.py (edit them there, not here) by
@@ -200,14 +201,14 @@ def render_config_md() -> str:
 
 def targets(root: Path | None = None) -> dict[Path, str]:
     """Each generated file (in the source tree at ``root``) and the text it should hold."""
-    root = Path(__file__).resolve().parent.parent if root is None else root
+    root = Path(__file__).resolve().parents[2] if root is None else root
     return {root / "keyshift" / "defaults.toml": render_defaults_toml(),
             root / "docs" / "config.md": render_config_md()}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m keyshift.config_reference",
+        prog="python -m keyshift.commands.config_reference",
         description="render keyshift/defaults.toml and docs/config.md from keyshift/config.py")
     parser.add_argument("--write", action="store_true", help="rewrite the files that differ")
     args = parser.parse_args(argv)
