@@ -4,7 +4,7 @@ subscribe to (``[events] topic``; "" = off, the default).
 Why: the ``decisions`` table is the durable audit log, but it is read with Spark after the
 fact and committed once per ``warehouse.commit_interval_s``. An operator who wants to be told
 — page on an ineffective scale-out, count scale-ins, feed another system — subscribes to a
-topic instead. The schema is in docs/platform.md ('Scaling events'); :data:`EVENT_SCHEMA`
+topic instead. The schema is in docs/operations.md ('Scaling events'); :data:`EVENT_SCHEMA`
 names it and its version, in every record.
 
 A record per ``decisions`` row whose action is not ``none``: ``scale_out``, ``scale_in``,
@@ -33,7 +33,7 @@ EVENT_SCHEMA = "keyshift.scaling-event"
 EVENT_VERSION = 1
 KINDS = ("scale_out", "scale_in", "rebalance", "declined", "ineffective")
 
-# decisions columns an event carries as they are (docs/platform.md, 'Scaling events')
+# decisions columns an event carries as they are (docs/operations.md, 'Scaling events')
 _FIELDS = ("component", "policy", "engines_before", "engines_after", "plan_version",
            "moved_groups", "moved_state", "rstd_before", "rstd_after", "hot_group",
            "hot_group_share", "effectiveness", "hold_until_window", "reason")

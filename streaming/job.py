@@ -316,7 +316,7 @@ class StreamJob:
             .option("failOnDataLoss", str(self.cfg.kafka.fail_on_data_loss).lower())
             .option("maxOffsetsPerTrigger",
                     self.opt.max_offsets_per_trigger or self.cfg.spark.max_offsets_per_trigger)
-            .options(**spark_options(self.cfg.kafka))  # SASL / TLS (docs/platform.md)
+            .options(**spark_options(self.cfg.kafka))  # SASL / TLS (docs/kafka.md)
             .load()
         )
 
