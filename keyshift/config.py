@@ -102,7 +102,7 @@ class GroupsConfig(_Section):
 
 class KafkaConfig(_Section):
     """The input topic, the local development broker, and the client side's security (the
-    Spark source, the producer and the admin client; docs/platform.md "Kafka security").
+    Spark source, the producer and the admin client; docs/kafka.md "Kafka security").
     port and controller_port differ; a SASL protocol needs sasl_username and sasl_password;
     ssl_certfile and ssl_keyfile go together."""
 
@@ -450,7 +450,7 @@ class EventsConfig(_Section):
 
     topic: str = Field(
         "", pattern=r"^[A-Za-z0-9._-]{0,249}$",
-        description="Kafka topic of the control loop's decisions as JSON (docs/platform.md); "
+        description="Kafka topic of the control loop's decisions as JSON (docs/operations.md); "
         "\"\" = off")
     buffer: int = Field(
         1000, ge=1, le=1_000_000,
