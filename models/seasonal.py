@@ -55,9 +55,9 @@ NAIVE = 0.0
 """The half-life of the *naive* profile: each slot's mean is its latest value (last cycle's
 value, seasonal naive's forecast) and the residual of a row is its difference from the row
 one cycle earlier, so a GP on it is a GP whose mean is last cycle's value (issue 44).
-:func:`choose_profile` always offers the daily and the weekly naive, whatever half-lives the
-caller asks for: on a timetable last week's value is the forecast, and a choice that cannot
-reach it loses to it."""
+:func:`choose_profile` offers the daily and the weekly naive when asked (``naive``, or 0
+among the half-lives); the GP's final choice has seasonal naive among its candidates
+whatever profile it sits on (``keyshift.models.gp.GPForecaster``, ``rivals``)."""
 NAIVE_CYCLES = ("daily", "weekly")
 _SMOOTH_SLOTS = 2  # the spread of a slot is pooled with this many neighbours on each side
 CYCLES = ("none", "daily", "weekly", "daily+weekly")
@@ -378,7 +378,7 @@ class ProfileChoice(NamedTuple):
 def choose_profile(t: np.ndarray, y: np.ndarray, stats: tuple[str, ...] | list[str] = ("mean",),
                    cycles: list[str] | None = None,
                    half_lives: tuple[float, ...] | list[float] = (HALF_LIFE_CYCLES,),
-                   slot_s: float | None = None, naive: bool = True
+                   slot_s: float | None = None, naive: bool = False
                    ) -> tuple[ProfileChoice, dict[str, float]]:
     """The profile (cycle × statistic × half-life) that, fitted on the rows before each of
     the last days (:func:`cycle_blocks`), forecast those days with the least mean absolute
@@ -391,7 +391,7 @@ def choose_profile(t: np.ndarray, y: np.ndarray, stats: tuple[str, ...] | list[s
     half-life of 0.1) and a profile averaged over weeks: the first follows a level or a
     shape that moved (the bikes' Christmas fortnight, the WorldCup98 match days), the second
     ignores one odd day. Which one forecasts better depends on the series and the season
-    (docs/models.md, "How far back the profile looks"). With ``naive`` the daily and weekly
+    (bench/results/forecast_before_issue44.md, "How far back the profile looks"). With ``naive`` the daily and weekly
     naive profiles (:data:`NAIVE`) are settings too."""
     t = np.asarray(t, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
@@ -399,13 +399,14 @@ def choose_profile(t: np.ndarray, y: np.ndarray, stats: tuple[str, ...] | list[s
     possible = supported_cycles(t)
     names = [c for c in (cycles or possible) if c in possible] or ["none"]
     blocks = cycle_blocks(t)
-    default_hl = HALF_LIFE_CYCLES if HALF_LIFE_CYCLES in half_lives else half_lives[0]
+    default_hl = HALF_LIFE_CYCLES if HALF_LIFE_CYCLES in half_lives else next(
+        (h for h in half_lives if h != NAIVE), HALF_LIFE_CYCLES)
     # "none" is one slot, the smoothed level: neither a statistic nor a half-life to vary
     settings = [ProfileChoice(c, st, hl) for c in names
                 for st, hl in ([(stats[0], default_hl)] if c == "none"
                                else [(st, hl) for st in stats for hl in half_lives
                                      if hl != NAIVE])]
-    if naive:  # seasonal naive, whatever half-lives were asked for (see NAIVE)
+    if naive or NAIVE in half_lives:  # the naive profile of each cycle (see NAIVE)
         settings += [ProfileChoice(c, stats[0], NAIVE) for c in NAIVE_CYCLES if c in names]
     if len(settings) == 1 or not blocks:
         cycle = next((c for c in ("weekly", "daily") if c in names), names[0])

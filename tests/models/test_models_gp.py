@@ -64,10 +64,9 @@ def test_the_profile_statistic_is_chosen_with_the_cycle_on_the_last_week():
     assert set(gp.kernel_scores_) == set(gp.kernel_errors_) == {"ard", "ard+local"}
     assert gp.kernel_ == min(gp.kernel_errors_, key=gp.kernel_errors_.get)
     pairs = {"none"} | {f"daily ({st})" for st in ("mean", "median")}  # none: one slot
-    assert set(gp.cycle_errors_) == pairs | {"daily (last cycle)"}  # and seasonal naive
+    assert set(gp.cycle_errors_) == pairs
     best = min(gp.cycle_errors_, key=gp.cycle_errors_.get)
-    assert best == ProfileChoice(gp.cycle_, gp.profile_stat_, gp.half_life_).label(stats=2) or (
-        best == "daily (last cycle)" and not gp.signal_), (best, gp.choice_)
+    assert best == ProfileChoice(gp.cycle_, gp.profile_stat_, gp.half_life_).label(stats=2)
     assert gp._profile.stat == gp.profile_stat_
     clone = GPForecaster.from_bytes(gp.to_bytes())
     np.testing.assert_allclose(clone.predict(X[-5:])[0], gp.predict(X[-5:])[0], rtol=1e-6)
@@ -499,8 +498,7 @@ def test_a_weekly_rhythm_gets_a_weekly_profile_and_the_gp_beats_daily_seasonal_n
     gp = InputRateGP(kernel="ard", iters=10, hyper_points=200,
                      profile_stat="mean").fit(X[:cut], y[:cut])
     assert gp.cycle_ == "weekly" and gp._profile.period_s == 7 * 86_400.0
-    assert set(gp.cycle_errors_) == {"none", "daily", "weekly", "daily+weekly",
-                                     "daily (last cycle)", "weekly (last cycle)"}
+    assert set(gp.cycle_errors_) == {"none", "daily", "weekly", "daily+weekly"}
     assert gp.cycle_errors_["weekly"] == min(gp.cycle_errors_.values())
     mean, _ = gp.predict(X[cut:])
     naive, _ = SeasonalNaive(season_s=86_400.0).fit(X[:cut], y[:cut]).predict(X[cut:])

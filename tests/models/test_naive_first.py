@@ -62,18 +62,31 @@ def test_the_naive_profile_is_the_last_cycle_and_its_residual_the_seasonal_diffe
     assert p.mean[p.slot(t_new)][0] == y[-168]  # the fitted profile is left as it was
 
 
-def test_the_profile_choice_offers_both_naives_whatever_half_life_is_asked() -> None:
+def test_the_profile_choice_offers_both_naives_when_asked() -> None:
     t, y = _strict_timetable()
-    choice, errors = choose_profile(t, y, ("mean",))
+    choice, errors = choose_profile(t, y, ("mean",), naive=True)
     assert {"daily (last cycle)", "weekly (last cycle)"} <= set(errors)
     assert choice.half_life == NAIVE and choice.cycle == "weekly", errors
+    same, _ = choose_profile(t, y, ("mean",), half_lives=(2.0, NAIVE))  # 0: the naive too
+    assert same == choice
+    assert not any("last cycle" in k for k in choose_profile(t, y, ("mean",))[1])
+
+
+def test_a_gp_on_last_cycles_value_when_the_half_lives_offer_it() -> None:
+    """The issue's GP whose mean is last cycle's value: half_life with a 0 among its values."""
+    t, y = timetable_series(weeks=6, seed=7)
+    X = rate_features(t)
+    gp = InputRateGP(kernel="ard", half_life="0|2", rivals=False, **GP).fit(X, y)
+    assert gp._profile.naive and gp.choice_ == "GP on the weekly seasonal naive (ard)"
+    with pytest.raises(Exception, match="half_life"):
+        InputRateGP(half_life="0").fit(X, y)
 
 
 def test_on_a_strict_timetable_the_forecaster_is_last_weeks_value() -> None:
     t, y = _strict_timetable()
     X, cut = rate_features(t), t.size - 24
     gp = InputRateGP(kernel="ard|ard+local", **GP).fit(X[:cut], y[:cut])
-    assert gp.choice_.startswith("the weekly seasonal naive"), gp.choice_errors_
+    assert "weekly seasonal naive" in gp.choice_, gp.choice_errors_
     assert not gp.signal_
     mean, std = gp.predict(X[cut:])
     np.testing.assert_allclose(mean, y[cut - 168:t.size - 168], atol=1e-6)
