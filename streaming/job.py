@@ -61,7 +61,8 @@ from keyshift.policies import (
 from keyshift.policies.hot_split import hot_groups, splitting_policy
 from keyshift.schemas import SCHEMA_VERSION
 
-from .broker_watch import BrokerWatch, resume_source
+from .broker_watch import BrokerWatch
+from .source_resume import resume_source
 from .code_shipping import prepare_executors
 from .controller import Controller, ControlLog, progress_lag
 from .engines import (
@@ -326,7 +327,7 @@ class StreamJob:
         # the warehouse first: a warehouse that cannot be made is the first thing said
         ensure_tables(self.spark, self.cfg, TABLES_WRITTEN)
         if self.query is None:  # a restart in place (ride_out) resumes the topic it checked
-            # a recreated topic refuses the resume; skipped records are said (broker_watch.py)
+            # a recreated topic refuses the resume; skipped records are said (source_resume.py)
             self.skipped_offsets = resume_source(self.cfg, self.run_id, self.topic,
                                                  self.checkpoint, self.run_uri)
         # a run no process started before has written nothing: its first batch need not look

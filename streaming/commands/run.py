@@ -443,8 +443,8 @@ def _resume(run_id: str | None, to: str = "resume from the failed batch") -> str
 
 def _recreated(cfg, job) -> str | None:
     """Why the run's topic cannot be read on, when Spark's lost records are a recreated
-    topic's (streaming/broker_watch.py)."""
-    from keyshift.streaming.broker_watch import topic_recreated
+    topic's (streaming/source_resume.py)."""
+    from keyshift.streaming.source_resume import topic_recreated
 
     return topic_recreated(cfg, job.run_id, job.topic, job.checkpoint, job.run_uri)
 

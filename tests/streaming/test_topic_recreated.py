@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from keyshift.streaming.broker import TopicOffsets
-from keyshift.streaming.broker_watch import (
+from keyshift.streaming.source_resume import (
     TopicRecreated,
     checkpoint_offsets,
     classify_resume,
