@@ -276,7 +276,9 @@ def main() -> int:
             m["mase_best_naive"] = m["mae"] / best_naive if best_naive else float("nan")
         starts = [r["n_train"] + k * h for k in range(r["origins"])]
         bound = tail_naive_mae(t, y, starts, h, args.max_train) / best_naive
-        r["models"]["gp"]["bound_tail_naive"] = bound  # see tail_naive_mae
+        for name in ("gp", "gp-alone"):
+            if name in r["models"]:
+                r["models"][name]["bound_tail_naive"] = bound  # see tail_naive_mae
         results[key] = {"title": title, "n": len(t), "horizon": h, "n_test": r["n_test"],
                         "n_train": r["n_train"], "origins": r["origins"],
                         "cpu_s": time.process_time() - started, "models": r["models"]}

@@ -44,8 +44,9 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--horizon", type=int, default=None, metavar="H",
                    help="points forecast from each origin (default: the test fraction / K)")
     p.add_argument("--models", default="gp,svm,nn,seasonal-naive,seasonal-profile",
-                   help="comma list among gp, gp-eq8, gp-sparse, svm, nn, seasonal-naive, "
-                        "seasonal-profile")
+                   help="comma list among gp, gp-alone (the GP without seasonal naive and "
+                        "the profile alone as rivals), gp-eq8, gp-sparse, svm, nn, "
+                        "seasonal-naive, seasonal-profile")
     p.add_argument("--max-train", type=int, default=None, metavar="N",
                    help="at most N rows before each origin for every model (default: all; "
                         "SVM and NN take the last 2,000 of them)")

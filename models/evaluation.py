@@ -158,6 +158,10 @@ def default_models(gp_iters: int = 60, kernel: str = DEFAULT_KERNEL, seed: int =
     return {
         "gp": lambda: InputRateGP(kernel=kernel, iters=gp_iters, seed=seed,
                                   half_life=half_life),
+        # the GP without seasonal naive and the profile alone among its candidates (issue
+        # 44): the same-run baseline of what the construction costs or buys
+        "gp-alone": lambda: InputRateGP(kernel=kernel, iters=gp_iters, seed=seed,
+                                        half_life=half_life, rivals=False),
         "gp-eq8": lambda: InputRateGP(kernel="ard", mean="constant", method="exact",
                                       max_train=4000, iters=gp_iters, seed=seed),
         "gp-sparse": lambda: InputRateGP(kernel=kernel, method="sgpr", iters=gp_iters,

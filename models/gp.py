@@ -761,10 +761,11 @@ class GPForecaster:
                           grid: tuple[np.ndarray, np.ndarray, float | None] | None
                           ) -> dict[str, _Alone]:
         """The forecasts without a GP, scored on the GP's own held-out blocks: the chosen
-        profile alone and the seasonal naive of each cycle the history supports (its profile
-        fitted on the rows before each block, as the GP's is). The naive is always among
-        them, so the forecaster chosen on those blocks has, there, an error no larger than
-        the better naive's: the construction the issue asks for (issue 44 item 1). Each
+        profile alone and the seasonal naive of the profile's cycle (of each cycle the
+        history supports when the profile has none; its profile fitted on the rows before
+        each block, as the GP's is). That naive is always among them, so the forecaster
+        chosen on those blocks has, there, an error no larger than the naive's: the
+        construction the issue asks for (issue 44 item 1). Each
         carries the profile to adopt when it wins (None: the chosen one) and its held-out
         (error, spread) per block, for the interval."""
         t = X[:, TIMESTAMP_COLUMN]
@@ -775,7 +776,13 @@ class GPForecaster:
                   half_life=chosen.half_life))]
         allowed = self._cycles()
         span = float(t[-1] - t[0]) if t.size else 0.0
-        for cycle in NAIVE_CYCLES:
+        # The naive of the cycle the profile choice found, on a week of held-out days (a
+        # weekly profile: last week's value); both naives only where it found none. Both
+        # at every fit, the five blocks picked yesterday's value on 7 of the bikes' 20
+        # December origins where last week's was the one (MASE 1.073 against 0.956).
+        own = {"daily": ("daily",), "weekly": ("weekly",), "daily+weekly": ("weekly",)}.get(
+            chosen.cycle_name, NAIVE_CYCLES)
+        for cycle in own:
             period = {"daily": 86_400.0, "weekly": 7 * 86_400.0}[cycle]
             if (chosen.naive and chosen.cycle_name == cycle) or span < 2 * period or (
                     allowed is not None and cycle not in allowed):
