@@ -223,9 +223,16 @@ def connect_at_start(cfg, topic: str):
         raise UsageError(f"kafka: {exc} (kafka.host/kafka.port, or `keyshift kafka start`)") \
             from None
     if topic not in topics:
+        import difflib
+
+        # the names nearest the one asked for first: a typo's topic is among them even
+        # where the broker holds hundreds
+        near = difflib.get_close_matches(topic, topics, n=5, cutoff=0.6)
+        shown = near + [t for t in sorted(topics) if t not in near][:20 - len(near)]
+        more = f" and {len(topics) - len(shown)} more" if len(topics) > len(shown) else ""
         raise UsageError(
             f"--topic: no topic {topic!r} on {cfg.kafka.bootstrap}; it has "
-            f"{', '.join(topics[:20]) or 'none'}{' ...' if len(topics) > 20 else ''}. Create "
+            f"{', '.join(shown) or 'none'}{more}. Create "
             f"it with `keyshift kafka topic create {topic} --partitions N`")
     try:
         return connect(cfg.kafka.bootstrap, security=client_options(cfg.kafka))

@@ -158,7 +158,7 @@ def test_a_missing_topic_is_refused_with_the_topics_there_are_and_not_created(
 
     there = f"there-{uuid.uuid4().hex[:8]}"
     create_topic(kafka_broker.bootstrap, there, 1)
-    typo = f"typo-{uuid.uuid4().hex[:8]}"
+    typo = f"{there}x"  # a typo of it: named first even among a suite's hundreds of topics
     for k, v in _env(kafka_broker).items():
         monkeypatch.setenv(k, v)
     assert main(["produce", "--app", "wordcount", "--count", "5", "--topic", typo]) == 2
@@ -246,3 +246,19 @@ class SimpleBroker:
 
     def __init__(self, cfg) -> None:
         self.port, self.controller_port = cfg.kafka.port, cfg.kafka.controller_port
+
+
+def test_a_missing_topic_names_the_nearest_ones_first_among_many(monkeypatch) -> None:
+    """A broker with hundreds of topics (a shared one, a test suite's): the refusal names the
+    ones nearest the typo first, twenty in all, and how many more there are."""
+    import keyshift.streaming.broker as broker
+    from keyshift.cli import UsageError
+    from keyshift.config import load_config
+    from keyshift.streaming.commands.produce import connect_at_start
+
+    topics = [f"t-{i:03d}" for i in range(300)] + ["payments-eu"]
+    monkeypatch.setattr(broker, "metadata", lambda *a, **k: {"topics": topics})
+    with pytest.raises(UsageError) as err:
+        connect_at_start(load_config(env={}), "payments-ue")
+    text = str(err.value)
+    assert "it has payments-eu, " in text and "and 281 more" in text
