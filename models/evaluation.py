@@ -244,10 +244,8 @@ def backtest(
             train_s[name] += time.perf_counter() - started
             preds[name].append(model.predict(X_te))
             for attr in CHOICES:
-                if getattr(model, f"{attr}_", None) is not None and getattr(
-                        model, f"{attr}_") != "":
-                    choices.setdefault(name, {}).setdefault(attr, []).append(
-                        getattr(model, f"{attr}_"))
+                if (picked := getattr(model, f"{attr}_", None)) is not None and picked != "":
+                    choices.setdefault(name, {}).setdefault(attr, []).append(picked)
     y_te = values[starts[0]:starts[-1] + horizon]
     naive_mae = float(np.abs(np.concatenate(naive) - y_te).mean())
     results: dict[str, Any] = {}

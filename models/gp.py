@@ -59,6 +59,7 @@ from keyshift.models.seasonal import (
     SlotProfile,
     choose_profile,
     regular_step,
+    supported_cycles,
     resample,
 )
 
@@ -221,12 +222,10 @@ class _Candidate(NamedTuple):
 class _Alone(NamedTuple):
     """A forecaster without a GP (the profile alone, seasonal naive), as scored on the held-out
     blocks: the profile to adopt when it wins (None: the GP's own), (error, spread) per
-    block, its complexity (:class:`keyshift.models.selection.Candidate`) and whether it is
-    seasonal naive."""
+    block, and whether it is seasonal naive."""
 
     profile: SlotProfile | None
     held: list
-    complexity: float
     naive: bool
 
 
@@ -681,7 +680,6 @@ class GPForecaster:
         self.mean_errors_: dict[str, float] = {}
         results: dict[tuple[str, str], _Candidate] = {}
         errors: dict[tuple[str, str], float] = {}
-        self._profile = profile
         z = self._deseason(X, y_log)
         self._scaling = _Scaling.of(X, z)  # what _train standardises with
         for kernel in candidates:
@@ -716,8 +714,8 @@ class GPForecaster:
         scored = {self._gp_label(k, m): Candidate(
             [err for err, _ in results[k, m].held],
             2 + k.count("+") + (0.5 if m == "profile+level" else 0.0)) for k, m in errors}
-        scored.update({label: Candidate([err for err, _ in c.held], c.complexity, c.naive)
-                       for label, c in alone.items()})
+        scored.update({label: Candidate([err for err, _ in c.held], 0.0 if c.naive else 1.0,
+                                        c.naive) for label, c in alone.items()})
         self.choice_errors_ = {label: c.mae for label, c in scored.items()}
         winner = choose(scored) if select and scored else self._gp_label(*gp_key)
         self.signal_ = winner not in alone
@@ -726,7 +724,7 @@ class GPForecaster:
             self.cycle_ = self._profile.cycle_name
             z = self._deseason(X, y_log)
         self.choice_ = winner
-        self.choice_reason_ = self._choice_reason(winner, len(blocks) if select else 0)
+        self.choice_reason_ = self._choice_reason(winner, scored, len(blocks) if select else 0)
         self.profile_stat_ = None if self._profile is None else self._profile.stat
         self.half_life_ = None if self._profile is None else self._profile.half_life
         self._inducing_z = None
@@ -758,7 +756,7 @@ class GPForecaster:
         return f"GP on the {self._profile_label(self._profile)} ({kernel}{level})"
 
     def _alone_candidates(self, X: np.ndarray, y_log: np.ndarray, blocks: list[tuple[int, int]],
-                          grid: tuple[np.ndarray, np.ndarray, float | None] | None
+                          grid: tuple[np.ndarray, np.ndarray, float | None]
                           ) -> dict[str, _Alone]:
         """The forecasts without a GP, scored on the GP's own held-out blocks: the chosen
         profile alone and the seasonal naive of the profile's cycle (of each cycle the
@@ -775,7 +773,7 @@ class GPForecaster:
              dict(stat=chosen.stat, cycle=chosen.cycle_name, slot_s=chosen.slot_s,
                   half_life=chosen.half_life))]
         allowed = self._cycles()
-        span = float(t[-1] - t[0]) if t.size else 0.0
+        supported = supported_cycles(t)
         # The naive of the cycle the profile choice found, on a week of held-out days (a
         # weekly profile: last week's value); both naives only where it found none. Both
         # at every fit, the five blocks picked yesterday's value on 7 of the bikes' 20
@@ -783,14 +781,12 @@ class GPForecaster:
         own = {"daily": ("daily",), "weekly": ("weekly",), "daily+weekly": ("weekly",)}.get(
             chosen.cycle_name, NAIVE_CYCLES)
         for cycle in own:
-            period = {"daily": 86_400.0, "weekly": 7 * 86_400.0}[cycle]
-            if (chosen.naive and chosen.cycle_name == cycle) or span < 2 * period or (
+            if (chosen.naive and chosen.cycle_name == cycle) or cycle not in supported or (
                     allowed is not None and cycle not in allowed):
                 continue
-            kw = dict(stat=chosen.stat, cycle=cycle, slot_s=grid[2] if grid else None,
-                      half_life=NAIVE)
-            settings.append((f"{cycle} seasonal naive", SlotProfile.fit(
-                grid[0], grid[1], **kw) if grid else None, kw))
+            kw = dict(stat=chosen.stat, cycle=cycle, slot_s=grid[2], half_life=NAIVE)
+            settings.append((f"{cycle} seasonal naive", SlotProfile.fit(grid[0], grid[1], **kw),
+                             kw))
         out = {}
         for label, whole, kw in settings:
             held = []
@@ -798,12 +794,11 @@ class GPForecaster:
                 before = SlotProfile.fit(t[:lo], y_log[:lo], **kw)
                 i = before.slot(t[lo:hi])
                 held.append((y_log[lo:hi] - before.mean[i], before.spread[i]))
-            if held and (whole is not None or label.endswith("alone")):
-                naive = kw["half_life"] == NAIVE
-                out[label] = _Alone(whole, held, 0.0 if naive else 1.0, naive)
+            if held:
+                out[label] = _Alone(whole, held, kw["half_life"] == NAIVE)
         return out
 
-    def _choice_reason(self, winner: str, n_blocks: int) -> str:
+    def _choice_reason(self, winner: str, scored: dict[str, Candidate], n_blocks: int) -> str:
         """One sentence for the registry's description, ``keyshift forecast`` and the report:
         what was kept (:mod:`keyshift.models.selection`), on what, against the better naive
         (or, when a naive was kept, the runner-up)."""
@@ -813,8 +808,7 @@ class GPForecaster:
         errs = self.choice_errors_
         text = (f"{winner}: held-out MAE {errs[winner]:.4g} on the last {n_blocks} blocks of "
                 "the training window")
-        naive = {k: v for k, v in errs.items() if "seasonal naive" in k and not
-                 k.startswith("GP ")}
+        naive = {k: errs[k] for k, c in scored.items() if c.naive}
         if naive and winner not in naive:
             better = min(naive, key=naive.get)
             text += f"; the {better.removeprefix('the ')} erred {naive[better]:.4g}"

@@ -209,9 +209,7 @@ class SlotProfile:
         which is what its forecast interval must cover."""
         probe = cls(period_s, slot, np.zeros(n_slots), np.ones(n_slots))
         idx = probe.slot(t)
-        latest = np.full(n_slots, float(y.mean()))
-        order = np.argsort(t, kind="stable")
-        latest[idx[order]] = y[order]  # later rows overwrite earlier ones of the slot
+        latest = _with_latest(np.full(n_slots, float(y.mean())), idx, t, y)
         diff = y - lagged(t, y, period_s, slot)
         seen = np.isfinite(diff)
         if not seen.any():
@@ -262,9 +260,7 @@ class SlotProfile:
         if not self.naive or np.size(t) == 0:
             return self
         t = np.asarray(t, dtype=np.float64)
-        order = np.argsort(t, kind="stable")
-        mean = self.mean.copy()
-        mean[self.slot(t[order])] = np.asarray(y, dtype=np.float64)[order]
+        mean = _with_latest(self.mean.copy(), self.slot(t), t, np.asarray(y, dtype=np.float64))
         return SlotProfile(self.period_s, self.slot_s, mean, self.spread, self.stat,
                            self.cycle, self.half_life)
 
@@ -275,6 +271,18 @@ class SlotProfile:
 
     def as_tuple(self) -> tuple[float, float, np.ndarray, np.ndarray]:
         return self.period_s, self.slot_s, self.mean, self.spread
+
+
+def _with_latest(values: np.ndarray, idx: np.ndarray, t: np.ndarray, y: np.ndarray
+                 ) -> np.ndarray:
+    """``values`` with each slot in ``idx`` set to its latest row's ``y`` (by ``t``): an
+    assignment with repeated indices keeps no promised one, so each slot's last row is
+    picked explicitly."""
+    order = np.argsort(t, kind="stable")
+    slots, ys = idx[order][::-1], y[order][::-1]
+    _, first = np.unique(slots, return_index=True)  # the first of the reversed: the latest
+    values[slots[first]] = ys[first]
+    return values
 
 
 def lagged(t: np.ndarray, y: np.ndarray, period_s: float, slot_s: float) -> np.ndarray:

@@ -227,7 +227,9 @@ def ship(spark: Any, code: OperatorCode, py_files: Sequence[Path], folder: Path)
 
 
 def _probe(module: str):
-    """The task of the import check (a closure that cloudpickle ships by value)."""
+    """The task of the import check (a closure that cloudpickle ships by value). ``module``
+    is the ``__module__`` of the operator class the driver already imported from the
+    command line's ``--app``, never a name read from a table, a file or a message."""
     def probe(_rows: Iterable[Any]) -> Iterable[tuple[str, str, str | None]]:
         import importlib as imp
         import os as _os

@@ -326,29 +326,17 @@ def send_records(
     with ``.event``, ``BadRecord`` items) at ``rate`` records/s, each keyed by its ``key``,
     as they are (``ts`` included). A bad item is not sent: it is counted in ``skipped`` and
     handed to ``on_bad``; ``limit`` caps the records sent."""
-    if rate <= 0:
-        raise ValueError(f"rate must be > 0, got {rate}")
-    stats = ProduceStats()
-    sender = _Sender(producer, topic, stats)
-    bucket = TokenBucket(rate, burst=max(1.0, rate / 20), clock=clock, sleep=sleep)
-    start = clock()
-    with _sending(sender, stats):
-        for item in records:
-            if limit is not None and stats.sent >= limit:
-                break
-            event = getattr(item, "event", None)
-            if event is None:
-                stats.skipped += 1
-                if on_bad is not None:
-                    on_bad(item)
-                continue
-            bucket.take(1)
-            sender.send_event(event)
-            if progress is not None and stats.sent % 200 == 0:
-                stats.elapsed_s = clock() - start
-                progress(stats)
-    stats.elapsed_s = clock() - start
-    return stats
+    def skip(item: Any, stats: ProduceStats) -> bool:
+        if getattr(item, "event", None) is not None:
+            return False
+        stats.skipped += 1
+        if on_bad is not None:
+            on_bad(item)
+        return True
+
+    return _send_paced(producer, topic, records, lambda s, item: s.send_event(item.event),
+                       rate=rate, limit=limit, progress=progress, clock=clock, sleep=sleep,
+                       skip=skip)
 
 
 def send_lines(
@@ -366,6 +354,20 @@ def send_lines(
     ``rate`` records/s: a malformed record, a wrong type, a non-UTF-8 byte go to the topic
     unchanged, as a test of what the job does with them needs (``produce --from F --raw``).
     Nothing is validated, so nothing is counted valid or bad."""
+    return _send_paced(
+        producer, topic, lines,
+        lambda s, line: s.send(None, line.removesuffix(b"\n").removesuffix(b"\r")),
+        rate=rate, limit=limit, progress=progress, clock=clock, sleep=sleep)
+
+
+def _send_paced(producer, topic: str, items: Iterable[Any],
+                send: Callable[[_Sender, Any], None], *, rate: float, limit: int | None,
+                progress: Callable[[ProduceStats], None] | None,
+                clock: Callable[[], float], sleep: Callable[[float], None],
+                skip: Callable[[Any, ProduceStats], bool] | None = None) -> ProduceStats:
+    """The one paced sending loop of a user's input: ``rate`` items/s (a token bucket),
+    ``limit`` items sent at most, ``skip`` items counted but not sent (no token taken),
+    progress every 200, Ctrl-C and delivery errors as ``_sending`` records them."""
     if rate <= 0:
         raise ValueError(f"rate must be > 0, got {rate}")
     stats = ProduceStats()
@@ -373,11 +375,13 @@ def send_lines(
     bucket = TokenBucket(rate, burst=max(1.0, rate / 20), clock=clock, sleep=sleep)
     start = clock()
     with _sending(sender, stats):
-        for line in lines:
+        for item in items:
             if limit is not None and stats.sent >= limit:
                 break
+            if skip is not None and skip(item, stats):
+                continue
             bucket.take(1)
-            sender.send(None, line.removesuffix(b"\n").removesuffix(b"\r"))
+            send(sender, item)
             if progress is not None and stats.sent % 200 == 0:
                 stats.elapsed_s = clock() - start
                 progress(stats)

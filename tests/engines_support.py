@@ -84,6 +84,19 @@ def job_env(cfg, **extra: str) -> dict[str, str]:
     }
 
 
+def consume(bootstrap: str, topic: str) -> list:
+    """Every record of ``topic`` from its start (Kafka's ``ConsumerRecord`` items), once the
+    topic has been quiet for five seconds."""
+    from kafka import KafkaConsumer
+
+    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                             consumer_timeout_ms=5000)
+    try:
+        return list(consumer)
+    finally:
+        consumer.close()
+
+
 def new_topic(bootstrap: str, partitions: int = 2) -> str:
     from keyshift.streaming.broker import create_topic
 

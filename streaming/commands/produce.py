@@ -139,20 +139,14 @@ def _run_from_file(args: argparse.Namespace) -> int:
         table.add_row(f"{stats.sent:,}", f"{stats.skipped:,}", f"{stats.failed:,}",
                       f"{stats.elapsed_s:.1f}", f"{stats.rate:,.0f}")
         Console().print(table)
-    if stats.interrupted:
-        return _interrupted(stats, topic)
     status = 0
-    if stats.skipped:
+    if stats.skipped and not stats.interrupted:
         more = (f" (lines {', '.join(map(str, bad_lines[:shown]))}, ...)"
                 if len(bad_lines) > shown else "")
         print(f"keyshift produce: skipped {stats.skipped} records of {args.from_file} that "
               f"failed{more}; {stats.good} sent", file=sys.stderr)
         status = 1
-    if stats.failed:
-        print(f"keyshift produce: {stats.failed} records were not delivered; first error: "
-              f"{stats.first_error}", file=sys.stderr)
-        status = 1
-    return status
+    return _exit_status(stats, topic, status)
 
 
 def _run_raw(args: argparse.Namespace) -> int:
@@ -181,19 +175,25 @@ def _run_raw(args: argparse.Namespace) -> int:
     else:
         print(f"keyshift produce: sent {stats.sent:,} lines of {args.from_file} as they are "
               f"to {topic} at {cfg.kafka.bootstrap} in {stats.elapsed_s:.1f} s", file=sys.stderr)
-    if stats.interrupted:
-        return _interrupted(stats, topic)
-    if stats.failed:
-        print(f"keyshift produce: {stats.failed} records were not delivered; first error: "
-              f"{stats.first_error}", file=sys.stderr)
-        return 1
-    return 0
+    return _exit_status(stats, topic)
 
 
 def _print_json(args: argparse.Namespace, cfg, topic: str, stats, **what) -> None:
     """The run's one JSON object on stdout (``--json``)."""
     print(json.dumps({"topic": topic, "bootstrap": cfg.kafka.bootstrap, **what,
                       **stats.as_json()}, indent=json_indent(args)), flush=True)
+
+
+def _exit_status(stats, topic: str, status: int = 0) -> int:
+    """How a produce ends: 130 after Ctrl-C (with how many went out), 1 when records were not
+    delivered (said), else ``status``."""
+    if stats.interrupted:
+        return _interrupted(stats, topic)
+    if stats.failed:
+        print(f"keyshift produce: {stats.failed} records were not delivered; first error: "
+              f"{stats.first_error}", file=sys.stderr)
+        return 1
+    return status
 
 
 def _interrupted(stats, topic: str) -> int:
@@ -346,10 +346,4 @@ def run(args: argparse.Namespace) -> int:
         table.add_row(f"{stats.sent:,}", f"{stats.good:,}", bad_text, f"{stats.failed:,}",
                       f"{stats.elapsed_s:.1f}", f"{stats.rate:,.0f}")
         Console().print(table)
-    if stats.interrupted:
-        return _interrupted(stats, topic)
-    if stats.failed:
-        print(f"keyshift produce: {stats.failed} records were not delivered; first error: "
-              f"{stats.first_error}", file=sys.stderr)
-        return 1
-    return 0
+    return _exit_status(stats, topic)

@@ -6,6 +6,7 @@ import json
 import uuid
 
 import pytest
+from engines_support import consume
 
 from keyshift.cli import main
 from keyshift.streaming.producer import (
@@ -103,14 +104,7 @@ def test_broker_down_is_a_clear_error_not_a_hang(capsys, tmp_path, monkeypatch):
 
 
 def _consume(bootstrap: str, topic: str) -> list[bytes]:
-    from kafka import KafkaConsumer
-
-    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                             consumer_timeout_ms=5000)
-    try:
-        return [m.value for m in consumer]
-    finally:
-        consumer.close()
+    return [m.value for m in consume(bootstrap, topic)]
 
 
 @pytest.mark.integration

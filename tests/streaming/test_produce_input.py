@@ -14,6 +14,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from engines_support import consume
 
 from keyshift.cli import main
 from keyshift.streaming.producer import produce, send_lines
@@ -117,17 +118,6 @@ def _env(bootstrap_broker) -> dict[str, str]:
             "KEYSHIFT_KAFKA__CONTROLLER_PORT": str(bootstrap_broker.controller_port)}
 
 
-def _consume(bootstrap: str, topic: str) -> list:
-    from kafka import KafkaConsumer
-
-    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                             consumer_timeout_ms=5000)
-    try:
-        return list(consumer)
-    finally:
-        consumer.close()
-
-
 @pytest.mark.integration
 def test_raw_sends_malformed_lines_byte_for_byte(kafka_broker, ks_home, tmp_path, monkeypatch,
                                                  capsys) -> None:
@@ -144,7 +134,7 @@ def test_raw_sends_malformed_lines_byte_for_byte(kafka_broker, ks_home, tmp_path
     assert main(["produce", "--from", str(path), "--raw", "--topic", topic, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert (out["topic"], out["sent"], out["delivered"], out["failed"]) == (topic, 6, 6, 0)
-    got = _consume(kafka_broker.bootstrap, topic)
+    got = consume(kafka_broker.bootstrap, topic)
     assert [m.value for m in got] == lines and {m.key for m in got} == {None}
 
 

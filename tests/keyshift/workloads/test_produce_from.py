@@ -7,6 +7,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from engines_support import consume
 
 from keyshift.cli import main
 from keyshift.schemas import ENVELOPE, Column, TableSchema
@@ -142,17 +143,6 @@ def test_cli_refuses_a_bad_file_or_app_with_2_before_the_broker(argv, field, tmp
     assert field in err and err.count("\n") == 1 and "Traceback" not in err
 
 
-def _consume(bootstrap: str, topic: str) -> list:
-    from kafka import KafkaConsumer
-
-    consumer = KafkaConsumer(topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-                             consumer_timeout_ms=5000)
-    try:
-        return list(consumer)
-    finally:
-        consumer.close()
-
-
 @pytest.mark.integration
 def test_cli_sends_a_jsonl_file_keyed_by_key(kafka_broker, ks_home, tmp_path, monkeypatch,
                                              capsys):
@@ -172,7 +162,7 @@ def test_cli_sends_a_jsonl_file_keyed_by_key(kafka_broker, ks_home, tmp_path, mo
     assert rc == 1  # one record skipped: said, counted, not silent
     assert f"skipped {path} line 4: key: missing" in err
     assert "skipped 1 records" in err and "5 sent" in err
-    got = _consume(kafka_broker.bootstrap, topic)
+    got = consume(kafka_broker.bootstrap, topic)
     assert sorted((m.key.decode(), json.loads(m.value)["id"]) for m in got) == \
         sorted((e["key"], e["id"]) for e in lines)
     assert {json.loads(m.value)["id"]: json.loads(m.value) for m in got}["e3"] == lines[3]
