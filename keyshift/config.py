@@ -424,6 +424,9 @@ class PlannerConfig(_Section):
     overrule_windows: int = Field(
         2, ge=0, le=1000, description="measured arrivals + backlog overrule the forecast "
         "after this many windows in a row (0 = off)")
+    overrule_rise_windows: int = Field(
+        1, ge=1, le=1000, description="windows in a row of measured shortfall before N "
+        "rises (a fall waits overrule_windows)")
     target_utilisation: float = Field(
         0.8, gt=0, le=1, description="the engines' utilisation the overrule sizes N for")
     # keyshift.control.resources: executors = hold ceil(live engines / engines_per_executor)

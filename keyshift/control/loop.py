@@ -481,7 +481,7 @@ def overrule_from_config(cfg: Any, scaler: ScalerStep | None) -> Overrule | None
         return None
     lo, hi = scaler.scaler.bounds()
     return Overrule(p.overrule_windows, float(cfg.controller.window_s),
-                    p.target_utilisation, lo, hi)
+                    p.target_utilisation, lo, hi, rise_windows=p.overrule_rise_windows)
 
 
 def reconfiguration_from_config(cfg: Any) -> ReconfigurationCost | None:

@@ -11,8 +11,12 @@ measured rate:
   Δ, the backlog's growth included, :meth:`keyshift.control.WindowStats.in_tuples`), Lat the
   measured seconds an engine spends per tuple. For the window just closed the backlog beyond
   one window's input is added, to be drained over the next window;
-* **a sustained rise**: the last ``windows`` windows each needed more engines than ran them,
-  and the scaler's choice is below the last need: N rises to it;
+* **a sustained rise**: the last ``rise_windows`` windows each needed more engines than ran
+  them, and the scaler's choice is below the last need: N rises to it. A rise waits fewer
+  windows than a fall (one by default), as the Flink autoscaler scales up at once and down
+  only after an interval: a window's need is already a mean over its batches, and a
+  scale-out late by a window costs a window's backlog, which a scale-out early by a window
+  does not (the fall rule returns the engines two windows later);
 * **a sustained fall**: the last ``windows`` windows each needed fewer engines than ran them,
   nothing is backlogged, and the scaler's choice is above the last need: N falls to it;
 * **a scale-in below the need**: the scaler scales in below what the window just closed
@@ -20,7 +24,7 @@ measured rate:
   that sees the ramp's end while a backlog drains would otherwise take engines away from
   it (the elastic cluster bench's first run did, at batch 26).
 
-One window that disagrees changes nothing (a burst, a slow batch). The rule reads only the
+One window that disagrees changes nothing downwards (a lull, a fast batch). The rule reads only the
 windows the scaler remembers (:attr:`keyshift.control.ScalerStep.history`, rebuilt from the
 control store on a restart) and the lag of the window just closed, so a restarted run
 decides as the uninterrupted one. The decision's reason says when the measurement overruled
@@ -40,13 +44,27 @@ from .window import WindowSample
 
 @dataclass(frozen=True)
 class Overrule:
-    """The bound of measured demand on a scaler's N. ``windows`` 0 turns it off."""
+    """The bound of measured demand on a scaler's N. ``windows`` 0 turns it off;
+    ``rise_windows`` (None: as ``windows``) is how many short windows a rise waits for."""
 
     windows: int
     window_s: float
     target_utilisation: float = 0.8
     lo: int = 1
     hi: int = 1_000_000
+    rise_windows: int | None = None
+
+    def _trend(self, history: Sequence[WindowSample], n: int,
+               lag: float | None) -> list[tuple[int, WindowSample]] | None:
+        """(need, window) of the last ``n`` windows, the last one with its backlog; None
+        when there are fewer or one timed no tuple."""
+        if n <= 0 or len(history) < n:
+            return None
+        recent = list(history[-n:])
+        needs = [self.need(s) for s in recent[:-1]] + [self.need(recent[-1], lag)]
+        if any(x is None for x in needs):
+            return None
+        return list(zip(needs, recent, strict=True))  # type: ignore[arg-type]
 
     def need(self, sample: WindowSample, lag: float | None = None) -> int | None:
         """Engines a window's arrivals (and ``lag``'s backlog beyond one window) need at the
@@ -75,26 +93,23 @@ class Overrule:
                 f"{d.engines_after}): arrivals {last.in_tuples:.0f}/window and a backlog of "
                 f"{lag or 0:.0f} need {now} engines at {self.target_utilisation:.0%}; "
                 f"{d.reason}"))
-        if len(history) < self.windows:
-            return d
-        recent = list(history[-self.windows:])
-        needs = [self.need(s) for s in recent[:-1]] + [self.need(recent[-1], lag)]
-        if any(n is None for n in needs):
-            return d
-        now = needs[-1]
-        last = recent[-1]
-        backlogged = (lag or 0.0) > max(last.in_tuples, 1.0)
-        util = last.in_tuples * last.lat_s / (self.window_s * max(last.engines, 1))
         said = (f"measured demand overrules the scaler ({d.engines_after}): arrivals "
                 f"{last.in_tuples:.0f}/window")
-        if all(n > s.engines for n, s in zip(needs, recent, strict=True)) \
-                and now > d.engines_after:
+        util = (last.in_tuples * last.lat_s / (self.window_s * max(last.engines, 1))
+                if last.lat_s else 0.0)
+        rise_n = self.windows if self.rise_windows is None else self.rise_windows
+        rise = self._trend(history, rise_n, lag)
+        if rise and all(n > s.engines for n, s in rise) and rise[-1][0] > d.engines_after:
+            now = rise[-1][0]
             return replace(d, proposed=now, engines_after=now, reason=(
                 f"{said} and a backlog of {lag or 0:.0f} need {now} engines at "
                 f"{self.target_utilisation:.0%} (utilisation now {util:.0%}; "
-                f"{self.windows} windows in a row short); {d.reason}"))
-        if all(n < s.engines for n, s in zip(needs, recent, strict=True)) \
-                and not backlogged and now < d.engines_after:
+                f"{rise_n} window{'s' * (rise_n != 1)} in a row short); {d.reason}"))
+        fall = self._trend(history, self.windows, lag)
+        backlogged = (lag or 0.0) > max(last.in_tuples, 1.0)
+        if fall and all(n < s.engines for n, s in fall) and not backlogged \
+                and fall[-1][0] < d.engines_after:
+            now = fall[-1][0]
             return replace(d, proposed=now, engines_after=now, reason=(
                 f"{said} with no backlog need {now} engines at "
                 f"{self.target_utilisation:.0%} (utilisation now {util:.0%}; "

@@ -124,7 +124,8 @@ def test_recommend_mode_keeps_the_engine_count() -> None:
     for mode in ("act", "recommend"):
         cfg = load_config(env={}, controller={"mode": mode, "window_s": 10.0},
                           engines={"initial": 2, "min": 1, "max": 6},
-                          planner={"enabled": True, "horizon": 3, "mc": 10.0, "rc": 0.1})
+                          planner={"enabled": True, "horizon": 3, "mc": 10.0, "rc": 0.1,
+                                   "overrule_windows": 0})  # the paper's planner alone
         store = MemoryControlStore()
         loop = loop_from_config(cfg, store, "kg", _always(4000.0), balance=False)
         loop.start(Plan.hashed(12, 2))

@@ -133,3 +133,29 @@ def test_a_scale_in_below_the_measured_need_is_held_at_once() -> None:
     drained = rule.apply(decision(3, 1), [busy], lag=30_000.0)  # a backlog to drain
     assert drained.engines_after == 3  # at most where it was
     assert rule.apply(decision(2, 1), [sample(2_000.0, 2)], lag=0.0).engines_after == 1
+
+
+def test_a_rise_waits_its_own_windows_and_a_fall_still_waits_two() -> None:
+    """As the Flink autoscaler: up after one short window, down only after a trend."""
+    rule = Overrule(2, WINDOW_S, 0.8, 1, 8, rise_windows=1)
+    short, idle = sample(12_000.0, 1), sample(2_000.0, 3)
+    up = rule.apply(decision(1, 1), [short], 0.0)
+    assert up.engines_after == 3 and "1 window in a row short" in up.reason
+    assert rule.apply(decision(3, 3), [idle], 0.0).engines_after == 3  # one lull: nothing
+    assert rule.apply(decision(3, 3), [idle, idle], 0.0).engines_after == 1
+    assert Overrule(2, WINDOW_S, 0.8, 1, 8).apply(decision(1, 1), [short], 0.0) \
+        .engines_after == 1  # rise_windows unset: as windows
+
+
+def test_the_rise_setting_reaches_the_loop_from_config() -> None:
+    from keyshift.config import load_config
+    from keyshift.control.loop import overrule_from_config
+
+    cfg = load_config(env={}, planner={"enabled": True, "overrule_rise_windows": 3})
+    step = ScalerStep(PathScaler(horizon=4, window_s=WINDOW_S, mc=1.0, ec=1.0, rc=10.0,
+                                 min_engines=1, max_engines=8),
+                      FunctionForecaster(near_zero), WINDOW_S, keep_on_error=False)
+    rule = overrule_from_config(cfg, step)
+    assert rule is not None and rule.rise_windows == 3 and rule.windows == 2
+    with pytest.raises(Exception, match="overrule_rise_windows"):
+        load_config(env={}, planner={"overrule_rise_windows": 0})
