@@ -394,6 +394,8 @@ def synthetic_frames(
     metrics["hot_group"] = metrics["hot_group"].astype("Int32")
     for col in ("executors", "cores_held"):  # a model's history held no cluster
         metrics[col] = pd.array([None] * m, dtype="Int32")
+    for col in ("e2e_p50_s", "e2e_p95_s"):  # nor a latency from Kafka to Delta
+        metrics[col] = np.full(m, np.nan)
     w, g = np.nonzero(group_loads)
     load = group_loads[w, g]
     key_loads = pd.DataFrame({

@@ -18,14 +18,16 @@ History: version 2 added the floor of each batch and window (``floor_ratio``,
 ``metrics`` and ``decisions``. Version 3 added a scale-out's verdict to ``decisions``
 (``effectiveness``, ``hold_until_window``) and the guardrails' state to ``control_state``
 (``guard``; ``keyshift.control.guard``). Version 4 added what a run held to ``metrics``
-(``executors``, ``cores_held``; ``keyshift.streaming.executors``).
+(``executors``, ``cores_held``; ``keyshift.streaming.executors``). Version 5 added how long
+a batch's events waited for their complex events' commit to ``metrics`` (``e2e_p50_s``,
+``e2e_p95_s``; ``keyshift.control.batch_cost``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 @dataclass(frozen=True)
@@ -153,6 +155,9 @@ TABLES: dict[str, TableSchema] = {
                "local master)", since=4),
             _c("cores_held", "INT", True, "cores the run held after the batch: the cluster "
                "manager's count when spark.master_ui is set", since=4),
+            _c("e2e_p50_s", "DOUBLE", True, "median seconds from an event's Kafka append to "
+               "the Delta commit of the complex event it produced (null: none)", since=5),
+            _c("e2e_p95_s", "DOUBLE", True, "their 95th percentile", since=5),
         ),
         "one row per statistic window: the batch layer's history for the GPs",
     ),

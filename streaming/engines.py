@@ -43,6 +43,7 @@ from functools import cache, cached_property, partial
 from typing import Any
 
 from keyshift.apps import make_operator, order_key
+from keyshift.quantiles import sketch
 
 from .engine_state import DurableState, cache_root, open_store, read_moved
 
@@ -164,7 +165,7 @@ def run_engine(spec: BatchSpec, engine: int, rows: Iterable[tuple]) -> Iterator[
     if spec.ingest_only:
         yield from _count_only(engine, rows)
         return
-    t0 = time.perf_counter()
+    t0, started_at = time.perf_counter(), time.time()
     store, rebuilt = spec.open(engine)
     t_open = time.perf_counter() - t0
     try:
@@ -179,7 +180,9 @@ def run_engine(spec: BatchSpec, engine: int, rows: Iterable[tuple]) -> Iterator[
         got = yield from _read_input(clock)
         touched = sorted(({ge[0] for ge in got.events} | set(got.summarized)) - set(arrived))
         t_load = _restore_state(op, store, spec.batch_id, touched, arrived)
+        t_op0 = time.perf_counter()
         outs = yield from _apply_operator(op, got)
+        t_op = time.perf_counter() - t_op0
         t_save0 = time.perf_counter()
         snapshots = {g: op.snapshot(g) for g in sorted(set(touched) | set(arrived))}
         compacted = _save_state(spec, engine, store, {**{g: None for g in leaving}, **snapshots})
@@ -207,10 +210,38 @@ def run_engine(spec: BatchSpec, engine: int, rows: Iterable[tuple]) -> Iterator[
             "save_s": t_save,
             "state_bytes": sum(len(s) for s in snapshots.values()),
             "input_wait_s": clock.wait_s,
+            "operator_s": t_op,
+            "started_at": started_at,
+            "worker_forked_at": worker_forked_at(),
+            # the Kafka times of the events that made complex events: the batch's
+            # end-to-end latency once the outputs commit (keyshift.control.batch_cost)
+            "out_kts": sketch(_producing_kafka_times(got, outs)),
             "duration_s": time.perf_counter() - t0,
         })
     finally:
         store.close()
+
+
+def _producing_kafka_times(got: _TaskInput, outs: list) -> list[float]:
+    """The Kafka append time of the event behind each complex event (matched by event id;
+    a split group's outputs, whose events the input tasks summarized, have none here)."""
+    if not outs:
+        return []
+    by_id = {str(e.get("id")): kts for _, e, kts, _ in got.events if kts}
+    return [by_id[ce.event_id] for _, ce in outs if ce.event_id in by_id]
+
+
+def worker_forked_at() -> float | None:
+    """Wall time this Python worker process started (Linux ``/proc``; None elsewhere): the
+    driver counts a worker forked during the batch as the batch's worker start."""
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return time.time() - (uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 @dataclass
@@ -339,7 +370,7 @@ def _count_only(engine: int, rows: Iterable[tuple]) -> Iterator[tuple]:
     metrics row and one meaning of Lat (work seconds per tuple)."""
     from pyspark import TaskContext
 
-    t0 = time.perf_counter()
+    t0, started_at = time.perf_counter(), time.time()
     ctx = TaskContext.get()
     counts: dict[int, int] = {}
     dead, events = 0, 0
@@ -364,7 +395,9 @@ def _count_only(engine: int, rows: Iterable[tuple]) -> Iterator[tuple]:
                   "outputs": 0, "dead": dead, "released": 0, "restored": 0,
                   "compacted": False, "kafka_ts_first": kafka_first if events else None,
                   "kafka_ts_last": kafka_last if events else None,
-                  "input_wait_s": clock.wait_s, "duration_s": time.perf_counter() - t0})
+                  "input_wait_s": clock.wait_s, "started_at": started_at,
+                  "worker_forked_at": worker_forked_at(),
+                  "duration_s": time.perf_counter() - t0})
 
 
 def apply_summaries(op: Any, summaries: Mapping[tuple[int, str], list[tuple[int, Any]]],

@@ -45,6 +45,7 @@ import numpy as np
 from keyshift.apps import event_schema, make_operator, resolve_operator
 from keyshift.config import Config
 from keyshift.control import policy_params
+from keyshift.control.batch_cost import batch_e2e, run_cost
 from keyshift.elastic.reconfiguration import MeasuredMigration
 from keyshift.groups import spark_group_expr_sql
 from keyshift.lakehouse.delta import RunAppends, concurrently
@@ -59,6 +60,7 @@ from keyshift.policies import (
     policy_class,
 )
 from keyshift.policies.hot_split import hot_groups, splitting_policy
+from keyshift.quantiles import merged_quantiles
 from keyshift.schemas import SCHEMA_VERSION
 
 from .broker_watch import BrokerWatch
@@ -153,6 +155,9 @@ class BatchReport:
     moved_groups: int
     moved_bytes: int
     duration_s: float
+    # from an event's Kafka append to its complex event's Delta commit (None: no output)
+    e2e_p50_s: float | None = None
+    e2e_p95_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -638,8 +643,9 @@ class StreamJob:
                  "migration_id": migration.migration_id}))
 
         kill_point("before_engines", batch_id)  # fault tests only (keyshift.streaming.faults)
-        t_engines = time.perf_counter()
+        t_engines, engines_started_at = time.perf_counter(), time.time()
         prep_s = t_engines - t0  # recovery, plan, building the engine stage
+        self._outputs_committed_at = None
         result = self._engine_stage(routed, slots, spec)
         try:
             ran = self._collect_engines(result, batch_id, migration)
@@ -660,7 +666,11 @@ class StreamJob:
         if self.staging.due(batch_id):  # behind the stream: the next batch need not wait
             self.staging.commit_behind(batch_id)
         writes_s = time.perf_counter() - t_writes
+        e2e = batch_e2e({"tasks": ran.tasks,
+                         "outputs_committed_at": self._outputs_committed_at})
+        e2e_q = merged_quantiles([e2e], (0.5, 0.95)) or [None, None]
         metrics, bal = self._metrics_row(batch_id, start_wall, plan, slots, split, ran)
+        metrics["e2e_p50_s"], metrics["e2e_p95_s"] = e2e_q
         if len(migration):
             self._measure_migration(batch_id, migration, prev, plan, ran.moved,
                                     engines_s, metrics["input_rate"], waited_s)
@@ -678,7 +688,13 @@ class StreamJob:
         self._add_to_totals(batch_id, ran, migration, duration)
         self._write_timing({
             "batch_id": batch_id, "slots": slots, "recover_s": recover_s, "prep_s": prep_s,
-            "engines_s": engines_s,
+            "engines_s": engines_s, "window": batch_id // self.per_window,
+            # the clocks of keyshift.control.batch_cost: where the batch's time went, how long its
+            # events waited for their complex events' commit
+            "started_at": start_wall.timestamp(), "engines_started_at": engines_started_at,
+            "outputs_committed_at": self._outputs_committed_at, "e2e": e2e,
+            "e2e_p50_s": e2e_q[0], "e2e_p95_s": e2e_q[1],
+            "engines": plan.parallelism, "engine_loads": metrics["engine_loads"],
             "metrics_s": metrics_s,
             "controller_s": controller_s, "writes_s": writes_s,
             "committed_staged": committed,  # the last commit behind the stream, if it ended
@@ -695,7 +711,7 @@ class StreamJob:
         if self.on_batch is not None:
             self.on_batch(BatchReport(batch_id, ran.valid, ran.dead, ran.outs, bal.rstd,
                                       plan.parallelism, plan.version, len(migration),
-                                      ran.moved, duration))
+                                      ran.moved, duration, *e2e_q))
 
     def _recover_once(self, batch_id: int, t0: float) -> float:
         """The controller's recovery before a process's first batch (seconds it took, 0
@@ -885,10 +901,16 @@ class StreamJob:
         return [
             # one file per table per batch: the rows are few, and a task per engine would
             # write one small file each
-            (lambda name=name, tag=tag, cols=cols: self.appends.append(
+            (lambda name=name, tag=tag, cols=cols: self._append_output(
                 name, result.where(F.col("tag") == tag).select(*cols).coalesce(1), batch_id))
             for name, (any_rows, tag, cols) in frames.items() if any_rows
         ]
+
+    def _append_output(self, name: str, frame: DataFrame, batch_id: int) -> None:
+        """One output append; the complex events' commit time ends their events' wait."""
+        self.appends.append(name, frame, batch_id)
+        if name == "events_out":
+            self._outputs_committed_at = time.time()
 
     def _write_timing(self, record: dict[str, Any]) -> None:
         """Per-batch task records (the 1:1 proof, timings) as JSON lines in the run folder."""
@@ -923,6 +945,9 @@ class StreamJob:
             "run_dir": str(self.run_dir), "checkpoint": self.checkpoint,
             "skipped_offsets": self.skipped_offsets,
             **self.resources.summary(),
+            # where a batch's time went, how long events waited, what balancing bought
+            **run_cost(self.run_dir, self.groups, self.per_window, self.opt.policy,
+                       self.controller.plan_for),
         })
         return out
 

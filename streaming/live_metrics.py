@@ -87,6 +87,10 @@ METRICS: dict[str, tuple[str, str]] = {
         "gauge", ("cores the run holds after its last batch: the cluster manager's count "
                   "with spark.master_ui set, else executors x spark.executor_cores; the "
                   "local master's cores on local[N]")),
+    "keyshift_e2e_latency_seconds": (
+        "gauge", ("seconds from an event's Kafka append to the Delta commit of the complex "
+                  "event it produced, in the last batch with outputs, by quantile (0.5, "
+                  "0.95; keyshift.control.batch_cost)")),
     "keyshift_last_batch_timestamp_seconds": (
         "gauge", "Unix time the last micro-batch completed (staleness: time() - this)"),
     "keyshift_run_info": ("info", "what the run is: app, policy, topic (value 1)"),
@@ -148,6 +152,8 @@ class Families:
         self.last_batch = gauge("keyshift_last_batch_timestamp_seconds")
         self.executors = gauge("keyshift_executors")
         self.cores_held = gauge("keyshift_cores_held")
+        self.e2e = Gauge("keyshift_e2e_latency_seconds", _help("keyshift_e2e_latency_seconds"),
+                         (*RUN, "quantile"), registry=registry)
         self.info = Info("keyshift_run", _help("keyshift_run_info"), RUN, registry=registry)
 
 
@@ -221,6 +227,10 @@ class LiveMetrics:
                 self._migrations.inc()
             self._moved_groups.inc(report.moved_groups)
             self._moved_bytes.inc(report.moved_bytes)
+        for q, v in (("0.5", getattr(report, "e2e_p50_s", None)),
+                     ("0.95", getattr(report, "e2e_p95_s", None))):
+            if v is not None:
+                f.e2e.labels(r, q).set(v)
         f.last_batch.labels(r).set_to_current_time()
         self._changed()
 

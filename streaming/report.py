@@ -154,10 +154,25 @@ def report_run(rows: Rows, cfg: Config, run_id: str, folder: Path,
     report's path under ``report``; ``extra`` adds to the summary (the demo's own numbers)."""
     tables = RunTables.read(rows, run_id)
     summary = summarize(tables, cfg, run_id, wall_s, records)
+    summary.update(_cost(cfg, run_id, tables.metrics))
     summary.update(extra or {})
     page = write_report(rows, cfg, run_id, tables, folder, summary, app)
     summary["report"] = str(page)
     return summary
+
+
+def _cost(cfg: Config, run_id: str, m: pd.DataFrame) -> dict[str, Any]:
+    """Where a batch's time went, the events' wait and the balancer's verdict
+    (keyshift.control.batch_cost) from the run folder when it is on this host; else the
+    wait from the ``metrics`` rows (the median of the batches' p50 and p95, schema 5 on)."""
+    from keyshift.control.batch_cost import folder_cost
+
+    cost = folder_cost(cfg.run_dir(run_id), cfg.controller.window_s)
+    if cost is not None:
+        return cost
+    timed = m[m.e2e_p50_s.notna()] if len(m) and "e2e_p50_s" in m else m.iloc[0:0]
+    return {"e2e_p50_s": float(timed.e2e_p50_s.median()) if len(timed) else None,
+            "e2e_p95_s": float(timed.e2e_p95_s.median()) if len(timed) else None}
 
 
 def write_report(rows: Rows, cfg: Config, run_id: str, tables: RunTables,
@@ -179,6 +194,8 @@ def write_report(rows: Rows, cfg: Config, run_id: str, tables: RunTables,
         if _forecast_plot(tables.control, cfg.controller.window_s, m.window_start.min(),
                           folder / "forecast.png"):
             images.append(("forecast.png", "Input rate: the scaler's forecast vs actual"))
+    if _stages_plot(cfg.run_dir(run_id), folder / "stages.png"):
+        images.append(("stages.png", "Where each batch's time went (seconds per stage)"))
     extra = ""
     if app == "clicks":
         out = rows.frame("events_out", run_id, ["detail"])
@@ -199,7 +216,9 @@ def write_report(rows: Rows, cfg: Config, run_id: str, tables: RunTables,
     ]
     body = (
         f"<h1>keyshift run {html.escape(run_id)}</h1>"
-        + _table(["metric", "value"], [(k, human(v)) for k, v in summary.items()], "Summary")
+        + _table(["metric", "value"], [(k, human(v)) for k, v in summary.items()
+                                       if k not in ("stages", "balancer")], "Summary")
+        + _cost_note(summary)
         + _floor_note(m, app, summary.get("policy"))
         + "".join(f'<h2>{html.escape(c)}</h2><img src="{f}" alt="{html.escape(c)}">'
                   for f, c in images)
@@ -218,6 +237,50 @@ def write_report(rows: Rows, cfg: Config, run_id: str, tables: RunTables,
     )
     (folder / "summary.json").write_text(json.dumps(summary, indent=2))
     return page
+
+
+def _cost_note(summary: dict[str, Any]) -> str:
+    """The batch's stack and the balancer's verdict, in words and a table."""
+    from keyshift.control.batch_cost import STAGES, cost_lines
+
+    lines = cost_lines(summary)
+    if not lines:
+        return ""
+    stages = summary.get("stages") or {}
+    table = _table(["stage", "median seconds per batch"],
+                   [(k, human(stages[k])) for k in (*STAGES, "control") if k in stages],
+                   "Where a batch's time goes") if stages else ""
+    return "".join(f"<p>{html.escape(x)}</p>" for x in lines) + table
+
+
+def _stages_plot(run_dir: Path, path: Path) -> bool:
+    """Each timed batch's stages stacked (keyshift.control.batch_cost); False without."""
+    from keyshift.control.batch_cost import STAGES, per_batch_stages, read_jsonl
+
+    rows = per_batch_stages(read_jsonl(run_dir / "batches.jsonl"),
+                            read_jsonl(run_dir / "progress.jsonl"))
+    if not rows:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    x = np.array([b for b, _ in rows])
+    fig, ax = plt.subplots(figsize=(10, 4))
+    bottom = np.zeros(x.size)
+    for k in STAGES:
+        y = np.array([s[k] for _, s in rows])
+        if y.any():
+            ax.bar(x, y, bottom=bottom, label=k, width=0.9)
+            bottom += y
+    ax.set_xlabel("batch")
+    ax.set_ylabel("seconds")
+    ax.legend(fontsize=7, ncol=4)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True
 
 
 def _timeline_plot(m: pd.DataFrame, d: pd.DataFrame, t: np.ndarray, path: Path) -> None:

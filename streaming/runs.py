@@ -397,7 +397,7 @@ def find_run(rows: Rows, cfg: Config, run_id: str) -> dict[str, Any]:
 def recent(rows: Rows, cfg: Config, run_id: str, last: int) -> dict[str, list]:
     """The run's last ``last`` batches and decisions, oldest first."""
     cols = ["batch_id", "events_in", "dead_letter", "out_events", "batch_duration_s", "rstd",
-            "engines", "plan_version", "cores_held"]
+            "engines", "plan_version", "cores_held", "e2e_p50_s", "e2e_p95_s"]
     m = rows.frame("metrics", run_id, ["window_end", *cols])
     batches = []
     for _, r in m.sort_values("batch_id").tail(last).iterrows():
@@ -409,4 +409,7 @@ def recent(rows: Rows, cfg: Config, run_id: str, last: int) -> dict[str, list]:
     d = rows.frame("decisions", run_id, ["decided_at", *dcols])
     decisions = [{k: _py(r[k]) for k in dcols} for _, r in
                  d.sort_values(["batch_id", "decided_at"], kind="stable").tail(last).iterrows()]
-    return {"batches": batches, "decisions": decisions}
+    from keyshift.control.batch_cost import folder_cost
+
+    cost = folder_cost(cfg.run_dir(run_id), cfg.controller.window_s)  # the driver's host
+    return {"batches": batches, "decisions": decisions, **({"cost": cost} if cost else {})}

@@ -185,11 +185,12 @@ def run(args: argparse.Namespace) -> int:
             return 1
         if "error" in produced and not interrupted:
             raise UsageError(f"producer: {produced['error']}")
+        from keyshift.control.batch_cost import kg_counterfactual, read_jsonl
         from keyshift.streaming.report import report_run
         from keyshift.streaming.runs import answer
 
-        vs_kg = kg_comparison(batch_records(job.run_dir / "batches.jsonl"), job.groups,
-                              job.per_window, job.controller.plan_for)
+        vs_kg = kg_counterfactual(read_jsonl(job.run_dir / "batches.jsonl"), job.groups,
+                                  job.per_window, job.controller.plan_for)
         extra = {"app": app, "policy": policy, "planner": cfg.planner.enabled,
                  "produced": produced.get("sent", 0), "run_dir": str(job.run_dir),
                  "interrupted": interrupted, **({"seeded": seeded} if seeded else {}),
@@ -309,69 +310,6 @@ def _watch(job, thread: threading.Thread, duration: float, say, produced: dict) 
         time.sleep(0.5)
 
 
-COUNTERFACTUAL = ("a counterfactual from the run's measured per-group loads, not a timed "
-                  "KG run")
-
-
-def batch_records(path: Path) -> list[dict[str, Any]]:
-    """The job's per-batch records (``batches.jsonl`` in the run folder), one per batch (a
-    batch run again after a restart: its last record)."""
-    if not path.exists():
-        return []
-    by_batch: dict[int, dict[str, Any]] = {}
-    for line in path.read_text().splitlines():
-        if line.strip():
-            record = json.loads(line)
-            by_batch[int(record["batch_id"])] = record
-    return [by_batch[b] for b in sorted(by_batch)]
-
-
-def kg_comparison(records: Iterable[dict[str, Any]], groups: int, per_window: int,
-                  plan_for: Callable[[int], Plan]) -> dict[str, Any] | None:
-    """How the run compared with KG on the same input, from its measured loads.
-
-    Per statistic window (``per_window`` consecutive batches), the busiest engine's load
-    under the plans that routed the window's batches (``plan_for``, the job's), under KG's
-    plan on the same live engines (:meth:`keyshift.plan.Plan.hashed`) and the floor no
-    key-granular plan can beat (:func:`keyshift.control.key_group_floor`), each summed
-    over the windows; the batches' per-group loads are the records' ``load_groups`` /
-    ``load_counts``. The ratios are against KG: ``busiest_vs_kg`` 0.8 means the run's
-    busiest engines carried 20 % less than KG's would have. A counterfactual (the input a
-    KG run gets is the same, its timings are not measured); None without load.
-    """
-    import numpy as np
-
-    from keyshift.control import key_group_floor
-    from keyshift.plan import Plan
-
-    windows: dict[int, tuple[np.ndarray, np.ndarray, int]] = {}
-    for r in records:
-        b = int(r["batch_id"])
-        loads = np.zeros(groups)
-        np.add.at(loads, np.asarray(r.get("load_groups") or [], dtype=np.int64),
-                  np.asarray(r.get("load_counts") or [], dtype=np.float64))
-        plan = plan_for(b)
-        w = b // per_window
-        if w not in windows:
-            windows[w] = (np.zeros(groups), np.zeros(plan.engines), plan.parallelism)
-        total, slots, n = windows[w]
-        total += loads
-        per_slot = plan.engine_loads(loads)
-        if per_slot.size > slots.size:
-            slots = np.concatenate([slots, np.zeros(per_slot.size - slots.size)])
-        slots[:per_slot.size] += per_slot
-        windows[w] = (total, slots, n)
-    run = kg = floor = 0.0
-    for total, slots, n in windows.values():
-        run += float(slots.max(initial=0.0))
-        kg += float(Plan.hashed(groups, n).engine_loads(total).max(initial=0.0))
-        floor += key_group_floor(total, n).load
-    if kg <= 0:
-        return None
-    return {"busiest_vs_kg": run / kg, "floor_vs_kg": floor / kg, "windows": len(windows),
-            "basis": COUNTERFACTUAL}
-
-
 def kg_line(vs_kg: dict[str, Any]) -> str:
     return (f"busiest engine's load vs KG on the same input: {vs_kg['busiest_vs_kg']:.2f}x "
             f"(floor {vs_kg['floor_vs_kg']:.2f}x) over {vs_kg['windows']} windows; "
@@ -395,4 +333,8 @@ def _print_summary(s: dict[str, Any]) -> None:
     console.print(table)
     if s.get("vs_kg"):
         console.print(kg_line(s["vs_kg"]))
+    from keyshift.control.batch_cost import cost_lines
+
+    for line in cost_lines(s):
+        console.print(line)
     console.print(f"report: {s['report']}\nwarehouse: {s['warehouse']}")

@@ -27,6 +27,7 @@ import time
 import uuid
 from typing import Any, NamedTuple
 
+from keyshift.control.batch_cost import cost_lines
 from keyshift.cli import UsageError, add_config_option, add_log_options
 from keyshift.config import load_config
 from keyshift.lakehouse.logs import failure_line, log_hint, one_line_failure
@@ -395,6 +396,8 @@ def run(args: argparse.Namespace) -> int:
             f"{summary['complex_events']:,} complex events, {summary['migrations']} "
             f"migrations; {summary['events_per_s']:,.0f} events/s busy, batch p50 "
             f"{summary['batch_p50_s']:.2f} s")
+        for line in cost_lines(summary):
+            say(f"{job.run_id}: {line}")
     recreated = failed and data_lost(failed) and _recreated(cfg, job)
     if recreated:  # not the advice below: taking it would skip the new topic's records
         say(f"keyshift run: {recreated}." + (f" {stop_also(stop_failed)}" if stop_failed else ""))

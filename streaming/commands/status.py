@@ -107,6 +107,8 @@ def _console():
 def _print_runs(runs: list[dict[str, Any]], warehouse: str) -> None:
     from rich.table import Table
 
+    from keyshift.control.batch_cost import cost_lines
+
     p = printable
     t = Table(title=f"keyshift runs in {p(warehouse)} (newest first)")
     for col in ("run", "app", "policy", "batches", "last batch", "alive", "records", "valid",
@@ -136,6 +138,8 @@ def _print_runs(runs: list[dict[str, Any]], warehouse: str) -> None:
 def _print_run(result: dict[str, Any]) -> None:
     from rich.table import Table
 
+    from keyshift.control.batch_cost import cost_lines
+
     p = printable
     r = result["run"]
     console = _console()
@@ -147,15 +151,18 @@ def _print_run(result: dict[str, Any]) -> None:
         f"letters), {r['complex_events']:,} complex events; {_num(r['engines'])} engines now; "
         f"{r['migrations']} migrations")
     b = Table(title=f"last {len(result['batches'])} batches")
-    for col in ("batch", "time", "valid", "dead letters", "out", "duration s", "RSTD %", "engines",
-                "cores held", "plan"):
+    for col in ("batch", "time", "valid", "dead letters", "out", "duration s", "e2e p50 s",
+                "RSTD %", "engines", "cores held", "plan"):
         b.add_column(col, justify="left" if col == "time" else "right")
     for x in result["batches"]:
         b.add_row(str(x["batch_id"]), p((x["time"] or "")[:19].replace("T", " ")),
                   str(x["events_in"]), str(x["dead_letter"]), str(x["out_events"]),
-                  _num(x["batch_duration_s"], ".2f"), _num(x["rstd"], ".1f"),
+                  _num(x["batch_duration_s"], ".2f"), _num(x.get("e2e_p50_s"), ".2f"),
+                  _num(x["rstd"], ".1f"),
                   str(x["engines"]), _num(x.get("cores_held")), f"v{x['plan_version']}")
     console.print(b)
+    for line in cost_lines(result.get("cost") or {}):  # the run folder, on the driver's host
+        console.print(p(line))
     d = Table(title=f"last {len(result['decisions'])} decisions")
     for col in ("batch", "component", "action", "RSTD before", "RSTD after", "moved groups",
                 "engines", "reason"):

@@ -78,6 +78,14 @@ def test_demo_json_summary_and_report(tmp_path: Path) -> None:
     vs_kg = summary["vs_kg"]
     assert "not a timed KG run" in vs_kg["basis"] and vs_kg["windows"] >= 1
     assert 0 < vs_kg["floor_vs_kg"] <= vs_kg["busiest_vs_kg"] + 1e-9
+    # where a batch's time went, how long events waited, what balancing bought
+    # (keyshift.control.batch_cost, from the run folder's clocks)
+    stages = summary["stages"]
+    assert {"input", "operator", "state", "commit", "spark", "trigger_wait"} <= set(stages)
+    assert stages["operator"] > 0 and stages["input"] > 0
+    assert 0 < summary["e2e_p50_s"] <= summary["e2e_p95_s"] < 600
+    assert summary["balancer"]["verdict"] and summary["balancer"]["policy"] == "dlb-h"
+    assert "stages.png" in page and "Where a batch&#x27;s time goes" in page
 
 
 def _port_open(port: int) -> bool:

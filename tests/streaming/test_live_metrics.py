@@ -46,6 +46,8 @@ class Report:  # the fields of keyshift.streaming.job.BatchReport
     moved_groups: int = 0
     moved_bytes: int = 0
     duration_s: float = 0.8
+    e2e_p50_s: float | None = 1.2
+    e2e_p95_s: float | None = 2.4
 
 
 def _free_port() -> int:
@@ -86,6 +88,9 @@ def test_batches_add_up_in_counters_and_set_gauges() -> None:
     assert _value(live, "keyshift_batch_duration_seconds_bucket", le="1.0") == 1
     assert _value(live, "keyshift_last_batch_timestamp_seconds") == pytest.approx(time.time(),
                                                                                  abs=5)
+    assert _value(live, "keyshift_e2e_latency_seconds", quantile="0.95") == 2.4
+    live.observe_batch(Report(batch_id=2, e2e_p50_s=None, e2e_p95_s=None))  # no outputs
+    assert _value(live, "keyshift_e2e_latency_seconds", quantile="0.5") == 1.2  # kept
 
 
 def test_migrations_count_plan_changes_not_batches() -> None:
