@@ -143,14 +143,30 @@ def scale_plan(plan: Plan, target: int, loads: np.ndarray) -> tuple[Plan, dict]:
         return plan, {"reason": "N unchanged"}
     if plan.groups == 0:  # the replay's model has engines but no key groups
         return Plan(np.zeros(0, dtype=np.int64), target, plan.version), {}
-    loads = np.asarray(loads, dtype=np.float64)
-    weights = loads if loads.sum() > 0 else np.ones_like(loads)
+    weights = expected_loads(loads)
     w = float(plan.engine_loads(weights).sum())
     elb = make_policy("elb", band=(0.0, 2.0 * w / target), min_engines=1, max_engines=None)
     new = elb.decide(plan, Window(loads=weights)).plan
     if new.parallelism != target:
         raise RuntimeError(f"ELB realized {new.parallelism} engines instead of {target}")
     return Plan(new.assignment, new.engines, plan.version, new.live), {}
+
+
+def expected_loads(loads: np.ndarray) -> np.ndarray:
+    """Each group's expected load next window from one window's counts: shrunk toward the
+    mean by the share of their spread that Poisson noise explains (an empirical-Bayes moment
+    estimate: observed variance = the groups' true variance + the mean). One window of a
+    few events per group is mostly noise; a plan that moves its "heaviest" groups balances
+    the window just past and not the next one (the elastic cluster bench's scale-out moved
+    18 % of 1,024 groups of a uniform topic and ran at 62/38 for the rest of the ramp). A
+    skewed window (variance far above the mean) keeps its shape. No load: equal weights."""
+    x = np.asarray(loads, dtype=np.float64)
+    m = float(x.mean()) if x.size else 0.0
+    if m <= 0:
+        return np.ones_like(x)
+    v = float(x.var())
+    keep = max(0.0, 1.0 - m / v) if v > 0 else 0.0
+    return m + keep * (x - m)
 
 
 def one_line(exc: BaseException) -> str:

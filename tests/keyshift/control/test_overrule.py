@@ -159,3 +159,23 @@ def test_the_rise_setting_reaches_the_loop_from_config() -> None:
     assert rule is not None and rule.rise_windows == 3 and rule.windows == 2
     with pytest.raises(Exception, match="overrule_rise_windows"):
         load_config(env={}, planner={"overrule_rise_windows": 0})
+
+
+def test_a_scale_out_plan_balances_the_next_window_not_the_noise_of_the_last() -> None:
+    """A uniform topic measured over one window of ~1 event per group: moving its
+    "heaviest" groups balanced that window and left the next at 82/18 (the elastic cluster
+    bench); the expected loads give the new engine half the groups. A skewed window keeps
+    its shape: its hot group is still the heaviest expected."""
+    from keyshift.control.scaling import expected_loads, scale_plan
+
+    rng = np.random.default_rng(7)
+    noisy = rng.poisson(0.8, 1024).astype(float)
+    plan, _ = scale_plan(Plan.hashed(1024, 1), 2, noisy)
+    nxt = rng.poisson(0.8 * 50, 1024).astype(float)  # fifty windows later, the same keys
+    share = plan.engine_loads(nxt).max() / nxt.sum()
+    assert share < 0.55
+    skewed = np.full(64, 10.0)
+    skewed[3] = 400.0
+    e = expected_loads(skewed)
+    assert e.argmax() == 3 and e[3] > 0.95 * 400
+    assert (expected_loads(np.zeros(8)) == 1).all()
