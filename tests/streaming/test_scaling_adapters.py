@@ -159,8 +159,10 @@ def test_scale_out_moves_only_what_the_new_slot_needs() -> None:
 
 def test_scale_in_moves_only_the_removed_engines_groups() -> None:
     plan = Plan.hashed(60, 4)
-    loads = np.ones(60)
-    loads[plan.assignment == 2] = 0.5  # engine 2 is the least loaded: it goes
+    # events per group in the window: engine 2 is plainly the least loaded (50 against
+    # 100 is no Poisson noise; 0.5 against 1 would be, keyshift.control.scaling.expected_loads)
+    loads = np.full(60, 100.0)
+    loads[plan.assignment == 2] = 50.0
     new, _ = realize(plan, 3, loads)
     assert new.parallelism == 3 and not new.live[2] and new.engines == 4
     moved = np.flatnonzero(plan.assignment != new.assignment)
