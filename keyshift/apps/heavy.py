@@ -48,7 +48,15 @@ class HeavyRule(Operator):
     event_doc = "a CPU-heavy rule on words (the word-count schema); key = the word"
     required = ("word",)
 
-    def __init__(self, work_us: float = 200.0, every: int = 16) -> None:
+    def __new__(cls, *args: Any, mergeable: bool = False, **kwargs: Any) -> HeavyRule:
+        # ``heavy`` with ``mergeable: true`` is the rule whose keys can split
+        # (``--params '{"work_us": 300, "mergeable": true}'``): one name for both forms
+        if mergeable is not False and mergeable is not True:
+            raise OperatorInputError("mergeable", f"must be true or false, got {mergeable!r}")
+        return super().__new__(MergeableHeavyRule if mergeable and cls is HeavyRule else cls)
+
+    def __init__(self, work_us: float = 200.0, every: int = 16,
+                 mergeable: bool = False) -> None:
         super().__init__()
         try:
             work = float(work_us)
@@ -78,3 +86,68 @@ class HeavyRule(Operator):
             detail=detail_json(seen=state[0], digest=state[1][:16]),
             event_id=str(event["id"]),
         )]
+
+
+class MergeableHeavyRule(HeavyRule):
+    """The heavy rule in a form whose hot keys can split over engines (issue 42): each
+    event's work is a digest of its own word (``PBKDF2-HMAC-SHA256(word, salt = event id,
+    iterations)``), done where the event is read, in :meth:`_summarize_event` when the key is
+    split; the event completes a ``heavy_match`` when the digest's first four bytes are
+    ``0 mod every``. The key's state, events seen and the sum of the digests' first eight
+    bytes mod 2^64, merges by addition. The hash chain of :class:`HeavyRule` cannot split (each
+    digest needs the one before); this form gives up the order dependence for it, so its
+    outputs are the same under any partition of a key's events."""
+
+    mergeable = True
+
+    def get_params(self) -> dict[str, Any]:
+        return {**super().get_params(), "mergeable": True}
+
+    def _digest(self, event: Mapping[str, Any]) -> bytes:
+        return hashlib.pbkdf2_hmac("sha256", str(event["word"]).encode(),
+                                   str(event["id"]).encode(), self._iterations)
+
+    def _new_state(self) -> list[int]:
+        return [0, 0]  # [events seen, sum of the digests' first 8 bytes mod 2^64]
+
+    def _match(self, digest: bytes) -> bool:
+        return int.from_bytes(digest[:4], "big") % self.every == 0
+
+    def _emit(self, key: str, ts: int, event_id: str, digest_hex: str) -> ComplexEvent:
+        return ComplexEvent(key=key, ts=int(ts), kind="heavy_match",
+                            detail=detail_json(digest=digest_hex), event_id=event_id)
+
+    def _on_event(self, state: list[int], event: Mapping[str, Any]) -> list[ComplexEvent]:
+        d = self._digest(event)
+        state[0] += 1
+        state[1] = (state[1] + int.from_bytes(d[:8], "big")) % _MOD
+        if not self._match(d):
+            return []
+        return [self._emit(str(event["key"]), int(event["ts"]), str(event["id"]),
+                           d.hex()[:16])]
+
+    def merge(self, a: list[int], b: list[int]) -> list[int]:
+        return [a[0] + b[0], (a[1] + b[1]) % _MOD]
+
+    # a summary: [events, digest sum mod 2^64, [[ts, event id, digest hex], ...] of matches]
+    def _new_summary(self) -> list[Any]:
+        return [0, 0, []]
+
+    def _summarize_event(self, summary: list[Any], event: Mapping[str, Any]) -> None:
+        d = self._digest(event)  # the event's work, in the task that read it
+        summary[0] += 1
+        summary[1] = (summary[1] + int.from_bytes(d[:8], "big")) % _MOD
+        if self._match(d):
+            summary[2].append([int(event["ts"]), str(event["id"]), d.hex()[:16]])
+
+    def combine(self, a: list[Any], b: list[Any]) -> list[Any]:
+        return [a[0] + b[0], (a[1] + b[1]) % _MOD, sorted([*a[2], *b[2]])]
+
+    def _apply_summary(self, state: list[int], key: str,
+                       summary: list[Any]) -> list[ComplexEvent]:
+        state[0] += summary[0]
+        state[1] = (state[1] + summary[1]) % _MOD
+        return [self._emit(key, ts, event_id, d) for ts, event_id, d in summary[2]]
+
+
+_MOD = 2 ** 64

@@ -93,6 +93,45 @@ def test_contiguous_chunks_in_processing_order_too(stream, cut):
         assert split._groups == seq._groups
 
 
+@settings(max_examples=200, deadline=None)
+@given(stream=batches(), parts=st.integers(1, 4),
+       side=st.lists(st.integers(0, 3), min_size=1, max_size=60),
+       order=st.permutations(range(4)), every=st.integers(1, 4))
+def test_mergeable_heavy_summaries_of_any_parts_equal_processing_one_by_one(
+        stream, parts, side, order, every):
+    """heavy with mergeable: true (issue 42): the per-event work in the summarizer, the
+    outputs and the state exact under any split."""
+    from keyshift.apps import make_operator
+
+    seq = make_operator("heavy", work_us=1, every=every, mergeable=True)
+    split = make_operator("heavy", work_us=1, every=every, mergeable=True)
+    for batch in stream:
+        expected = _sequential(seq, batch)
+        got = _split(split, batch, parts, side, [p for p in order if p < parts])
+        assert sorted(got) == sorted(expected)
+        assert split._groups == seq._groups
+    a, b = seq._groups[0].get("a", seq._new_state()), split._groups[0].get("a", [0, 0])
+    assert seq.merge(a, b) == [a[0] + b[0], (a[1] + b[1]) % 2 ** 64]
+
+
+def test_heavy_splits_only_in_its_mergeable_form():
+    from keyshift.apps import make_operator
+    from keyshift.apps.heavy import HeavyRule, MergeableHeavyRule
+
+    assert not HeavyRule.summarizes() and MergeableHeavyRule.summarizes()
+    check_declaration(MergeableHeavyRule)
+    op = make_operator("heavy", work_us=1, mergeable=True)
+    assert isinstance(op, MergeableHeavyRule) and op.get_params()["mergeable"] is True
+    assert type(make_operator("heavy", work_us=1)) is HeavyRule
+    with pytest.raises(OperatorInputError, match="^mergeable: must be true or false"):
+        make_operator("heavy", mergeable="yes")
+    from keyshift.policies import PolicyInputError, check_operator
+
+    check_operator("wc", op)  # splits
+    with pytest.raises(PolicyInputError, match="does not merge partial per-key state"):
+        check_operator("wc", make_operator("heavy", work_us=1))
+
+
 summaries = st.lists(
     st.fixed_dictionaries({"id": st.sampled_from(["x", "y", "z"]), "key": st.just("a"),
                            "word": st.just("w"), "ts": st.integers(0, 5_000),
