@@ -219,7 +219,7 @@ def write_report(rows: Rows, cfg: Config, run_id: str, tables: RunTables,
         + _table(["metric", "value"], [(k, human(v)) for k, v in summary.items()
                                        if k not in ("stages", "balancer")], "Summary")
         + _cost_note(summary)
-        + _floor_note(m, app, summary.get("policy"))
+        + _floor_note(m, app, summary.get("policy"), _app_params(cfg.run_dir(run_id)))
         + "".join(f'<h2>{html.escape(c)}</h2><img src="{f}" alt="{html.escape(c)}">'
                   for f, c in images)
         + _table(["batch", "action", "RSTD before", "RSTD after", "moved groups", "reason"],
@@ -352,18 +352,36 @@ def _has_floor(m: pd.DataFrame) -> bool:
     return "floor_rstd" in m and bool(m.floor_rstd.notna().any())
 
 
-def _floor_note(m: pd.DataFrame, app: str | None, policy: str | None) -> str:
+def _app_params(run_dir: Path) -> dict[str, Any]:
+    """The operator's parameters of the run (its ``job.json``, on the driver's host)."""
+    try:
+        params = json.loads((run_dir / "job.json").read_text()).get("app_params") or {}
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return params if isinstance(params, dict) else {}
+
+
+def _floor_note(m: pd.DataFrame, app: str | None, policy: str | None,
+                params: Mapping[str, Any] | None = None) -> str:
+    """The report's section of :func:`floor_text`."""
+    text = floor_text(m, app, policy, params)
+    return f"<h2>The floor</h2><p>{html.escape(text)}</p>" if text else ""
+
+
+def floor_text(m: pd.DataFrame, app: str | None, policy: str | None,
+               params: Mapping[str, Any] | None = None) -> str:
     """What the balancer could not do in this run: the batches whose hottest key group
-    alone outweighed the mean engine load (keyshift.control.floor), and, for an operator
-    with a summary, that a policy splitting the hot key (dc, wc) could."""
+    alone outweighed the mean engine load (keyshift.control.floor), and the lever past it:
+    a policy splitting the hot key (dc, wc) for an operator with a summary, else the form or
+    the hooks that would give it one (``report`` and ``status --run-id`` say it)."""
     if not len(m) or not _has_floor(m):
         return ""
     busy = m[(m.events_in > 0) & m.floor_ratio.notna()]
     bound = busy[busy.floor_ratio > 1.0]
     if not len(bound):
-        return ("<h2>The floor</h2><p>No key group outweighed the mean engine load in any "
-                "batch: the floor (dashed on the RSTD plot) is 0 and a plan keeping each key "
-                "on one engine can balance this input.</p>")
+        return ("No key group outweighed the mean engine load in any batch: the floor "
+                "(dashed on the RSTD plot) is 0 and a plan keeping each key on one engine "
+                "can balance this input.")
     top = bound.loc[bound.hot_group_share.idxmax()]
     text = (f"In {len(bound)} of {len(busy)} batches one key group alone outweighed the mean "
             f"engine load (at most group {int(top.hot_group)} with "
@@ -371,7 +389,7 @@ def _floor_note(m: pd.DataFrame, app: str | None, policy: str | None) -> str:
             f"{top.floor_ratio:.2f}x the mean). No plan that keeps a key on one engine can "
             "make the busiest engine lighter than that group: the dashed line on the RSTD "
             "plot is the least RSTD such a plan reaches.")
-    summarizes = _summarizes(app)
+    summarizes = _summarizes(app, params)
     if _splits_hot_keys(policy):
         text += (f" This run's policy {policy} splits a hot key's events over engines, "
                  "which is how its RSTD can go below the floor.")
@@ -381,9 +399,24 @@ def _floor_note(m: pd.DataFrame, app: str | None, policy: str | None) -> str:
     elif summarizes is None:
         text += f" {unknown_operator(app)}"
     elif app:
-        text += (f" {app} offers no summary of part of a key's events, so its hot key "
-                 "cannot be split (the Operator API's summary hooks, docs/operators.md).")
-    return f"<h2>The floor</h2><p>{html.escape(text)}</p>"
+        text += split_hint(app)
+    return text
+
+
+def split_hint(app: str) -> str:
+    """The lever past the floor for an operator without summary hooks: its splittable form
+    when it declares one (``split_params``), else the Operator API's hooks."""
+    from keyshift.apps import known_operator
+
+    cls = known_operator(app)
+    form = getattr(cls, "split_params", None) if cls is not None else None
+    if form:
+        return (f" {app} in this form offers no summary of part of a key's events; its form "
+                f"--params '{json.dumps(dict(form))}' does, and the policies dc and wc "
+                "(--policy dc | wc) would split the hot key over engines (docs/operators.md).")
+    return (f" {app} offers no summary of part of a key's events, so its hot key cannot be "
+            "split: declaring the Operator API's summary hooks (summarize, combine, "
+            "apply_summary; docs/operators.md) would let dc and wc split it.")
 
 
 def _splits_hot_keys(policy: str | None) -> bool:
@@ -397,7 +430,7 @@ def _splits_hot_keys(policy: str | None) -> bool:
         return False
 
 
-def _summarizes(app: str | None) -> bool | None:
+def _summarizes(app: str | None, params: Mapping[str, Any] | None = None) -> bool | None:
     """Whether the run's operator has the summary hooks a hot-key split needs; None when
     this host does not know the operator. ``app`` was read from the warehouse (or a run's
     file): it is looked up among the shipped and installed operators, never imported
@@ -410,6 +443,8 @@ def _summarizes(app: str | None) -> bool | None:
     if cls is None:
         return None
     try:
+        if params:  # the run's own form (heavy with mergeable: true is another class)
+            cls = type(cls(**params))
         return bool(cls.summarizes())
     except Exception:  # noqa: BLE001 -- an installed operator whose hook fails: not checked
         return None

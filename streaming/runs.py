@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from datetime import UTC, datetime
 from functools import reduce
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -411,5 +412,25 @@ def recent(rows: Rows, cfg: Config, run_id: str, last: int) -> dict[str, list]:
                  d.sort_values(["batch_id", "decided_at"], kind="stable").tail(last).iterrows()]
     from keyshift.control.batch_cost import folder_cost
 
-    cost = folder_cost(cfg.run_dir(run_id), cfg.controller.window_s)  # the driver's host
-    return {"batches": batches, "decisions": decisions, **({"cost": cost} if cost else {})}
+    run_dir = cfg.run_dir(run_id)
+    cost = folder_cost(run_dir, cfg.controller.window_s)  # the driver's host
+    floor = _floor_of(rows, run_id, run_dir)
+    return {"batches": batches, "decisions": decisions, **({"cost": cost} if cost else {}),
+            **({"floor": floor} if floor else {})}
+
+
+def _floor_of(rows: Rows, run_id: str, run_dir: Path) -> str:
+    """The run's floor in words (the report's "The floor"), or "" before schema 2; the
+    operator, policy and parameters from the run folder when it is on this host."""
+    from keyshift.streaming.report import floor_text
+
+    cols = ["batch_id", "events_in", "floor_ratio", "floor_rstd", "hot_group",
+            "hot_group_share"]
+    m = rows.frame("metrics", run_id, cols)
+    try:
+        meta = json.loads((run_dir / "job.json").read_text())
+    except (OSError, ValueError):
+        meta = {}
+    params = meta.get("app_params")
+    return floor_text(m, meta.get("app"), meta.get("policy"),
+                      params if isinstance(params, dict) else None)

@@ -136,6 +136,9 @@ class Operator(ABC):
     event_doc: ClassVar[str] = ""
     required: ClassVar[tuple[str, ...]] = ()
     mergeable: ClassVar[bool] = False
+    # the parameters that build a form of this operator whose keys can split (dc, wc), for
+    # an operator that has one (heavy: {"mergeable": True}); said when a run sits at the floor
+    split_params: ClassVar[Mapping[str, Any] | None] = None
     state_codec: ClassVar[StateCodec] = DEFAULT_CODEC
 
     @classmethod

@@ -47,6 +47,7 @@ class HeavyRule(Operator):
     event_columns = (Column("word", "STRING", False, "the text the rule hashes"),)
     event_doc = "a CPU-heavy rule on words (the word-count schema); key = the word"
     required = ("word",)
+    split_params = {"mergeable": True}  # MergeableHeavyRule: dc and wc split its keys
 
     def __new__(cls, *args: Any, mergeable: bool = False, **kwargs: Any) -> HeavyRule:
         # ``heavy`` with ``mergeable: true`` is the rule whose keys can split

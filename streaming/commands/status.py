@@ -163,6 +163,8 @@ def _print_run(result: dict[str, Any]) -> None:
     console.print(b)
     for line in cost_lines(result.get("cost") or {}):  # the run folder, on the driver's host
         console.print(p(line))
+    if result.get("floor"):
+        console.print(p(f"the floor: {result['floor']}"))
     d = Table(title=f"last {len(result['decisions'])} decisions")
     for col in ("batch", "component", "action", "RSTD before", "RSTD after", "moved groups",
                 "engines", "reason"):

@@ -148,6 +148,13 @@ def test_the_report_says_what_no_plan_can_do_and_what_a_split_would() -> None:
     assert "group 0 with 70% of batch 1, 1.40x the mean" in note
     assert "policies dc and wc (--policy dc | wc) would split the hot key" in note
     assert "offers no summary" in _floor_note(m, "fsd", "dlb-h")
+    assert "declaring the Operator API&#x27;s summary hooks" in _floor_note(m, "fsd", "dlb-h")
+    # heavy (issue 42): the chain form names its mergeable form; the mergeable form, run
+    # with a policy that moves whole groups, is told dc and wc would split the hot key
+    chain = _floor_note(m, "heavy", "dlb-h", {"work_us": 10})
+    assert "its form --params &#x27;{&quot;mergeable&quot;: true}&#x27; does" in chain
+    split = _floor_note(m, "heavy", "dlb-h", {"work_us": 10, "mergeable": True})
+    assert "heavy summarizes part of a key" in split and "--policy dc | wc" in split
     assert "This run&#x27;s policy wc splits" in _floor_note(m, "wordcount", "wc")
     assert "is 0" in _floor_note(_metrics_frame([0.3, 0.5]), "fsd", "kg")
     assert _floor_note(_metrics_frame([None, None]), "fsd", "kg") == ""  # version 1 rows
@@ -195,3 +202,24 @@ def test_floor_is_a_frozen_value() -> None:
     assert isinstance(f, Floor)
     with pytest.raises(AttributeError):
         f.ratio = 2.0  # type: ignore[misc]
+
+
+def test_status_says_the_floor_and_the_lever_from_the_run_folder(tmp_path: Path) -> None:
+    """``status --run-id`` (streaming/runs.py) says the report's floor in words, with the
+    operator's parameters from the run folder: heavy's chain form names its mergeable one."""
+    from keyshift.streaming.runs import _floor_of
+
+    m = _metrics_frame([0.3, 0.7, 0.6])
+
+    class Rows:
+        def frame(self, name: str, run_id: str, cols: list[str]):
+            assert name == "metrics" and set(cols) <= set(m.columns)
+            return m
+
+    (tmp_path / "job.json").write_text(json.dumps(
+        {"app": "heavy", "policy": "dlb-h", "app_params": {"work_us": 10}}))
+    text = _floor_of(Rows(), "r", tmp_path)
+    assert text.startswith("In 2 of 3 batches one key group alone outweighed")
+    assert """its form --params '{"mergeable": true}' does""" in text
+    bare = _floor_of(Rows(), "r", tmp_path / "elsewhere")  # not the driver's host
+    assert bare.startswith("In 2 of 3") and "--params" not in bare
