@@ -71,7 +71,7 @@ from bench_stream import _data_batches, _progress, percentile, spark_durations  
 KEYSHIFT_POLICIES = ("kg", "dlb-h", "dlb-s", "elb", "dc", "wc")
 PEERS = ("apws-2", "apws-4", "apws-200", "tws-2", "tws-4", "tws-200", "jvm")
 SKEWS = {"uniform": "uniform", "zipf:1.0": "zipf:1.0", "zipf:1.5": "zipf:1.5",
-         "moving": None}  # moving: built from the topic's virtual span (moving_skew)
+         "zipf:2.0": "zipf:2.0", "moving": None}  # moving: built from the topic's virtual span (moving_skew)
 OUT_DDL = "key STRING, ts BIGINT, kind STRING, detail STRING, event_id STRING"
 PARTITIONS = 4
 VIRTUAL_SPAN_S = 60.0  # the topic's events are stamped over this much schedule time
@@ -134,6 +134,20 @@ def fill_topic(cfg, app: str, skew: str, events: int, keys: int, batch: int,
     producer.flush(timeout=60)
     producer.close()
     return topic
+
+
+def split_bound(topic: Topic, engines: int) -> float:
+    """The shortest engine stage a plan that splits keys reaches, as a fraction of KG's:
+    total / engines per batch (every event's work anywhere), over KG's busiest engine."""
+    import numpy as np
+
+    from keyshift.plan import Plan
+
+    kg_plan = Plan.hashed(len(topic.batch_loads[0]), engines).assignment
+    even = sum(loads.sum() / engines for loads in topic.batch_loads)
+    kg = sum(np.bincount(kg_plan, weights=loads, minlength=engines).max()
+             for loads in topic.batch_loads)
+    return float(even / kg)
 
 
 def stage_bound(topic: Topic, engines: int) -> float:
@@ -555,17 +569,40 @@ def ratio_lines(console, app: str, engines: int, args, by_skew, topics, med,
             f"and its migrations")
         summary[f"{app}|{engines}|{skew}|bound"] = {"stage": stage, "engine_share": share,
                                                     "max_vs_kg": allowed, "target": target}
+        split_lines(console, app, engines, skew, rows, topics, med, dlb, share, summary)
+
+
+def split_lines(console, app: str, engines: int, skew: str, rows, topics, med, dlb,
+                share: float, summary: dict[str, Any]) -> None:
+    """dc / wc against DLB-H (issue 42's target >= 1.2x) with a split's own bound: the
+    engine stage can fall to total / engines, so events/s can rise at most by Amdahl's
+    1 / (1 - share x (1 - that stage))."""
+    for policy in ("dc", "wc"):
+        runs = [s for s in rows if s.system == policy]
+        if not runs:
+            continue
+        vs_dlb = med(runs, "events_per_s") / med(dlb, "events_per_s")
+        stage = statistics.median(split_bound(t, engines) for t in topics[(app, skew)])
+        allowed = 1.0 / (1.0 - share * (1.0 - stage)) if share == share else float("nan")
+        console.print(
+            f"RATIO {app} engines={engines} {skew}: {policy}/DLB-H events/s = {vs_dlb:.2f} "
+            f"(target >= 1.20); a split's bound: the engine stage at best {stage:.2f}x KG's "
+            f"(total / engines), so at most {allowed:.2f}x KG's events/s (Amdahl, KG's "
+            f"slowest task {100 * share:.0f}% of its batch)")
+        summary[f"{app}|{engines}|{skew}|{policy}"] = {"vs_dlb_h": vs_dlb, "stage": stage,
+                                                       "max_vs_kg": allowed}
 
 
 # --- main ------------------------------------------------------------------------------------
-def systems_for(app: str, engines_list: Sequence[int], wanted: Sequence[str]
+def systems_for(app: str, engines_list: Sequence[int], wanted: Sequence[str],
+                params: dict[str, Any] | None = None
                 ) -> tuple[list[tuple[str, int]], list[str]]:
     """((keyshift policy, engines) runs, peers) that apply to ``app``: dc/wc only for an
     operator with a summary, ``jvm`` only for word count. A policy written ``NAME@E`` runs
     at ``E`` engines only, a bare name at every ``--engines`` value."""
-    from keyshift.apps import resolve_operator
+    from keyshift.apps import make_operator
 
-    summarizes = resolve_operator(app).cls.summarizes()
+    summarizes = type(make_operator(app, **(params or {}))).summarizes()
     mine: list[tuple[str, int]] = []
     for engines in engines_list:
         for item in wanted:
@@ -596,6 +633,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--slow-peer-skews", default="",
                    help="comma list: run the 200-partition peers on these skews only "
                         "(default: every skew)")
+    p.add_argument("--mergeable", action="store_true",
+                   help="heavy in its mergeable form (dc/wc split its hot keys; issue 42)")
     p.add_argument("--quick", action="store_true", help="1 repeat, 6,000 events, work 300 µs")
     p.add_argument("--json", help="write the samples and the summary to this file")
     args = p.parse_args(argv)
@@ -613,7 +652,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"unknown skew or system: {', '.join(bad)}")
     if "kg" not in args.systems:
         p.error("kg is the baseline every ratio is taken to: keep it in --systems")
-    params = {"heavy": {"work_us": args.work_us}, "wordcount": {"window_s": 1.0}}
+    params = {"heavy": {"work_us": args.work_us, **({"mergeable": True} if args.mergeable
+                                                    else {})},
+              "wordcount": {"window_s": 1.0}}
     args.app_params = lambda app: dict(params.get(app, {}))
     args.params_of = lambda app: json.dumps(args.app_params(app)) if args.app_params(app) else "defaults"
     return args
@@ -663,7 +704,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         spark = get_spark(cfg, app_name="keyshift-bench-skew")
         tasks = TaskTimes(spark)
-        plan = [(app, skew, *systems_for(app, args.engines_list, args.systems))
+        plan = [(app, skew, *systems_for(app, args.engines_list, args.systems,
+                                              args.app_params(app)))
                 for app in args.ops for skew in args.skews]
         total = sum(args.repeats * (len(m) + len(p)) - sum(
             args.repeats - (args.slow_peer_repeats if not args.slow_peer_skews

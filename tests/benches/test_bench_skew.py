@@ -30,6 +30,12 @@ def test_systems_apply_by_operator_and_engines() -> None:
     assert peers == ["apws-2"]  # the JVM count is word count's peer only
     mine, peers = bs.systems_for("wordcount", [2], ["kg", "dc", "wc", "jvm", "tws-200"])
     assert mine == [("kg", 2), ("dc", 2), ("wc", 2)] and peers == ["tws-200", "jvm"]
+    # heavy's mergeable form splits (issue 42)
+    mine, _ = bs.systems_for("heavy", [2], ["kg", "dlb-h", "dc", "wc"],
+                             {"work_us": 300.0, "mergeable": True})
+    assert mine == [("kg", 2), ("dlb-h", 2), ("dc", 2), ("wc", 2)]
+    args = bs.parse_args(["--mergeable", "--skews", "zipf:2.0", "--engines", "2"])
+    assert args.app_params("heavy") == {"work_us": 1000.0, "mergeable": True}
 
 
 def test_parse_args_refuses_unknown_systems_and_a_missing_baseline() -> None:
@@ -60,6 +66,8 @@ def test_stage_bound_is_the_hot_group_or_the_mean_over_kg() -> None:
     topic = bs.Topic("t", "heavy", "x", 0, [a, b])
     kg_busiest = 30 + 60
     assert bs.stage_bound(topic, 2) == pytest.approx((15 + 60) / kg_busiest)
+    # a split spreads even the one hot group: half the total per batch
+    assert bs.split_bound(topic, 2) == pytest.approx((15 + 30) / kg_busiest)
 
 
 def test_checks_find_lost_doubled_and_unread_events() -> None:
