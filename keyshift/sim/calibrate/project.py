@@ -27,19 +27,25 @@ SPLITTING = ("dc", "wc")
 SPARK = "spark-200"
 
 
-def summarizes(app: str) -> bool:
-    """Whether the run's operator offers the summary hooks key splitting needs. ``app`` is
-    read from the run's ``job.json``: looked up among the shipped and installed operators,
-    never imported (:func:`keyshift.apps.known_operator`); one this host does not know is
-    projected without dc and wc."""
+def summarizes(app: str, params: dict[str, Any] | None = None) -> bool:
+    """Whether the run's operator, in the form its parameters build (heavy with
+    ``mergeable: true`` splits, its chain form does not), offers the summary hooks key
+    splitting needs. ``app`` is read from the run's ``job.json``: looked up among the
+    shipped and installed operators, never imported (:func:`keyshift.apps.known_operator`);
+    one this host does not know is projected without dc and wc."""
     from keyshift.apps import known_operator
 
     cls = known_operator(app)
-    return cls is not None and bool(cls.summarizes())
+    if cls is None:
+        return False
+    try:
+        return bool(type(cls(**params)).summarizes() if params else cls.summarizes())
+    except Exception:  # noqa: BLE001 -- parameters this version refuses: no split projected
+        return False
 
 
-def policies_for(app: str) -> tuple[str, ...]:
-    return POLICIES + (SPLITTING if summarizes(app) else ()) + (SPARK,)
+def policies_for(app: str, params: dict[str, Any] | None = None) -> tuple[str, ...]:
+    return POLICIES + (SPLITTING if summarizes(app, params) else ()) + (SPARK,)
 
 
 def spark_task_fixed_s(model: CostModel) -> tuple[float, str]:
@@ -92,7 +98,7 @@ def project(run: Run, model: CostModel, engines: list[int],
     for e in engines:
         c = cores or e
         scale = e / run.engines
-        for policy in policies_for(run.app):
+        for policy in policies_for(run.app, run.app_params):
             work = evolve(run, policy, e, scale, bpg)
             t0 = spark_t0 if policy == SPARK else None
             rows.append(row(e, c, policy, work, model, first, t0))

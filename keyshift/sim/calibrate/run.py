@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +99,7 @@ class Run:
     timed_by: str  # "triggerExecution" or "duration_s"
     settings_from: str  # "job.json" or "config"
     state_bytes: float = 0.0  # the engines' state after the last batch (its tasks' sum)
+    app_params: dict[str, Any] = field(default_factory=dict)  # the operator's (job.json)
 
     @property
     def events(self) -> float:
@@ -248,6 +249,8 @@ def read_run(path: Path, cfg: Any | None = None) -> Run:
         cores = _cores_of(cfg.spark.master)
     return Run(
         run_id=str(job["run_id"]), path=path, app=str(job["app"]), policy=str(job["policy"]),
+        app_params=dict(job.get("app_params") or {}) if isinstance(job.get("app_params"),
+                                                                   dict) else {},
         groups=int(job["groups"]), engines=int(job["engines"]),
         trigger_s=float(job["trigger_s"]), per_window=per_window, controller=controller,
         policy_params=dict(job.get("policy_params") or {}), cores=max(1, cores),

@@ -197,6 +197,10 @@ def test_projection_rows_for_each_policy_and_engine_count(tmp_path) -> None:
 def test_key_splitting_rows_only_for_a_summarizing_operator(tmp_path) -> None:
     assert "dc" not in policies_for("heavy") and "wc" not in policies_for("fsd")
     assert {"dc", "wc"} <= set(policies_for("wordcount"))
+    # the run's own form decides (job.json's app_params): heavy's mergeable form splits
+    assert {"dc", "wc"} <= set(policies_for("heavy", {"work_us": 300, "mergeable": True}))
+    assert "dc" not in policies_for("heavy", {"work_us": 300})
+    assert "dc" not in policies_for("heavy", {"mergeable": "nonsense"})
     write_run(tmp_path, "wc", app="wordcount")
     rows = calibrate(tmp_path, "wc", [8])["projection"]
     by = {r["policy"]: r for r in rows}
