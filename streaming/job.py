@@ -44,7 +44,7 @@ import numpy as np
 
 from keyshift.apps import event_schema, make_operator, resolve_operator
 from keyshift.config import Config
-from keyshift.control import policy_params
+from keyshift.control import policy_from_config
 from keyshift.control.batch_cost import batch_e2e, run_cost
 from keyshift.elastic.reconfiguration import MeasuredMigration
 from keyshift.groups import spark_group_expr_sql
@@ -56,7 +56,6 @@ from keyshift.plan import Plan
 from keyshift.policies import (
     PolicyInputError,
     check_operator,
-    make_policy,
     policy_class,
 )
 from keyshift.policies.hot_split import hot_groups, splitting_policy
@@ -966,7 +965,7 @@ def hot_key_splitter(cfg: Config, policy: str, app: str, app_params: dict[str, A
             f"{op.app!r} ({type(op).__name__}) offers no summary of part of a key's events "
             "(summarize, combine, apply_summary; docs/operators.md); use a policy that moves "
             "whole key groups (e.g. dlb-h, lptf, elb)")
-    made = make_policy(policy, **{**policy_params(cfg, policy), **(params or {})})
+    made = policy_from_config(cfg, policy, params)
     return splitting_policy(made)
 
 

@@ -249,15 +249,11 @@ def policy_params(pairs: list[str]) -> dict[str, Any]:
 def build_policy(name: str, pairs: list[str], cfg: Any = None):
     """The policy by name; with ``cfg``, its parameters from ``[controller]`` as the job's
     loop takes them (:func:`keyshift.control.policy_params`), under ``--policy-param``."""
-    from keyshift.policies import PolicyInputError, make_policy
+    from keyshift.control import policy_from_config
+    from keyshift.policies import PolicyInputError
 
     try:
-        defaults: dict[str, Any] = {}
-        if cfg is not None:
-            from keyshift.control import policy_params as from_config
-
-            defaults = from_config(cfg, name)
-        return make_policy(name, **{**defaults, **policy_params(pairs)})
+        return policy_from_config(cfg, name, policy_params(pairs))
     except PolicyInputError as exc:  # "policy: unknown policy ..." or a parameter's field
         raise UsageError(f"--{exc}" if exc.field == "policy" else f"--policy: {exc}") from None
     except ValueError as exc:

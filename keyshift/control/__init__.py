@@ -33,6 +33,7 @@ from keyshift.control.loop import (
     Realizer,
     guard_from_config,
     loop_from_config,
+    policy_from_config,
     policy_params,
 )
 from keyshift.control.scaling import (
@@ -62,6 +63,6 @@ __all__ = [
     "guard_from_config",
     "MemoryControlStore", "NoForecast", "Realizer", "ScalerState", "ScalerStep", "SourceChange",
     "WindowSample", "WindowStats", "evaluate", "fallback_forecast", "key_group_floor",
-    "loop_from_config", "min_gain_veto", "plan_action", "plan_diff", "policy_params",
+    "loop_from_config", "min_gain_veto", "plan_action", "plan_diff", "policy_from_config", "policy_params",
     "scale_plan",
 ]

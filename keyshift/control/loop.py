@@ -455,6 +455,13 @@ def policy_params(cfg: Any, name: str) -> dict[str, Any]:
     return {k: v for k, v in offered.items() if k in accepted and v is not None}
 
 
+def policy_from_config(cfg: Any, name: str, params: dict[str, Any] | None = None) -> Any:
+    """The one way a policy is built from config: its ``[controller]``/``[engines]``
+    parameters (:func:`policy_params`; none without ``cfg``) under ``params``."""
+    defaults = policy_params(cfg, name) if cfg is not None else {}
+    return make_policy(name, **{**defaults, **(params or {})})
+
+
 def loop_from_config(cfg: Any, store: ControlStore, policy_name: str,
                      forecaster: Forecaster | None = None, realizer: Realizer | None = None,
                      run_id: str = "", clock: Callable[[], float] = time.time,
@@ -464,8 +471,7 @@ def loop_from_config(cfg: Any, store: ControlStore, policy_name: str,
     False: a fixed plan), and with ``[planner] enabled`` the planner fed by ``forecaster``."""
     from keyshift.elastic.path_scaler import path_scaler_from_config
 
-    policy = make_policy(policy_name, **{**policy_params(cfg, policy_name), **(params or {})}) \
-        if balance else None
+    policy = policy_from_config(cfg, policy_name, params) if balance else None
     scaler = ScalerStep(path_scaler_from_config(cfg), forecaster, cfg.controller.window_s,
                         clock=clock) if cfg.planner.enabled else None
     return ControlLoop(store, LoopSettings.from_config(cfg), policy, policy_name, scaler,

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from keyshift.config import load_config
-from keyshift.control import LoopSettings, policy_params
+from keyshift.control import LoopSettings, policy_from_config
 from keyshift.control.decision import RECOMMEND
 from keyshift.plan import Plan
 from keyshift.policies import make_policy
@@ -38,7 +38,7 @@ def simulation(cfg, policy: str = "dlb-h", windows: int = 24, seed: int = 5) -> 
                                  _constant(400.0))
     sim_cfg = SimConfig(engines=ENGINES, tick_s=1.0, window_s=WINDOW_S, service_rate=200.0,
                         pause_fixed_s=0.0, pause_s_per_state=0.0)
-    policy_obj = make_policy(policy, **policy_params(cfg, policy))
+    policy_obj = policy_from_config(cfg, policy)
     sim = Simulator(workload, policy_obj, sim_cfg, seed=seed,
                     control=LoopSettings.from_config(cfg))
     sim.run(windows * WINDOW_S)
