@@ -37,6 +37,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache, cached_property, partial
@@ -165,61 +166,75 @@ def run_engine(spec: BatchSpec, engine: int, rows: Iterable[tuple]) -> Iterator[
     if spec.ingest_only:
         yield from _count_only(engine, rows)
         return
-    t0, started_at = time.perf_counter(), time.time()
-    store, rebuilt = spec.open(engine)
-    t_open = time.perf_counter() - t0
+    tm = _Timings()
+    with tm.step("open_s"):
+        store, rebuilt = spec.open(engine)
     try:
         op = make_operator(spec.app, **spec.params)
         leaving = spec.moves_out.get(engine, [])
         # the arriving groups' state is read before the input (it overlaps the shuffle fetch)
-        t_fetch0 = time.perf_counter()
-        arrived = fetch_arrivals(spec, engine, op)
-        t_fetch = time.perf_counter() - t_fetch0
+        with tm.step("fetch_s"):
+            arrived = fetch_arrivals(spec, engine, op)
         stage_snapshots(spec, engine, arrived)
         clock = _InputClock(rows)
         got = yield from _read_input(clock)
         touched = sorted(({ge[0] for ge in got.events} | set(got.summarized)) - set(arrived))
-        t_load = _restore_state(op, store, spec.batch_id, touched, arrived)
-        t_op0 = time.perf_counter()
-        outs = yield from _apply_operator(op, got)
-        t_op = time.perf_counter() - t_op0
-        t_save0 = time.perf_counter()
-        snapshots = {g: op.snapshot(g) for g in sorted(set(touched) | set(arrived))}
-        compacted = _save_state(spec, engine, store, {**{g: None for g in leaving}, **snapshots})
-        t_save = time.perf_counter() - t_save0
+        tm.seconds["load_s"] = _restore_state(op, store, spec.batch_id, touched, arrived)
+        with tm.step("operator_s"):
+            outs = yield from _apply_operator(op, got)
+        with tm.step("save_s"):
+            snapshots = {g: op.snapshot(g) for g in sorted(set(touched) | set(arrived))}
+            compacted = _save_state(spec, engine, store,
+                                    {**{g: None for g in leaving}, **snapshots})
         for g, ce in outs:
             yield (OUT, (engine, g, ce.key, ce.ts, ce.kind, ce.detail, ce.event_id))
         yield from _load_records(engine, got, snapshots)
         yield (TASK, {
             **_task_identity(engine),
-            "cache_id": store.cache_id,
-            "rebuilt": rebuilt,
-            "events": len(got.events),
-            "outputs": len(outs),
-            "dead": got.dead,
-            "kafka_ts_first": got.kafka_first if got.events else None,
-            "kafka_ts_last": got.kafka_last if got.events else None,
-            "released": len(leaving),
-            "restored": len(arrived),
-            "summarized": sum(got.summarized.values()),
-            "restored_bytes": sum(len(s or b"") for s in arrived.values()),
-            "compacted": compacted,
-            "open_s": t_open,
-            "fetch_s": t_fetch,
-            "load_s": t_load,
-            "save_s": t_save,
-            "state_bytes": sum(len(s) for s in snapshots.values()),
-            "input_wait_s": clock.wait_s,
-            "operator_s": t_op,
-            "started_at": started_at,
+            "cache_id": store.cache_id, "rebuilt": rebuilt, "compacted": compacted,
+            **_task_counts(got, outs, leaving, arrived, snapshots),
+            **tm.seconds, "input_wait_s": clock.wait_s, "started_at": tm.started_at,
             "worker_forked_at": worker_forked_at(),
             # the Kafka times of the events that made complex events: the batch's
             # end-to-end latency once the outputs commit (keyshift.control.batch_cost)
             "out_kts": sketch(_producing_kafka_times(got, outs)),
-            "duration_s": time.perf_counter() - t0,
+            "duration_s": time.perf_counter() - tm.t0,
         })
     finally:
         store.close()
+
+
+@dataclass
+class _Timings:
+    """A task's clocks: its start (for the batch's stages) and the seconds of its steps,
+    the ``*_s`` fields of its TASK record."""
+
+    t0: float = field(default_factory=time.perf_counter)
+    started_at: float = field(default_factory=time.time)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t
+
+
+def _task_counts(got: _TaskInput, outs: list, leaving: list[int],
+                 arrived: Mapping[int, bytes | None],
+                 snapshots: Mapping[int, bytes]) -> dict[str, Any]:
+    """What a task did, counted: the TASK record's events, outputs, moves and state."""
+    return {
+        "events": len(got.events), "outputs": len(outs), "dead": got.dead,
+        "kafka_ts_first": got.kafka_first if got.events else None,
+        "kafka_ts_last": got.kafka_last if got.events else None,
+        "released": len(leaving), "restored": len(arrived),
+        "summarized": sum(got.summarized.values()),
+        "restored_bytes": sum(len(s or b"") for s in arrived.values()),
+        "state_bytes": sum(len(s) for s in snapshots.values()),
+    }
 
 
 def _producing_kafka_times(got: _TaskInput, outs: list) -> list[float]:

@@ -258,3 +258,26 @@ def test_arrow_engine_reads_and_writes_the_stage_schemas(tmp_path, monkeypatch) 
     tags = result.column("tag").to_pylist()
     assert tags.count(TASK) == 1 and tags.count(LOAD) >= 1
     assert json.loads(result.column("task").to_pylist()[tags.index(TASK)])["restored"] == 1
+
+
+def test_an_engine_task_records_its_clocks_and_its_outputs_kafka_times(tmp_path,
+                                                                        monkeypatch) -> None:
+    """The TASK record carries what keyshift.control.batch_cost stacks and merges: each
+    step's seconds, the task's wall start, its worker's fork time and a sketch of the Kafka
+    times of the events behind its complex events (issue 45)."""
+    import time
+
+    import keyshift.streaming.engines as engines
+
+    monkeypatch.setattr(engines, "cache_root", lambda _key: tmp_path / "cache")
+    before = time.time()
+    recs = list(run_engine(_spec(tmp_path, 0), 0, _event_rows(40)))
+    task = _task(recs)
+    for k in ("open_s", "fetch_s", "load_s", "operator_s", "save_s", "input_wait_s"):
+        assert 0 <= task[k] <= task["duration_s"], k
+    assert before <= task["started_at"] <= time.time()
+    assert task["worker_forked_at"] is None or task["worker_forked_at"] <= task["started_at"]
+    outs = [r for kind, r in recs if kind == OUT]
+    sketch = task["out_kts"]
+    assert outs and sketch["n"] == len(outs) and len(sketch["q"]) == 21
+    assert T0 / 1e3 <= sketch["q"][0] <= sketch["q"][-1] <= T0 / 1e3 + 40
