@@ -180,7 +180,40 @@ def write_report(rows: Rows, cfg: Config, run_id: str, tables: RunTables,
     """PNG plots and ``report.html`` in the run folder; returns the HTML path (``rows``
     gives ``events_out`` for the click-stream app's top-k table)."""
     folder.mkdir(parents=True, exist_ok=True)
-    m, d, mig = tables.metrics, tables.decisions, tables.migrations
+    m = tables.metrics
+    images = _plots(cfg, run_id, tables, folder)
+    extra = ""
+    if app == "clicks":
+        out = rows.frame("events_out", run_id, ["detail"])
+        top = TopK(10)
+        top.update(json.loads(x)["pattern"] for x in out.detail)
+        extra = _table(["pattern", "count"], top.top(), "Top-10 click patterns (top-k operator)")
+    body = (
+        f"<h1>keyshift run {html.escape(run_id)}</h1>"
+        + _table(["metric", "value"], [(k, human(v)) for k, v in summary.items()
+                                       if k not in ("stages", "balancer")], "Summary")
+        + _cost_note(summary)
+        + _floor_note(m, app, summary.get("policy"), _app_params(cfg.run_dir(run_id)))
+        + "".join(f'<h2>{html.escape(c)}</h2><img src="{f}" alt="{html.escape(c)}">'
+                  for f, c in images)
+        + _changes(tables)
+        + extra
+    )
+    page = folder / "report.html"
+    page.write_text(
+        "<!doctype html><html><head><meta charset='utf-8'>"
+        f"<title>keyshift run {html.escape(run_id)}</title>"
+        "<style>body{font-family:sans-serif;max-width:60em;margin:auto}"
+        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}</style>"
+        f"</head><body>{body}</body></html>"
+    )
+    (folder / "summary.json").write_text(json.dumps(summary, indent=2))
+    return page
+
+
+def _plots(cfg: Config, run_id: str, tables: RunTables, folder: Path) -> list[tuple[str, str]]:
+    """The report's PNGs in ``folder``: (file, caption) of each one drawn."""
+    m, d = tables.metrics, tables.decisions
     images = []
     if len(m):
         import matplotlib
@@ -196,12 +229,12 @@ def write_report(rows: Rows, cfg: Config, run_id: str, tables: RunTables,
             images.append(("forecast.png", "Input rate: the scaler's forecast vs actual"))
     if _stages_plot(cfg.run_dir(run_id), folder / "stages.png"):
         images.append(("stages.png", "Where each batch's time went (seconds per stage)"))
-    extra = ""
-    if app == "clicks":
-        out = rows.frame("events_out", run_id, ["detail"])
-        top = TopK(10)
-        top.update(json.loads(x)["pattern"] for x in out.detail)
-        extra = _table(["pattern", "count"], top.top(), "Top-10 click patterns (top-k operator)")
+    return images
+
+
+def _changes(tables: RunTables) -> str:
+    """The decisions that changed the plan and the completed migrations, as tables."""
+    d, mig = tables.decisions, tables.migrations
     dec_rows = [] if not len(d) else [
         (str(r.batch_id), r.action,
          f"{r.rstd_before:.1f}" if r.rstd_before == r.rstd_before else "",
@@ -214,29 +247,10 @@ def write_report(rows: Rows, cfg: Config, run_id: str, tables: RunTables,
          human((r.ended_at - r.started_at).total_seconds()) if r.ended_at is not None else "")
         for r in mig[mig.status == "completed"].itertuples()
     ]
-    body = (
-        f"<h1>keyshift run {html.escape(run_id)}</h1>"
-        + _table(["metric", "value"], [(k, human(v)) for k, v in summary.items()
-                                       if k not in ("stages", "balancer")], "Summary")
-        + _cost_note(summary)
-        + _floor_note(m, app, summary.get("policy"), _app_params(cfg.run_dir(run_id)))
-        + "".join(f'<h2>{html.escape(c)}</h2><img src="{f}" alt="{html.escape(c)}">'
-                  for f, c in images)
-        + _table(["batch", "action", "RSTD before", "RSTD after", "moved groups", "reason"],
-                 dec_rows, "Decisions that changed the plan")
-        + _table(["migration", "groups", "bytes", "status", "seconds"], mig_rows, "Migrations")
-        + extra
-    )
-    page = folder / "report.html"
-    page.write_text(
-        "<!doctype html><html><head><meta charset='utf-8'>"
-        f"<title>keyshift run {html.escape(run_id)}</title>"
-        "<style>body{font-family:sans-serif;max-width:60em;margin:auto}"
-        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px}</style>"
-        f"</head><body>{body}</body></html>"
-    )
-    (folder / "summary.json").write_text(json.dumps(summary, indent=2))
-    return page
+    return (_table(["batch", "action", "RSTD before", "RSTD after", "moved groups", "reason"],
+                   dec_rows, "Decisions that changed the plan")
+            + _table(["migration", "groups", "bytes", "status", "seconds"], mig_rows,
+                     "Migrations"))
 
 
 def _cost_note(summary: dict[str, Any]) -> str:
