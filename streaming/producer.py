@@ -219,8 +219,6 @@ def produce(
     ``malformed`` exact bad records are spread evenly over the run, or each record is bad
     with probability ``bad_fraction``; bad kinds cycle through :data:`BAD_KINDS`.
     """
-    import numpy as np
-
     if not isinstance(rate, RateSchedule):
         if rate <= 0:
             raise ValueError(f"rate must be > 0, got {rate}")
@@ -228,46 +226,70 @@ def produce(
     total = count if count is not None else rate.events(duration_s or 0)
     if total <= 0:
         raise ValueError("nothing to send: give a count or a positive duration")
-    is_bad = _bad_slots(total, malformed)
-    rng = np.random.default_rng(seed)
-
-    def chunk_at(r: float) -> int:
-        return max(1, min(int(r / 20) or 1, 2000))
+    stats = ProduceStats()
+    bad = _BadRecords(_bad_slots(total, malformed), bad_fraction, seed, stats)
 
     # a second of tokens: a sleep that overshoots (5 ms per 50 ms on a loaded host) is made
     # up by the next chunks; a bucket of one chunk dropped it, 6-10 % under the rate
     now_rate = rate.at(0.0)
-    bucket = TokenBucket(now_rate, burst=max(chunk_at(now_rate), now_rate), clock=clock,
+    bucket = TokenBucket(now_rate, burst=max(_chunk_at(now_rate), now_rate), clock=clock,
                          sleep=sleep)
-    stats = ProduceStats()
     sender = _Sender(producer, topic, stats)
     start = clock()
-    kinds = 0
     i = 0
     with _sending(sender, stats):
         while i < total:
             r = rate.at(clock() - start)
             if r != bucket.rate:  # the schedule's next step: a second of its tokens at most
-                bucket.retune(r, max(chunk_at(r), r))
-            n = min(chunk_at(r), total - i)
+                bucket.retune(r, max(_chunk_at(r), r))
+            n = min(_chunk_at(r), total - i)
             bucket.take(n)
             now = clock()
             events = generator.batch(n, now - start, int(time.time() * 1000))
-            coin = rng.random(n) < bad_fraction if bad_fraction > 0 else None
-            for j, e in enumerate(events):
-                if is_bad(i + j) or (coin is not None and coin[j]):
-                    kind = BAD_KINDS[kinds % len(BAD_KINDS)]
-                    kinds += 1
-                    stats.bad[kind] += 1
-                    sender.send(e["key"], bad_record(kind, e))
-                else:
+            for e, kind in zip(events, bad.kinds(i, len(events)), strict=True):
+                if kind is None:
                     sender.send_event(e)
+                else:
+                    sender.send(e["key"], bad_record(kind, e))
             i += n
             stats.elapsed_s = clock() - start
             if progress is not None:
                 progress(stats)
     stats.elapsed_s = clock() - start
     return stats
+
+
+def _chunk_at(rate: float) -> int:
+    """Records sent per bucket take at ``rate``: ~20 takes a second, 1 to 2,000."""
+    return max(1, min(int(rate / 20) or 1, 2000))
+
+
+class _BadRecords:
+    """Which records of a run go out bad, and of which kind (:data:`BAD_KINDS` in turn):
+    the exact slots spread over the run, or each with probability ``fraction`` (one draw
+    per record of a chunk, from ``seed``); each counted in ``stats.bad``."""
+
+    def __init__(self, is_bad: Callable[[int], bool], fraction: float, seed: int,
+                 stats: ProduceStats) -> None:
+        import numpy as np
+
+        self._is_bad, self._fraction, self._stats = is_bad, fraction, stats
+        self._rng = np.random.default_rng(seed)
+        self._sent = 0
+
+    def kinds(self, first: int, n: int) -> list[str | None]:
+        """The bad kind of records ``first`` .. ``first + n - 1`` (None: a good one)."""
+        coin = self._rng.random(n) < self._fraction if self._fraction > 0 else None
+        out: list[str | None] = []
+        for j in range(n):
+            if self._is_bad(first + j) or (coin is not None and coin[j]):
+                kind = BAD_KINDS[self._sent % len(BAD_KINDS)]
+                self._sent += 1
+                self._stats.bad[kind] += 1
+                out.append(kind)
+            else:
+                out.append(None)
+        return out
 
 
 def replay(
