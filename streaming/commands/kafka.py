@@ -49,12 +49,7 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from keyshift.streaming.broker import (
-        Broker,
-        BrokerError,
-        client_options,
-        create_topic,
-    )
+    from keyshift.streaming.broker import Broker, BrokerError
 
     cfg = load_config(args.config)  # ConfigError: the CLI's one-line message
     broker = Broker.from_config(cfg)
@@ -71,58 +66,78 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         if args.action == "start":
-            if getattr(args, "sasl_plain", None):
-                user, sep, password = args.sasl_plain.partition(":")
-                if not sep:
-                    raise UsageError("--sasl-plain: expected USER:PASSWORD")
-                broker = dataclasses.replace(broker, sasl_plain=(user, password))
-            started = broker.start()
-            return answer(started + (f" (SASL_PLAINTEXT, PLAIN user {broker.sasl_plain[0]})"
-                                     if broker.sasl_plain else ""),
-                          bootstrap=broker.bootstrap, pid=broker.pid(),
-                          sasl_user=broker.sasl_plain[0] if broker.sasl_plain else None)
+            return _start(args, broker, answer)
         if args.action == "fetch-jars":
-            from keyshift.lakehouse.jars import JarResolutionError, spark_jars
-
-            try:
-                classpath = broker.jars()
-                spark = spark_jars(cfg.cache_path / "jars", cfg.spark.delta_version)
-            except JarResolutionError as exc:
-                raise BrokerError(str(exc)) from None
-            n = len(classpath.split(os.pathsep))
-            return answer(f"{n} broker jars and {len(spark)} Spark jars cached in "
-                          f"{cfg.cache_path / 'jars'}", broker_jars=n, spark_jars=len(spark),
-                          cache=str(cfg.cache_path / "jars"))
+            return _fetch_jars(cfg, broker, answer)
         if args.action == "stop":
             return answer(broker.stop(), bootstrap=broker.bootstrap)
         if args.action == "status":
-            st = broker.status()
-            if args.json:
-                print(json.dumps(st, indent=json_indent(args)))
-            elif st["healthy"]:
-                print(
-                    f"kafka: healthy at {st['bootstrap']} (pid {st['pid'] or 'not ours'}, "
-                    f"cluster {st['cluster_id']}, {st['brokers']} broker(s), "
-                    f"topics: {', '.join(st['topics']) or 'none'})"
-                )
-            else:
-                hint = ""
-                if st["pid"] and cfg.kafka.security_protocol == "PLAINTEXT":
-                    hint = (f" (broker process {st['pid']} is running: if it was started with "
-                            "--sasl-plain, set kafka.security_protocol = SASL_PLAINTEXT, "
-                            "kafka.sasl_username and KEYSHIFT_KAFKA__SASL_PASSWORD)")
-                print(f"kafka: not healthy: {st['error']}{hint}", file=sys.stderr)
-            return 0 if st["healthy"] else 1
-        name = args.name or cfg.kafka.topic
-        partitions = cfg.kafka.partitions if args.partitions is None else args.partitions
-        if partitions < 1:
-            raise UsageError(f"--partitions: must be >= 1, got {partitions}")
-        done = create_topic(broker.bootstrap, name, partitions,
-                            security=client_options(cfg.kafka))
-        return answer(done, topic=name, partitions=partitions)
+            return _status(args, cfg, broker)
+        return _create_topic(args, cfg, broker, answer)
     except BrokerError as exc:
         if args.json:
             print(json.dumps({"action": action, "ok": False, "error": str(exc)},
                              indent=json_indent(args)))
         print(f"keyshift kafka {action}: {exc}", file=sys.stderr)
         return 1
+
+
+def _start(args: argparse.Namespace, broker, answer) -> int:
+    """``kafka start``: the local broker, with a SASL/PLAIN user when asked."""
+    if getattr(args, "sasl_plain", None):
+        user, sep, password = args.sasl_plain.partition(":")
+        if not sep:
+            raise UsageError("--sasl-plain: expected USER:PASSWORD")
+        broker = dataclasses.replace(broker, sasl_plain=(user, password))
+    started = broker.start()
+    return answer(started + (f" (SASL_PLAINTEXT, PLAIN user {broker.sasl_plain[0]})"
+                             if broker.sasl_plain else ""),
+                  bootstrap=broker.bootstrap, pid=broker.pid(),
+                  sasl_user=broker.sasl_plain[0] if broker.sasl_plain else None)
+
+
+def _fetch_jars(cfg, broker, answer) -> int:
+    """``kafka fetch-jars``: the broker's and Spark's jars into the cache."""
+    from keyshift.lakehouse.jars import JarResolutionError, spark_jars
+    from keyshift.streaming.broker import BrokerError
+
+    try:
+        classpath = broker.jars()
+        spark = spark_jars(cfg.cache_path / "jars", cfg.spark.delta_version)
+    except JarResolutionError as exc:
+        raise BrokerError(str(exc)) from None
+    n = len(classpath.split(os.pathsep))
+    return answer(f"{n} broker jars and {len(spark)} Spark jars cached in "
+                  f"{cfg.cache_path / 'jars'}", broker_jars=n, spark_jars=len(spark),
+                  cache=str(cfg.cache_path / "jars"))
+
+
+def _status(args: argparse.Namespace, cfg, broker) -> int:
+    """``kafka status``: healthy (exit 0) or why not (exit 1), with a SASL hint."""
+    st = broker.status()
+    if args.json:
+        print(json.dumps(st, indent=json_indent(args)))
+    elif st["healthy"]:
+        print(f"kafka: healthy at {st['bootstrap']} (pid {st['pid'] or 'not ours'}, "
+              f"cluster {st['cluster_id']}, {st['brokers']} broker(s), "
+              f"topics: {', '.join(st['topics']) or 'none'})")
+    else:
+        hint = ""
+        if st["pid"] and cfg.kafka.security_protocol == "PLAINTEXT":
+            hint = (f" (broker process {st['pid']} is running: if it was started with "
+                    "--sasl-plain, set kafka.security_protocol = SASL_PLAINTEXT, "
+                    "kafka.sasl_username and KEYSHIFT_KAFKA__SASL_PASSWORD)")
+        print(f"kafka: not healthy: {st['error']}{hint}", file=sys.stderr)
+    return 0 if st["healthy"] else 1
+
+
+def _create_topic(args: argparse.Namespace, cfg, broker, answer) -> int:
+    """``kafka topic create``: the topic with its partitions."""
+    from keyshift.streaming.broker import client_options, create_topic
+
+    name = args.name or cfg.kafka.topic
+    partitions = cfg.kafka.partitions if args.partitions is None else args.partitions
+    if partitions < 1:
+        raise UsageError(f"--partitions: must be >= 1, got {partitions}")
+    done = create_topic(broker.bootstrap, name, partitions, security=client_options(cfg.kafka))
+    return answer(done, topic=name, partitions=partitions)
