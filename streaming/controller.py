@@ -143,11 +143,13 @@ class Controller:
         return key_group_floor(loads, engines)
 
     def collect(self, batch_id: int, loads: np.ndarray, state: np.ndarray,
-                engine_s: float | None = None, started: datetime | None = None) -> None:
+                engine_s: float | None = None, started: datetime | None = None,
+                kafka_span: tuple[float, float] | None = None) -> None:
         """One batch's per-group loads and state sizes; for the scaler also the seconds its
-        engine tasks ran and the batch's start (the window's time for the forecasters)."""
+        engine tasks ran, the batch's start (the window's time for the forecasters) and the
+        Kafka append times of its first and last event (the producers' rate)."""
         assert self._window is not None, "recover() first"
-        self._window.add_batch(batch_id, loads, state, engine_s, started)
+        self._window.add_batch(batch_id, loads, state, engine_s, started, kafka_span)
 
     def end_of_batch(self, batch_id: int, lag: float | None = None) -> ControlDecision | None:
         """At a window's last batch: the loop's step (evaluate, decide, realize, record);

@@ -175,6 +175,8 @@ class EngineRun:
     valid: int
     engine_s: float
     arrival_span_s: float
+    # the Kafka append times of the batch's first and last event (None: no event)
+    kafka_span: tuple[float, float] | None = None
 
     @classmethod
     def of(cls, small: list, groups: int) -> EngineRun:
@@ -188,13 +190,16 @@ class EngineRun:
                 state[r["grp"]] = max(state[r["grp"]], r["size"])
         arrived = [(t["kafka_ts_first"], t["kafka_ts_last"]) for t in records
                    if t.get("kafka_ts_first") is not None]
-        span = (max(b for _, b in arrived) - min(a for a, _ in arrived)) if arrived else 0.0
+        kafka_span = ((min(a for a, _ in arrived), max(b for _, b in arrived)) if arrived
+                      else None)
+        span = kafka_span[1] - kafka_span[0] if kafka_span else 0.0
         return cls(tasks=tasks, split_tasks=[t for t in records if t.get("split")],
                    loads=loads, state=state, outs=sum(t["outputs"] for t in tasks),
                    moved=sum(t.get("restored_bytes", 0) for t in tasks),
                    dead=sum(t["dead"] for t in records),
                    valid=sum(t["events"] for t in records),
-                   engine_s=work_seconds(records), arrival_span_s=span)
+                   engine_s=work_seconds(records), arrival_span_s=span,
+                   kafka_span=kafka_span)
 
 
 @dataclass(frozen=True)
@@ -652,7 +657,7 @@ class StreamJob:
             self._caches = {t["engine"]: t["cache_id"] for t in ran.tasks}
             self._count_window(batch_id, ran.loads)
             self.controller.collect(batch_id, ran.loads, ran.state, engine_s=ran.engine_s,
-                                    started=start_wall)
+                                    started=start_wall, kafka_span=ran.kafka_span)
             t_writes = time.perf_counter()
             controller_s = self._commit_writes(result, batch_id, ran, migration, start_wall)
         finally:

@@ -179,3 +179,30 @@ def test_a_scale_out_plan_balances_the_next_window_not_the_noise_of_the_last() -
     e = expected_loads(skewed)
     assert e.argmax() == 3 and e[3] > 0.95 * 400
     assert (expected_loads(np.zeros(8)) == 1).all()
+
+
+def test_the_producers_clock_shows_a_rise_before_the_backlog_does() -> None:
+    """The elastic cluster bench's ramp: one engine read 1,008 tuples in a window that
+    lasted 18.8 s while Spark's lag (one batch behind) still said 0, so the reads put In at
+    54/s; their Kafka append times span 14.4 s, 70/s, which needs 2 engines at 80 %."""
+    lat = 0.0155
+    w = WindowStats.measured(7, np.full(GROUPS, 1008 / GROUPS), 0.0, lat, 0.0)
+    w.tuples, w.engine_s, w.timed = 1008.0, 1008 * lat, 1008.0
+    w.span_s, w.lag_before, w.lag = 18.8, 0.0, 0.0
+    assert w.input_rate(WINDOW_S) == pytest.approx(1008 / 18.8)  # the reads alone
+    w.kafka_first, w.kafka_last = 1000.0, 1014.4
+    assert w.input_rate(WINDOW_S) == pytest.approx(1007 / 14.4)
+    rule = Overrule(2, WINDOW_S, 0.8, 1, 8, rise_windows=1)
+    assert rule.need(w.sample(1, 0.0, WINDOW_S)) == 2
+    # a window whose events span under a second says nothing by that clock
+    w.kafka_last = 1000.5
+    assert w.produced_rate() is None and w.input_rate(WINDOW_S) == pytest.approx(1008 / 18.8)
+
+
+def test_batches_extend_the_windows_kafka_span() -> None:
+    w = WindowStats.empty(0, 4)
+    w.add_batch(0, np.ones(4), np.zeros(4), 1.0, 5.0, kafka_span=(10.0, 12.0))
+    w.add_batch(1, np.ones(4), np.zeros(4), 1.0, 7.0, kafka_span=(11.0, 15.0))
+    w.add_batch(2, np.zeros(4), np.zeros(4), None, 9.0)  # no event: no span
+    assert (w.kafka_first, w.kafka_last) == (10.0, 15.0)
+    assert w.produced_rate() == pytest.approx(7 / 5)
