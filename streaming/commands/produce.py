@@ -86,9 +86,6 @@ def add_from_options(p: argparse.ArgumentParser) -> None:
 def _run_from_file(args: argparse.Namespace) -> int:
     """``keyshift produce --from FILE``: read and type the records (bad file or header, bad
     --app: exit 2 before anything is sent), send the good ones, report the bad ones."""
-    from keyshift.apps import OperatorInputError, resolve_operator
-    from keyshift.workloads.records import read_records
-
     for flag, given in (("--replay", args.replay), ("--count", args.count),
                         ("--duration", args.duration), ("--malformed", args.malformed),
                         ("--bad-fraction", args.bad_fraction), ("--keys", args.keys)):
@@ -96,16 +93,7 @@ def _run_from_file(args: argparse.Namespace) -> int:
             raise UsageError(f"--from: does not go with {flag}")
     if args.raw:
         return _run_raw(args)
-    schema = None
-    if args.app:
-        try:
-            schema = resolve_operator(args.app).schema
-        except OperatorInputError as exc:
-            raise UsageError(f"--app: {str(exc).removeprefix('app: ')}") from None
-    try:
-        records = read_records(args.from_file, schema)
-    except WorkloadInputError as exc:
-        raise UsageError(f"--{exc}") from None
+    records = _typed_records(args)
     from rich.console import Console
     from rich.table import Table
 
@@ -147,6 +135,24 @@ def _run_from_file(args: argparse.Namespace) -> int:
               f"failed{more}; {stats.good} sent", file=sys.stderr)
         status = 1
     return _exit_status(stats, topic, status)
+
+
+def _typed_records(args: argparse.Namespace):
+    """The file's records typed by ``--app``'s event schema (none: as they are); a bad
+    file, header or operator is a UsageError before anything is sent."""
+    from keyshift.apps import OperatorInputError, resolve_operator
+    from keyshift.workloads.records import read_records
+
+    schema = None
+    if args.app:
+        try:
+            schema = resolve_operator(args.app).schema
+        except OperatorInputError as exc:
+            raise UsageError(f"--app: {str(exc).removeprefix('app: ')}") from None
+    try:
+        return read_records(args.from_file, schema)
+    except WorkloadInputError as exc:
+        raise UsageError(f"--{exc}") from None
 
 
 def _run_raw(args: argparse.Namespace) -> int:
@@ -276,15 +282,11 @@ def _default_duration(rate: RateSchedule) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    import uuid
-
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-    from rich.table import Table
 
     from keyshift.lakehouse.logs import configure_python_logging, log_file
     from keyshift.streaming.producer import ProducerError, produce, replay
-    from keyshift.workloads import make_generator, replay_events
 
     _validate(args)
     if args.from_file:
@@ -293,20 +295,7 @@ def run(args: argparse.Namespace) -> int:
     configure_python_logging(log_file(cfg, "produce"), args.log_level)
     topic = args.topic or cfg.kafka.topic
     console = Console(stderr=True)
-    try:
-        if args.replay:
-            app, events = replay_events(args.replay, args.format)
-            total = args.limit
-        else:
-            app = args.app or cfg.controller.app
-            gen = make_generator(app, keys=args.keys, skew=args.skew, seed=args.seed,
-                                 producer_id=args.producer_id or uuid.uuid4().hex[:8])
-            total = args.count if args.count is not None else args.rate.events(
-                args.duration or _default_duration(args.rate))
-            if args.malformed > total:
-                raise UsageError(f"--malformed: {args.malformed} exceeds the {total} events sent")
-    except WorkloadInputError as exc:
-        raise UsageError(f"--{exc}") from None
+    app, source, total = _source(args, cfg)
     producer = connect_at_start(cfg, topic)  # broker down: UsageError, exit 2
 
     with Progress(
@@ -322,10 +311,10 @@ def run(args: argparse.Namespace) -> int:
 
         try:
             if args.replay:
-                stats = replay(producer, topic, events, speedup=args.speedup, limit=args.limit,
+                stats = replay(producer, topic, source, speedup=args.speedup, limit=args.limit,
                                keep_ts=args.keep_ts, progress=show)
             else:
-                stats = produce(producer, topic, gen, rate=args.rate, duration_s=args.duration,
+                stats = produce(producer, topic, source, rate=args.rate, duration_s=args.duration,
                                 count=total, malformed=args.malformed,
                                 bad_fraction=args.bad_fraction, seed=args.seed, progress=show)
         except ProducerError as exc:
@@ -337,13 +326,43 @@ def run(args: argparse.Namespace) -> int:
         _print_json(args, cfg, topic, stats, **({"replay": args.replay} if args.replay
                                                 else {"app": app}))
     else:
-        table = Table(title=f"keyshift produce: {app} → {topic} at {cfg.kafka.bootstrap}")
-        for col in ("sent", "valid", "bad", "failed", "seconds", "events/s"):
-            table.add_column(col, justify="right")
-        bad_text = str(stats.bad_total) + (
-            f" ({', '.join(f'{k} {v}' for k, v in sorted(stats.bad.items()))})"
-            if stats.bad else "")
-        table.add_row(f"{stats.sent:,}", f"{stats.good:,}", bad_text, f"{stats.failed:,}",
-                      f"{stats.elapsed_s:.1f}", f"{stats.rate:,.0f}")
-        Console().print(table)
+        _print_table(f"keyshift produce: {app} → {topic} at {cfg.kafka.bootstrap}", stats)
     return _exit_status(stats, topic)
+
+
+def _source(args: argparse.Namespace, cfg):
+    """(operator, events, how many): a replayed data set's events or a generator of the
+    operator's events; a bad workload option is a UsageError before the broker is asked."""
+    import uuid
+
+    from keyshift.workloads import make_generator, replay_events
+
+    try:
+        if args.replay:
+            app, events = replay_events(args.replay, args.format)
+            return app, events, args.limit
+        app = args.app or cfg.controller.app
+        gen = make_generator(app, keys=args.keys, skew=args.skew, seed=args.seed,
+                             producer_id=args.producer_id or uuid.uuid4().hex[:8])
+    except WorkloadInputError as exc:
+        raise UsageError(f"--{exc}") from None
+    total = args.count if args.count is not None else args.rate.events(
+        args.duration or _default_duration(args.rate))
+    if args.malformed > total:
+        raise UsageError(f"--malformed: {args.malformed} exceeds the {total} events sent")
+    return app, gen, total
+
+
+def _print_table(title: str, stats) -> None:
+    """A produce run's counts as a table on stdout."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in ("sent", "valid", "bad", "failed", "seconds", "events/s"):
+        table.add_column(col, justify="right")
+    bad_text = str(stats.bad_total) + (
+        f" ({', '.join(f'{k} {v}' for k, v in sorted(stats.bad.items()))})" if stats.bad else "")
+    table.add_row(f"{stats.sent:,}", f"{stats.good:,}", bad_text, f"{stats.failed:,}",
+                  f"{stats.elapsed_s:.1f}", f"{stats.rate:,.0f}")
+    Console().print(table)
