@@ -31,33 +31,14 @@ FILE_SYSTEM_CHECKPOINTS = ("org.apache.spark.sql.execution.streaming.checkpointi
 PYTHON_DAEMON = "keyshift.lakehouse.python_daemon"  # the executors' (spark.python.daemon.module)
 
 
-def get_spark(cfg: Config | None = None, app_name: str | None = None,
-              extra_conf: dict[str, str] | None = None) -> SparkSession:
-    """A SparkSession with Kafka, Delta and RocksDB configured (reused when one is active).
-
-    Local master by default; ``spark.master`` in config may name a cluster, and then the
-    session takes only what :func:`cluster_conf` grants it (cores, executor size, the
-    driver's address, the executors' Python), a ``spark://`` master that does not accept a
-    connection is a :class:`ClusterUnreachableError` within ``spark.master_timeout_s``, and
-    the call returns once the first executor has registered (``spark.executor_wait_s``).
-    Spark allows one session per JVM, so a second call returns the running session
-    unchanged. ``extra_conf`` adds or overrides Spark settings (e.g. for a benchmark).
-    """
-    from pyspark.sql import SparkSession
-
-    cfg = cfg or load_config()
-    active = SparkSession.getActiveSession()
-    if active is not None:
-        return active
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    on_cluster = not is_local(cfg.spark.master)
-    if cfg.spark.master.startswith("spark://"):
-        check_master(cfg.spark.master, cfg.spark.master_timeout_s)
+def session_settings(cfg: Config, app_name: str | None, on_cluster: bool,
+                     extra_conf: dict[str, str] | None = None) -> dict[str, str]:
+    """The Spark settings of a keyshift session, each with why it is set (the jars fetched
+    and cached on first use)."""
     jars = spark_jars(cfg.cache_path / "jars", cfg.spark.delta_version)
     local_dir = cfg.home_path / "spark-local"
     local_dir.mkdir(parents=True, exist_ok=True)
-    settings = {
+    return {
         "spark.master": cfg.spark.master,
         "spark.app.name": app_name or cfg.spark.app_name,
         "spark.jars": ",".join(str(j) for j in jars),
@@ -111,6 +92,32 @@ def get_spark(cfg: Config | None = None, app_name: str | None = None,
         **(cluster_conf(cfg) if on_cluster else {}),
         **(extra_conf or {}),
     }
+
+
+def get_spark(cfg: Config | None = None, app_name: str | None = None,
+              extra_conf: dict[str, str] | None = None) -> SparkSession:
+    """A SparkSession with Kafka, Delta and RocksDB configured (reused when one is active).
+
+    Local master by default; ``spark.master`` in config may name a cluster, and then the
+    session takes only what :func:`cluster_conf` grants it (cores, executor size, the
+    driver's address, the executors' Python), a ``spark://`` master that does not accept a
+    connection is a :class:`ClusterUnreachableError` within ``spark.master_timeout_s``, and
+    the call returns once the first executor has registered (``spark.executor_wait_s``).
+    Spark allows one session per JVM, so a second call returns the running session
+    unchanged. ``extra_conf`` adds or overrides Spark settings (e.g. for a benchmark).
+    """
+    from pyspark.sql import SparkSession
+
+    cfg = cfg or load_config()
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    on_cluster = not is_local(cfg.spark.master)
+    if cfg.spark.master.startswith("spark://"):
+        check_master(cfg.spark.master, cfg.spark.master_timeout_s)
+    settings = session_settings(cfg, app_name, on_cluster, extra_conf)
     if jvm_stderr() is not None:
         _launch_driver(settings, jvm_stderr())
     elif relayed_logger() is not None:
