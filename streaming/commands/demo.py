@@ -117,21 +117,15 @@ def run(args: argparse.Namespace) -> int:
     if args.planner or args.seed_history:
         cfg = cfg.model_copy(update={"planner": cfg.planner.model_copy(update={"enabled": True})})
     say = say_line if args.json else functools.partial(say_line, file=sys.stdout)
-    say_err = say_line  # per-batch lines
-    skew = args.skew or f"zipf:0.2@0,1.5@{args.duration / 3:g}"
     run_id = time.strftime("demo-%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
 
-    from keyshift.streaming.broker import (
-        Broker,
-        BrokerError,
-        client_options,
-        create_topic,
-    )
+    from keyshift.streaming.broker import Broker, BrokerError, client_options, create_topic
+    from keyshift.streaming.commands.run import start_job, stop_job
+    from keyshift.streaming.job import JobOptions
 
     broker = Broker.from_config(cfg)
     started_broker = False
     stop = threading.Event()
-    produced: dict[str, Any] = {}
     job = None
     try:
         try:
@@ -143,68 +137,13 @@ def run(args: argparse.Namespace) -> int:
                              security=client_options(cfg.kafka)))
         except BrokerError as exc:
             raise UsageError(f"kafka: {exc}") from None
-
-        from keyshift.streaming.commands.run import (
-            query_failed,
-            start_job,
-            stop_failed_line,
-            stop_job,
-        )
-        from keyshift.streaming.job import JobOptions
-
         say("starting Spark (first start resolves jars, later ones reuse the cache) ...")
         seeded = _seed(cfg, run_id, args.rate, args.log_level, say) if args.seed_history \
             else None
         # the demo is `keyshift run` on its own topic, plus a producer and a report
         job = start_job(cfg, JobOptions(app=app, policy=policy, run_id=run_id, topic=topic,
-                                        engines=args.engines), args.log_level, say_err)
-        spark = job.spark
-        thread = threading.Thread(target=_produce, daemon=True, args=(
-            cfg, topic, app, skew, args.rate, args.duration, stop, produced))
-        t0 = time.monotonic()
-        thread.start()
-        scaler = ", engine scaler on" if cfg.planner.enabled else ""
-        say(f"run {run_id}: {app} with {policy}{scaler}, {args.rate:g} events/s for "
-            f"{args.duration:g} s, skew {skew}; Ctrl-C stops")
-        interrupted, failed = False, None
-        try:
-            failed = _watch(job, thread, args.duration, say, produced)
-        except KeyboardInterrupt:
-            interrupted = True
-            say("interrupted: stopping the producer, then the streaming job after its "
-                "current batch ...")
-        wall = time.monotonic() - t0
-        stop.set()
-        thread.join(timeout=30)
-        stop_failed = stop_job(job)  # the query's failure, if any, is the one reported
-        if failed:
-            say_err(f"keyshift demo: {query_failed(failed, stop_failed=stop_failed)}")
-            return 1
-        if stop_failed:
-            say_err(f"keyshift demo: {stop_failed_line(stop_failed)}")
-            return 1
-        if "error" in produced and not interrupted:
-            raise UsageError(f"producer: {produced['error']}")
-        from keyshift.control.batch_cost import kg_counterfactual, read_jsonl
-        from keyshift.streaming.report import report_run
-        from keyshift.streaming.runs import answer
-
-        vs_kg = kg_counterfactual(read_jsonl(job.run_dir / "batches.jsonl"), job.groups,
-                                  job.per_window, job.controller.plan_for)
-        extra = {"app": app, "policy": policy, "planner": cfg.planner.enabled,
-                 "produced": produced.get("sent", 0), "run_dir": str(job.run_dir),
-                 "interrupted": interrupted, **({"seeded": seeded} if seeded else {}),
-                 **({"vs_kg": vs_kg} if vs_kg else {})}
-        # read as `keyshift report` reads (without the JVM, 5 s sooner here), the job's
-        # session where that path cannot
-        summary = answer(cfg, lambda rows: report_run(
-            rows, cfg, run_id, job.run_dir, app, wall, job.totals.records, extra),
-            spark=spark)
-        if args.json:
-            print(json.dumps(summary))
-        else:
-            _print_summary(summary)
-        return 130 if interrupted else 0
+                                        engines=args.engines), args.log_level, say_line)
+        return _drive(args, cfg, job, topic, stop, say, seeded)
     except KeyboardInterrupt:
         say("interrupted again: stopping without a summary ...")
         return 130
@@ -214,6 +153,69 @@ def run(args: argparse.Namespace) -> int:
             stop_job(job, timeout_s=30)
         if started_broker:
             broker.stop()
+
+
+def _drive(args: argparse.Namespace, cfg, job, topic: str, stop: threading.Event, say,
+           seeded: dict[str, Any] | None) -> int:
+    """The producer beside the running job until it has taken what was sent (or Ctrl-C),
+    the stop, then the summary and report; returns the exit status."""
+    from keyshift.streaming.commands.run import query_failed, stop_failed_line, stop_job
+
+    app, policy = job.app, job.opt.policy
+    skew = args.skew or f"zipf:0.2@0,1.5@{args.duration / 3:g}"
+    produced: dict[str, Any] = {}
+    thread = threading.Thread(target=_produce, daemon=True, args=(
+        cfg, topic, app, skew, args.rate, args.duration, stop, produced))
+    t0 = time.monotonic()
+    thread.start()
+    scaler = ", engine scaler on" if cfg.planner.enabled else ""
+    say(f"run {job.run_id}: {app} with {policy}{scaler}, {args.rate:g} events/s for "
+        f"{args.duration:g} s, skew {skew}; Ctrl-C stops")
+    interrupted, failed = False, None
+    try:
+        failed = _watch(job, thread, args.duration, say, produced)
+    except KeyboardInterrupt:
+        interrupted = True
+        say("interrupted: stopping the producer, then the streaming job after its "
+            "current batch ...")
+    wall = time.monotonic() - t0
+    stop.set()
+    thread.join(timeout=30)
+    stop_failed = stop_job(job)  # the query's failure, if any, is the one reported
+    if failed:
+        say_line(f"keyshift demo: {query_failed(failed, stop_failed=stop_failed)}")
+        return 1
+    if stop_failed:
+        say_line(f"keyshift demo: {stop_failed_line(stop_failed)}")
+        return 1
+    if "error" in produced and not interrupted:
+        raise UsageError(f"producer: {produced['error']}")
+    summary = _summary(cfg, job, wall, {
+        "app": app, "policy": policy, "planner": cfg.planner.enabled,
+        "produced": produced.get("sent", 0), "run_dir": str(job.run_dir),
+        "interrupted": interrupted, **({"seeded": seeded} if seeded else {})})
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        _print_summary(summary)
+    return 130 if interrupted else 0
+
+
+def _summary(cfg, job, wall: float, extra: dict[str, Any]) -> dict[str, Any]:
+    """The demo's summary and report: ``keyshift report``'s, with the comparison with KG
+    from the run's measured loads (``vs_kg``) and the demo's own numbers (``extra``)."""
+    from keyshift.control.batch_cost import kg_counterfactual, read_jsonl
+    from keyshift.streaming.report import report_run
+    from keyshift.streaming.runs import answer
+
+    vs_kg = kg_counterfactual(read_jsonl(job.run_dir / "batches.jsonl"), job.groups,
+                              job.per_window, job.controller.plan_for)
+    extra = {**extra, **({"vs_kg": vs_kg} if vs_kg else {})}
+    # read as `keyshift report` reads (without the JVM, 5 s sooner here), the job's
+    # session where that path cannot
+    return answer(cfg, lambda rows: report_run(
+        rows, cfg, job.run_id, job.run_dir, extra["app"], wall, job.totals.records, extra),
+        spark=job.spark)
 
 
 def _seed(cfg, run_id: str, rate: float, log_level: str | None, say) -> dict[str, Any]:
