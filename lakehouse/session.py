@@ -33,8 +33,7 @@ PYTHON_DAEMON = "keyshift.lakehouse.python_daemon"  # the executors' (spark.pyth
 
 def session_settings(cfg: Config, app_name: str | None, on_cluster: bool,
                      extra_conf: dict[str, str] | None = None) -> dict[str, str]:
-    """The Spark settings of a keyshift session, each with why it is set (the jars fetched
-    and cached on first use)."""
+    """The Spark settings of a keyshift session, each with why (jars cached on first use)."""
     jars = spark_jars(cfg.cache_path / "jars", cfg.spark.delta_version)
     local_dir = cfg.home_path / "spark-local"
     local_dir.mkdir(parents=True, exist_ok=True)
