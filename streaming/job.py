@@ -159,6 +159,37 @@ class BatchReport:
     e2e_p95_s: float | None = None
 
 
+@dataclass
+class _BatchClock:
+    """One micro-batch's clocks: its start and the seconds of its steps (the timing line's
+    ``*_s``, keyshift.control.batch_cost's stages)."""
+
+    t0: float
+    start_wall: datetime
+    recover_s: float = 0.0
+    waited_s: float = 0.0  # a scale-out's wait for its executors (inside prep_s)
+    prep_s: float = 0.0
+    engines_started_at: float = 0.0
+    engines_s: float = 0.0
+    controller_s: float = 0.0
+    writes_s: float = 0.0
+    metrics_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class _PlannedBatch:
+    """What a batch runs with: the plan in force and the one before, the migration between
+    them, the slots, the split groups, the spec its tasks get and the engine stage's input."""
+
+    plan: Plan
+    prev: Plan
+    migration: Migration
+    slots: int
+    split: tuple[int, ...]
+    spec: BatchSpec
+    routed: DataFrame
+
+
 @dataclass(frozen=True)
 class EngineRun:
     """What a batch's engine tasks reported to the driver: their task records (the split
@@ -621,12 +652,19 @@ class StreamJob:
         self._window_loads[1][:] += loads
 
     def _process_batch(self, df: DataFrame, batch_id: int) -> None:
-        """One micro-batch as steps: recover once, route it through the plan in force, run
-        the engines (the plan change's migration with them), commit the batch's writes, then
-        its metrics row, the run's totals and the timing line."""
-        t0 = time.perf_counter()
-        start_wall = datetime.now(UTC)
-        recover_s = self._recover_once(batch_id, t0)
+        """One micro-batch as steps: recover once, route it through the plan in force
+        (:meth:`_plan_batch`), run the engines with the plan change's migration and commit
+        the batch's writes (:meth:`_run_batch`), then its metrics row, the run's totals and
+        the timing line (:meth:`_book_batch`)."""
+        clock = _BatchClock(time.perf_counter(), datetime.now(UTC))
+        clock.recover_s = self._recover_once(batch_id, clock.t0)
+        planned = self._plan_batch(df, batch_id, clock)
+        ran, committed = self._run_batch(batch_id, planned, clock)
+        self._book_batch(batch_id, planned, ran, committed, clock)
+
+    def _plan_batch(self, df: DataFrame, batch_id: int, clock: _BatchClock) -> _PlannedBatch:
+        """The plan in force and the one before, the migration between them, a scale-out's
+        wait for its executors, the split groups and the engine stage's input."""
         plan = self.controller.plan_for(batch_id)
         prev = self.controller.plan_for(batch_id - 1) if batch_id > 0 else plan
         # ingest-only keeps no state: nothing to hand over
@@ -635,9 +673,9 @@ class StreamJob:
         slots = max(plan.engines, prev.engines)
         t_ready = time.perf_counter()
         self._say_scale(self.resources.before_batch(plan.parallelism, batch_id))
-        waited_s = time.perf_counter() - t_ready  # a scale-out's wait for its executors
+        clock.waited_s = time.perf_counter() - t_ready  # a scale-out's wait for executors
         split = self._split_for(batch_id, plan)
-        spec = self._batch_spec(batch_id, plan, migration, slots, split, start_wall)
+        spec = self._batch_spec(batch_id, plan, migration, slots, split, clock.start_wall)
         self.spark.sparkContext.setLocalProperty(
             "spark.job.description", f"keyshift {self.run_id} batch {batch_id}")
         routed = self._engine_input(df, plan, slots, spec)
@@ -645,77 +683,102 @@ class StreamJob:
             (self.run_dir / "migrating.json").write_text(json.dumps(
                 {"batch_id": batch_id, "groups": len(migration),
                  "migration_id": migration.migration_id}))
+        return _PlannedBatch(plan, prev, migration, slots, split, spec, routed)
 
+    def _run_batch(self, batch_id: int, b: _PlannedBatch,
+                   clock: _BatchClock) -> tuple[EngineRun, dict[str, Any]]:
+        """The engine stage, its small rows to the controller, the batch's writes; a
+        scale-in's executors released after its moving batch; the staged bookkeeping
+        committed behind the stream when due. Returns the run and the commit that ended."""
         kill_point("before_engines", batch_id)  # fault tests only (keyshift.streaming.faults)
-        t_engines, engines_started_at = time.perf_counter(), time.time()
-        prep_s = t_engines - t0  # recovery, plan, building the engine stage
+        t_engines, clock.engines_started_at = time.perf_counter(), time.time()
+        clock.prep_s = t_engines - clock.t0  # recovery, plan, building the engine stage
         self._outputs_committed_at = None
-        result = self._engine_stage(routed, slots, spec)
+        result = self._engine_stage(b.routed, b.slots, b.spec)
         try:
-            ran = self._collect_engines(result, batch_id, migration)
-            engines_s = time.perf_counter() - t_engines
+            ran = self._collect_engines(result, batch_id, b.migration)
+            clock.engines_s = time.perf_counter() - t_engines
             self._caches = {t["engine"]: t["cache_id"] for t in ran.tasks}
             self._count_window(batch_id, ran.loads)
             self.controller.collect(batch_id, ran.loads, ran.state, engine_s=ran.engine_s,
-                                    started=start_wall, kafka_span=ran.kafka_span)
+                                    started=clock.start_wall, kafka_span=ran.kafka_span)
             t_writes = time.perf_counter()
-            controller_s = self._commit_writes(result, batch_id, ran, migration, start_wall)
+            clock.controller_s = self._commit_writes(result, batch_id, ran, b.migration,
+                                                     clock.start_wall)
         finally:
             result.unpersist(blocking=False)
-        if len(migration):
+        if len(b.migration):
             (self.run_dir / "migrating.json").unlink(missing_ok=True)
         # a scale-in's moves ran in this batch: the executors no engine needs go now
-        self._say_scale(self.resources.after_batch(plan.parallelism, batch_id, ran.tasks))
+        self._say_scale(self.resources.after_batch(b.plan.parallelism, batch_id, ran.tasks))
         committed = self.staging.finished()
         if self.staging.due(batch_id):  # behind the stream: the next batch need not wait
             self.staging.commit_behind(batch_id)
-        writes_s = time.perf_counter() - t_writes
+        clock.writes_s = time.perf_counter() - t_writes
+        return ran, committed
+
+    def _book_batch(self, batch_id: int, b: _PlannedBatch, ran: EngineRun,
+                    committed: dict[str, Any], clock: _BatchClock) -> None:
+        """The batch's end-to-end latency, its metrics row (staged), the migration's
+        measured pause, the run's totals, the timing line and the progress report."""
         e2e = batch_e2e({"tasks": ran.tasks,
                          "outputs_committed_at": self._outputs_committed_at})
         e2e_q = merged_quantiles([e2e], (0.5, 0.95)) or [None, None]
-        metrics, bal = self._metrics_row(batch_id, start_wall, plan, slots, split, ran)
+        metrics, bal = self._metrics_row(batch_id, clock.start_wall, b.plan, b.slots,
+                                         b.split, ran)
         metrics["e2e_p50_s"], metrics["e2e_p95_s"] = e2e_q
-        if len(migration):
-            self._measure_migration(batch_id, migration, prev, plan, ran.moved,
-                                    engines_s, metrics["input_rate"], waited_s)
-        elif not split:
-            self._calm_engines_s.append(engines_s)
+        if len(b.migration):
+            self._measure_migration(batch_id, b.migration, b.prev, b.plan, ran.moved,
+                                    clock.engines_s, metrics["input_rate"], clock.waited_s)
+        elif not b.split:
+            self._calm_engines_s.append(clock.engines_s)
         t_metrics = time.perf_counter()
         # the metrics row is staged with the run's other bookkeeping (keyshift.streaming.staging):
         # batch_duration_s then covers all of the batch's own writes, and a restarted
         # driver on any host finds the row beside the warehouse
-        metrics["batch_duration_s"] = time.perf_counter() - t0
+        metrics["batch_duration_s"] = time.perf_counter() - clock.t0
         self.appends.defer("metrics", [metrics], batch_id)
         self._flush_when_idle()
-        metrics_s = time.perf_counter() - t_metrics
-        duration = time.perf_counter() - t0
-        self._add_to_totals(batch_id, ran, migration, duration)
-        self._write_timing({
-            "batch_id": batch_id, "slots": slots, "recover_s": recover_s, "prep_s": prep_s,
-            "engines_s": engines_s, "window": batch_id // self.per_window,
-            # the clocks of keyshift.control.batch_cost: where the batch's time went, how long its
-            # events waited for their complex events' commit
-            "started_at": start_wall.timestamp(), "engines_started_at": engines_started_at,
+        clock.metrics_s = time.perf_counter() - t_metrics
+        duration = time.perf_counter() - clock.t0
+        self._add_to_totals(batch_id, ran, b.migration, duration)
+        self._write_timing(self._timing_record(batch_id, b, ran, committed, clock, duration,
+                                               e2e, e2e_q, metrics["engine_loads"]))
+        if self.on_batch is not None:
+            self.on_batch(BatchReport(batch_id, ran.valid, ran.dead, ran.outs, bal.rstd,
+                                      b.plan.parallelism, b.plan.version, len(b.migration),
+                                      ran.moved, duration, *e2e_q))
+
+    def _timing_record(self, batch_id: int, b: _PlannedBatch, ran: EngineRun,
+                       committed: dict[str, Any], clock: _BatchClock, duration: float,
+                       e2e: dict[str, Any] | None, e2e_q: list, engine_loads: list
+                       ) -> dict[str, Any]:
+        """The batch's line of ``batches.jsonl``: its clocks, tasks and per-group input."""
+        return {
+            "batch_id": batch_id, "slots": b.slots, "recover_s": clock.recover_s,
+            "prep_s": clock.prep_s, "engines_s": clock.engines_s,
+            "window": batch_id // self.per_window,
+            # the clocks of keyshift.control.batch_cost: where the batch's time went, how
+            # long its events waited for their complex events' commit
+            "started_at": clock.start_wall.timestamp(),
+            "engines_started_at": clock.engines_started_at,
             "outputs_committed_at": self._outputs_committed_at, "e2e": e2e,
             "e2e_p50_s": e2e_q[0], "e2e_p95_s": e2e_q[1],
-            "engines": plan.parallelism, "engine_loads": metrics["engine_loads"],
-            "metrics_s": metrics_s,
-            "controller_s": controller_s, "writes_s": writes_s,
+            "engines": b.plan.parallelism, "engine_loads": engine_loads,
+            "metrics_s": clock.metrics_s, "controller_s": clock.controller_s,
+            "writes_s": clock.writes_s,
             "committed_staged": committed,  # the last commit behind the stream, if it ended
-            "duration_s": duration, "moved_groups": len(migration), "moved_bytes": ran.moved,
-            "ended_at": time.time(),  # wall clock: a bench's lag over time (bench_elastic_cluster)
-            "split_groups": list(split),
+            "duration_s": duration, "moved_groups": len(b.migration),
+            "moved_bytes": ran.moved,
+            "ended_at": time.time(),  # wall clock: a bench's lag over time
+            "split_groups": list(b.split),
             "scale_actions": [a.to_dict() for a in self._scale_actions(batch_id)],
             **self.resources.columns(),
             # the batch's input per key group (non-zero ones), for a replay of the run's
             # input through the simulator's cost model (keyshift simulate --calibrate)
             "load_groups": np.flatnonzero(ran.loads).tolist(),
             "load_counts": ran.loads[ran.loads > 0].astype(int).tolist(),
-            "tasks": ran.tasks, "split_tasks": ran.split_tasks})
-        if self.on_batch is not None:
-            self.on_batch(BatchReport(batch_id, ran.valid, ran.dead, ran.outs, bal.rstd,
-                                      plan.parallelism, plan.version, len(migration),
-                                      ran.moved, duration, *e2e_q))
+            "tasks": ran.tasks, "split_tasks": ran.split_tasks}
 
     def _recover_once(self, batch_id: int, t0: float) -> float:
         """The controller's recovery before a process's first batch (seconds it took, 0
