@@ -331,7 +331,7 @@ class DublinCycle:
 
 def _produce_schedule(cfg, topic: str, rates: np.ndarray, segment_s: float,
                       say) -> Iterator[dict[str, Any]]:
-    from keyshift.streaming.broker import client_options
+    from keyshift.streaming.kafka_client import client_options
     from keyshift.streaming.producer import connect, produce
 
     gen = DublinCycle(data_file(DUBLIN))
@@ -374,6 +374,7 @@ def _wait_running(job: subprocess.Popen, log: Path, timeout_s: float) -> None:
 def collect(args: argparse.Namespace, say=print) -> int:
     from keyshift.config import load_config
     from keyshift.streaming import broker as brokers
+    from keyshift.streaming import kafka_client as clients
 
     taxi = pd.read_csv(data_file(SHAPE))["value"].to_numpy(np.float64)
     shape = taxi[args.shape_start:args.shape_start + args.points]
@@ -404,7 +405,7 @@ def collect(args: argparse.Namespace, say=print) -> int:
     job = None
     summary: dict[str, Any] = {}
     try:
-        brokers.create_topic(cfg.kafka.bootstrap, topic, PARTITIONS)
+        clients.create_topic(cfg.kafka.bootstrap, topic, PARTITIONS)
         with open(logs / "run.out", "w") as out, open(logs / "run.log", "w") as err:
             job = subprocess.Popen(
                 [keyshift_exe(), "run", "--app", "traffic", "--topic", topic, "--policy", "elb",

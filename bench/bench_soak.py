@@ -677,6 +677,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from keyshift.config import load_config
     from keyshift.streaming import broker as brokers
+    from keyshift.streaming import kafka_client as clients
 
     console = Console(width=200)
     home = Path(tempfile.mkdtemp(prefix="keyshift-bench-soak-"))
@@ -723,7 +724,7 @@ def main(argv: list[str] | None = None) -> int:
     with (open(outs["run.out"], "w") as run_out, open(outs["run.log"], "w") as run_log,
           open(outs["produce.log"], "w") as produce_log):
         try:
-            brokers.create_topic(cfg.kafka.bootstrap, topic, PARTITIONS)
+            clients.create_topic(cfg.kafka.bootstrap, topic, PARTITIONS)
             # stdout to a file, not a pipe: a run of hours would fill a pipe nobody reads
             job = subprocess.Popen(
                 [keyshift_exe(), "run", "--app", "wordcount", "--topic", topic,
@@ -738,8 +739,8 @@ def main(argv: list[str] | None = None) -> int:
                           f"{args.trigger_s:g}s) on {topic}, {args.rate:g} events/s for "
                           f"{args.duration:g}s, skew {LOW:g}<->{HIGH:g} every "
                           f"{args.shift_s:g}s; a sample every {args.sample_s:g}s")
-            ends = brokers.TopicEnds(cfg.kafka.bootstrap, topic,
-                                     brokers.client_options(cfg.kafka))
+            ends = clients.TopicEnds(cfg.kafka.bootstrap, topic,
+                                     clients.client_options(cfg.kafka))
             sampler = Sampler(job.pid, home, warehouse, run_id, args.rate, ends,
                               f"http://{cfg.metrics.host}:{metrics_port}/metrics",
                               live_heap=args.live_heap, nmt=args.nmt)

@@ -120,7 +120,7 @@ class KafkaConfig(_Section):
     fail_on_data_loss: bool = Field(
         True, description="records Kafka deleted before the job read them stop it (false: "
         "skip them, as Spark's failOnDataLoss=false)")
-    # the security keys reach the clients by keyshift.streaming.broker.client_options and
+    # the security keys reach the clients by keyshift.streaming.kafka_client.client_options and
     # spark_options
     security_protocol: Literal["PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL", "SSL"] = Field(
         "PLAINTEXT", description="the client's security protocol")

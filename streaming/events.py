@@ -177,7 +177,7 @@ def kafka_sender(cfg: Any, timeout_s: float = 5.0) -> Callable[[], Send]:
     each send waits for the broker's acknowledgement up to ``timeout_s``."""
 
     def connect() -> Send:
-        from .broker import client_options
+        from .kafka_client import client_options
         from .producer import connect as producer
 
         p = producer(cfg.kafka.bootstrap, timeout_s, client_options(cfg.kafka))

@@ -339,7 +339,7 @@ class StreamJob:
 
     # -- query ------------------------------------------------------------------------
     def source(self) -> DataFrame:
-        from keyshift.streaming.broker import spark_options
+        from keyshift.streaming.kafka_client import spark_options
 
         reader = self.spark.readStream.format("kafka")
         if self.splitter is not None:

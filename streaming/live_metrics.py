@@ -557,7 +557,7 @@ def live_metrics_for(cfg: Any, opts: Any, say: Callable[[str], None]) -> LiveMet
         say(f"live metrics off: cannot listen on {cfg.metrics.host}:{port} ({exc.strerror or exc});"
             " set [metrics] port (KEYSHIFT_METRICS__PORT) to a free port, or 0")
         return None
-    from .broker import TopicEnds, client_options
+    from .kafka_client import TopicEnds, client_options
 
     topic = opts.topic or cfg.kafka.topic
     ends = TopicEnds(cfg.kafka.bootstrap, topic, client_options(cfg.kafka))

@@ -105,12 +105,12 @@ def connect(bootstrap: str, timeout_s: float = 10.0,
             security: Mapping[str, Any] | None = None, **config: Any):
     """A KafkaProducer, or a ProducerError within ``timeout_s`` when no broker answers or the
     broker refuses the credentials. ``security``: kafka-python security settings
-    (:func:`keyshift.streaming.broker.client_options`; default: those of the environment's
+    (:func:`keyshift.streaming.kafka_client.client_options`; default: those of the environment's
     configuration, so a secured cluster works wherever only a bootstrap string is at hand)."""
     from kafka import KafkaProducer
     from kafka.errors import KafkaError
 
-    from keyshift.streaming.broker import (
+    from keyshift.streaming.kafka_client import (
         START_HINT,
         BrokerError,
         auth_hint,

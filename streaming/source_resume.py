@@ -23,7 +23,7 @@ from keyshift.lakehouse.logs import say as say_line
 if TYPE_CHECKING:
     from keyshift.config import Config
 
-    from .broker import TopicOffsets
+    from .kafka_client import TopicOffsets
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +157,7 @@ def source_check(cfg: Config, topic: str, checkpoint: str, run_uri: str
     it, and there is nothing to compare."""
     from keyshift.lakehouse.storage import read_if_exists
 
-    from .broker import client_options, topic_offsets
+    from .kafka_client import client_options, topic_offsets
 
     recorded = json.loads(read_if_exists(f"{run_uri}/{SOURCE_FILE}") or b"{}").get(
         "topic_ids", {})
@@ -183,7 +183,7 @@ def topic_recreated(cfg: Config, run_id: str, topic: str, checkpoint: str,
     broker does not answer). Asked when Spark stopped a running query for lost records, so
     that the advice to accept the loss is never given for a recreated topic, where taking
     it would skip the new topic's records."""
-    from .broker import BrokerError
+    from .kafka_client import BrokerError
 
     try:
         check = source_check(cfg, topic, checkpoint, run_uri)[0]

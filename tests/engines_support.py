@@ -98,7 +98,7 @@ def consume(bootstrap: str, topic: str) -> list:
 
 
 def new_topic(bootstrap: str, partitions: int = 2) -> str:
-    from keyshift.streaming.broker import create_topic
+    from keyshift.streaming.kafka_client import create_topic
 
     name = f"t-{uuid.uuid4().hex[:8]}"
     create_topic(bootstrap, name, partitions)

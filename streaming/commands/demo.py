@@ -20,17 +20,12 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from keyshift.cli import UsageError, add_log_options
 from keyshift.config import load_config
 from keyshift.lakehouse.logs import one_line_failure
 from keyshift.lakehouse.logs import say as say_line
-
-if TYPE_CHECKING:
-    from keyshift.plan import Plan
 
 SUMMARY = "see the balancer at work on a skewed stream, with a report"
 
@@ -119,7 +114,8 @@ def run(args: argparse.Namespace) -> int:
     say = say_line if args.json else functools.partial(say_line, file=sys.stdout)
     run_id = time.strftime("demo-%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
 
-    from keyshift.streaming.broker import Broker, BrokerError, client_options, create_topic
+    from keyshift.streaming.broker import Broker
+    from keyshift.streaming.kafka_client import BrokerError, client_options, create_topic
     from keyshift.streaming.commands.run import start_job, stop_job
     from keyshift.streaming.job import JobOptions
 
@@ -267,7 +263,7 @@ def _seed(cfg, run_id: str, rate: float, log_level: str | None, say) -> dict[str
 
 def _produce(cfg, topic: str, app: str, skew: str, rate: float, duration: float,
              stop: threading.Event, out: dict) -> None:
-    from keyshift.streaming.broker import client_options
+    from keyshift.streaming.kafka_client import client_options
     from keyshift.streaming.producer import connect, produce
     from keyshift.workloads.events import make_generator
 

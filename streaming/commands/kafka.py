@@ -49,7 +49,8 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from keyshift.streaming.broker import Broker, BrokerError
+    from keyshift.streaming.broker import Broker
+    from keyshift.streaming.kafka_client import BrokerError
 
     cfg = load_config(args.config)  # ConfigError: the CLI's one-line message
     broker = Broker.from_config(cfg)
@@ -99,7 +100,7 @@ def _start(args: argparse.Namespace, broker, answer) -> int:
 def _fetch_jars(cfg, broker, answer) -> int:
     """``kafka fetch-jars``: the broker's and Spark's jars into the cache."""
     from keyshift.lakehouse.jars import JarResolutionError, spark_jars
-    from keyshift.streaming.broker import BrokerError
+    from keyshift.streaming.kafka_client import BrokerError
 
     try:
         classpath = broker.jars()
@@ -133,7 +134,7 @@ def _status(args: argparse.Namespace, cfg, broker) -> int:
 
 def _create_topic(args: argparse.Namespace, cfg, broker, answer) -> int:
     """``kafka topic create``: the topic with its partitions."""
-    from keyshift.streaming.broker import client_options, create_topic
+    from keyshift.streaming.kafka_client import client_options, create_topic
 
     name = args.name or cfg.kafka.topic
     partitions = cfg.kafka.partitions if args.partitions is None else args.partitions

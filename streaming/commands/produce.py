@@ -217,7 +217,12 @@ def connect_at_start(cfg, topic: str):
     either). That, and a broker that does not answer, are things missing before any work:
     :class:`UsageError`, exit status 2 (docs/platform.md, "Exit codes"), as ``keyshift run``
     says them."""
-    from keyshift.streaming.broker import BrokerError, HandshakeError, client_options, metadata
+    from keyshift.streaming.kafka_client import (
+        BrokerError,
+        HandshakeError,
+        client_options,
+        metadata,
+    )
     from keyshift.streaming.producer import ProducerError, connect
 
     try:

@@ -156,7 +156,12 @@ def check_topic(cfg, topic: str) -> None:
     """A broker that is down, refuses this client's TLS or SASL handshake (the certificate,
     the credentials: named, with the keys to check) or a topic that is missing: one clear
     line, before Spark."""
-    from keyshift.streaming.broker import BrokerError, HandshakeError, client_options, metadata
+    from keyshift.streaming.kafka_client import (
+        BrokerError,
+        HandshakeError,
+        client_options,
+        metadata,
+    )
 
     try:
         meta = metadata(cfg.kafka.bootstrap, timeout_s=10, security=client_options(cfg.kafka))

@@ -167,7 +167,7 @@ def test_sampler_reads_a_run_from_outside(soak, tmp_path, request):
         def __init__(self):
             self.values = iter([500, 1900])
 
-        def offsets(self):  # two partitions, as streaming.broker.TopicEnds reports them
+        def offsets(self):  # two partitions, as streaming.kafka_client.TopicEnds reports them
             total = next(self.values)
             return {0: total - total // 3, 1: total // 3}
 

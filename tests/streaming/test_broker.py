@@ -11,14 +11,8 @@ import pytest
 from keyshift.cli import main
 from keyshift.config import load_config
 from keyshift.lakehouse.jars import JarResolutionError, resolve
-from keyshift.streaming.broker import (
-    Broker,
-    BrokerError,
-    TopicEnds,
-    create_topic,
-    free_port,
-    metadata,
-)
+from keyshift.streaming.broker import Broker, free_port
+from keyshift.streaming.kafka_client import BrokerError, TopicEnds, create_topic, metadata
 
 
 def _broker(tmp_path, port=None, controller=None) -> Broker:

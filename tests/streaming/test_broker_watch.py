@@ -88,7 +88,7 @@ def test_clients_give_up_at_once_when_nobody_listens() -> None:
     """Health check, topic creation and the producer say "nothing listens" instead of
     waiting out a bootstrap timeout (a minute here, which the test would otherwise show as
     its own time)."""
-    from keyshift.streaming.broker import BrokerError, create_topic, metadata
+    from keyshift.streaming.kafka_client import BrokerError, create_topic, metadata
     from keyshift.streaming.producer import ProducerError, connect
 
     with socket.socket() as s:

@@ -22,8 +22,8 @@ import pytest
 from keyshift.cli import main
 from keyshift.config import load_config
 from keyshift.errors import ConfigError
-from keyshift.streaming.broker import (
-    Broker,
+from keyshift.streaming.broker import Broker
+from keyshift.streaming.kafka_client import (
     BrokerError,
     client_options,
     metadata,
@@ -154,7 +154,8 @@ def _env(cfg, broker: Broker, password: str) -> dict[str, str]:
 @pytest.mark.integration
 @pytest.mark.slow
 def test_job_on_a_sasl_plain_broker_and_wrong_credentials_fail_fast(tmp_path):
-    from keyshift.streaming.broker import create_topic, free_port
+    from keyshift.streaming.broker import free_port
+    from keyshift.streaming.kafka_client import create_topic
     from keyshift.streaming.producer import connect, produce
     from keyshift.workloads.events import make_generator
 

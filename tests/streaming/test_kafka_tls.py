@@ -29,8 +29,8 @@ from pathlib import Path
 import pytest
 
 from keyshift.config import load_config
-from keyshift.streaming.broker import (
-    Broker,
+from keyshift.streaming.broker import Broker
+from keyshift.streaming.kafka_client import (
     BrokerError,
     HandshakeError,
     client_options,
@@ -309,7 +309,7 @@ def _run_env(kafka_env: dict[str, str]) -> dict[str, str]:
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("java") is None, reason="the broker needs Java 17")
 def test_job_over_ssl_and_sasl_ssl_and_a_wrong_ca_fails_fast(tls_broker, pki):
-    from keyshift.streaming.broker import create_topic
+    from keyshift.streaming.kafka_client import create_topic
     from keyshift.streaming.producer import connect, produce
     from keyshift.workloads.events import make_generator
 

@@ -109,7 +109,7 @@ def _consume(bootstrap: str, topic: str) -> list[bytes]:
 
 @pytest.mark.integration
 def test_produce_sends_exact_counts_with_bad_records(kafka_broker):
-    from keyshift.streaming.broker import create_topic
+    from keyshift.streaming.kafka_client import create_topic
 
     topic = f"prod-{uuid.uuid4().hex[:8]}"
     create_topic(kafka_broker.bootstrap, topic, 1)  # the broker creates no topic on first use
@@ -132,7 +132,7 @@ def test_produce_sends_exact_counts_with_bad_records(kafka_broker):
 
 @pytest.mark.integration
 def test_cli_replay_real_file(kafka_broker, real_data, monkeypatch, capsys):
-    from keyshift.streaming.broker import create_topic
+    from keyshift.streaming.kafka_client import create_topic
 
     topic = f"replay-{uuid.uuid4().hex[:8]}"
     create_topic(kafka_broker.bootstrap, topic, 1)  # produce refuses a missing topic

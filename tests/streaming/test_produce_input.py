@@ -121,7 +121,7 @@ def _env(bootstrap_broker) -> dict[str, str]:
 @pytest.mark.integration
 def test_raw_sends_malformed_lines_byte_for_byte(kafka_broker, ks_home, tmp_path, monkeypatch,
                                                  capsys) -> None:
-    from keyshift.streaming.broker import create_topic
+    from keyshift.streaming.kafka_client import create_topic
 
     topic = f"raw-{uuid.uuid4().hex[:8]}"
     create_topic(kafka_broker.bootstrap, topic, 1)
@@ -143,7 +143,7 @@ def test_a_missing_topic_is_refused_with_the_topics_there_are_and_not_created(
         kafka_broker, ks_home, monkeypatch, capsys) -> None:
     from kafka.errors import KafkaTimeoutError
 
-    from keyshift.streaming.broker import create_topic, metadata
+    from keyshift.streaming.kafka_client import create_topic, metadata
     from keyshift.streaming.producer import connect
 
     there = f"there-{uuid.uuid4().hex[:8]}"
@@ -168,7 +168,7 @@ def test_a_missing_topic_is_refused_with_the_topics_there_are_and_not_created(
 @pytest.mark.integration
 def test_ctrl_c_on_produce_says_how_many_it_sent_all_of_them_in_the_topic(
         kafka_broker, ks_home) -> None:
-    from keyshift.streaming.broker import TopicEnds, create_topic
+    from keyshift.streaming.kafka_client import TopicEnds, create_topic
 
     topic = f"sigint-{uuid.uuid4().hex[:8]}"
     create_topic(kafka_broker.bootstrap, topic, 2)
@@ -241,7 +241,7 @@ class SimpleBroker:
 def test_a_missing_topic_names_the_nearest_ones_first_among_many(monkeypatch) -> None:
     """A broker with hundreds of topics (a shared one, a test suite's): the refusal names the
     ones nearest the typo first, twenty in all, and how many more there are."""
-    import keyshift.streaming.broker as broker
+    import keyshift.streaming.kafka_client as broker
     from keyshift.cli import UsageError
     from keyshift.config import load_config
     from keyshift.streaming.commands.produce import connect_at_start

@@ -68,6 +68,9 @@ class _Stoppable:
     def close(self) -> None:  # the controller's: sends its buffered scaling events
         self.stopped = True
 
+    def plan_for(self, batch_id: int):  # the controller's: no batch ran in these runs
+        raise AssertionError(f"no plan asked for: batch {batch_id} never ran")
+
 
 def fake_job(tmp_path: Path, query_error: str | None, commit_fails: bool) -> StreamJob:
     """A StreamJob without Spark: the fields stop(), flush() and summary() use."""
@@ -89,6 +92,7 @@ def fake_job(tmp_path: Path, query_error: str | None, commit_fails: bool) -> Str
     job.storage_watch = StorageWatch("/wh", 0.0)
     job.resources = RunResources("fixed", None, None, executor_cores=1, local_cores=2)
     job.skipped_offsets = {}  # a resume's records kafka.fail_on_data_loss=false skipped
+    job.groups, job.per_window = 64, 2  # what the run's cost reads (no batches.jsonl here)
     return job
 
 

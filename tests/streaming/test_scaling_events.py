@@ -115,7 +115,7 @@ def test_events_are_off_by_default_and_the_keys_are_checked() -> None:
 def test_decisions_reach_a_real_broker_and_read_back(platform_config) -> None:
     from kafka import KafkaConsumer
 
-    from keyshift.streaming.broker import create_topic
+    from keyshift.streaming.kafka_client import create_topic
 
     topic = f"scaling-{uuid.uuid4().hex[:8]}"
     create_topic(platform_config.kafka.bootstrap, topic, 1)  # the broker creates none on use
@@ -176,7 +176,7 @@ def test_the_jobs_controller_publishes_its_decisions(platform_config) -> None:
     from engines_support import MemoryControlLog
     from kafka import KafkaConsumer
 
-    from keyshift.streaming.broker import create_topic
+    from keyshift.streaming.kafka_client import create_topic
     from keyshift.streaming.controller import Controller
 
     topic = f"scaling-job-{uuid.uuid4().hex[:8]}"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from keyshift.streaming.broker import TopicOffsets
+from keyshift.streaming.kafka_client import TopicOffsets
 from keyshift.streaming.source_resume import (
     TopicRecreated,
     checkpoint_offsets,
@@ -104,9 +104,9 @@ def _cfg(tmp_path: Path, fail_on_data_loss: bool = True):
 
 
 def _broker_says(monkeypatch, now: TopicOffsets | None) -> None:
-    import keyshift.streaming.broker as broker
+    import keyshift.streaming.kafka_client as client
 
-    monkeypatch.setattr(broker, "topic_offsets", lambda *a, **k: now)
+    monkeypatch.setattr(client, "topic_offsets", lambda *a, **k: now)
 
 
 def test_a_resume_on_a_recreated_topic_is_refused_without_the_advice_to_accept_a_loss(
@@ -166,7 +166,7 @@ def _run(cfg, topic: str, run_id: str, **env: str) -> subprocess.CompletedProces
 def _recreate(bootstrap: str, topic: str) -> None:
     from kafka.admin import KafkaAdminClient
 
-    from keyshift.streaming.broker import BrokerError, create_topic, metadata
+    from keyshift.streaming.kafka_client import BrokerError, create_topic, metadata
 
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
     try:

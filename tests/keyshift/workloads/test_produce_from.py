@@ -146,7 +146,7 @@ def test_cli_refuses_a_bad_file_or_app_with_2_before_the_broker(argv, field, tmp
 @pytest.mark.integration
 def test_cli_sends_a_jsonl_file_keyed_by_key(kafka_broker, ks_home, tmp_path, monkeypatch,
                                              capsys):
-    from keyshift.streaming.broker import create_topic
+    from keyshift.streaming.kafka_client import create_topic
 
     topic = f"from-{uuid.uuid4().hex[:8]}"
     create_topic(kafka_broker.bootstrap, topic, 1)  # produce refuses a missing topic
