@@ -137,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from keyshift.config import load_config
     from keyshift.lakehouse.session import get_spark
-    from keyshift.streaming.broker import Broker, create_topic, free_port
+    from keyshift.streaming.broker import Broker, free_port
+    from keyshift.streaming.kafka_client import create_topic
     from keyshift.streaming.producer import connect, produce
     from keyshift.workloads.events import make_generator
 

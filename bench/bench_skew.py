@@ -109,7 +109,7 @@ def fill_topic(cfg, app: str, skew: str, events: int, keys: int, batch: int,
     import numpy as np
 
     from keyshift.groups import group_of
-    from keyshift.streaming.broker import create_topic
+    from keyshift.streaming.kafka_client import create_topic
     from keyshift.streaming.producer import connect
     from keyshift.workloads.events import make_generator
 

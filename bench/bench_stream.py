@@ -142,7 +142,7 @@ def produce_topic(cfg, topic: str, events: int, *, window_s: float, seed: int = 
                   event_rate: float = EVENT_RATE) -> Reference:
     """Create ``topic`` (4 partitions) and fill it with ``events`` wordcount events (Zipf 1.0),
     as fast as the client sends, their event times ``event_rate`` per second apart."""
-    from keyshift.streaming.broker import create_topic
+    from keyshift.streaming.kafka_client import create_topic
     from keyshift.streaming.producer import connect, produce
     from keyshift.workloads import make_generator
 
