@@ -39,7 +39,7 @@ from keyshift.control import (
     policy_params,
 )
 from keyshift.plan import Plan
-from keyshift.policies import JOB_KINDS, PolicyInputError, PolicyKind, make_policy, policy_info
+from keyshift.policies import JOB_KINDS, PolicyInputError, PolicyKind, policy_info
 
 from .control_store import ControlLog
 from .events import events_of, publisher_for
@@ -75,9 +75,11 @@ class Controller:
         self.forecaster = forecaster
         if cfg.planner.enabled and self.forecaster is None:
             self.forecaster = JobForecaster(cfg)
-        # the policy is made at recover(), with the parameters known then
+        # an online policy decides in the loop; the others' plans come from the batch
+        # layer, a fixed hash or the splitter (recover() installs the first plan)
         self.loop = loop_from_config(cfg, log, policy, self.forecaster, run_id=run_id,
-                                     clock=clock, balance=False)
+                                     clock=clock, params=self.params,
+                                     balance=self.policy_kind is PolicyKind.ONLINE)
         self._window: WindowStats | None = None
         self._clock = clock
         self._window_end: float | None = None  # wall time the last window closed
@@ -93,9 +95,6 @@ class Controller:
 
     def recover(self, batch_id: int) -> None:
         """Load plans, control state and the open window's loads (start / restart)."""
-        if self.policy_kind is PolicyKind.ONLINE:
-            self.loop.policy = make_policy(
-                self.policy_name, **{**policy_params(self.cfg, self.policy_name), **self.params})
         load = getattr(self.forecaster, "load_models", None)
         if load is not None:
             load()
