@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bench.bench_elastic_cluster import (
+    APWS_DA,
     PLANNER,
     SPARK_DA,
     STATIC_MAX,
@@ -13,10 +14,12 @@ from bench.bench_elastic_cluster import (
     Pregenerated,
     RunResult,
     Samples,
+    bound_line,
     check_outputs,
     integrate,
     lag_stats,
     medians,
+    reaction,
     scale_actions,
     system_settings,
     table_text,
@@ -28,7 +31,7 @@ from keyshift.streaming.executors import resources_mode
 
 def test_each_system_is_a_valid_configuration_on_a_cluster() -> None:
     modes = {}
-    for system in (PLANNER, STATIC_MAX, STATIC_MIN, SPARK_DA, "spark-da-idle5"):
+    for system in (PLANNER, STATIC_MAX, STATIC_MIN, SPARK_DA, "spark-da-idle5", APWS_DA):
         policy, engines, settings = system_settings(system, workers=3)
         cfg = load_config(env={}, spark={"master": "spark://127.0.0.1:7077",
                                          **settings.get("spark", {})},
@@ -38,7 +41,7 @@ def test_each_system_is_a_valid_configuration_on_a_cluster() -> None:
     assert modes[PLANNER] == ("executors", True, 1)
     assert modes[STATIC_MAX] == ("executors", False, 3)
     assert modes[STATIC_MIN] == ("executors", False, 1)
-    assert modes[SPARK_DA] == ("fixed", False, 3)
+    assert modes[SPARK_DA] == modes[APWS_DA] == ("fixed", False, 3)
     with pytest.raises(ValueError, match="unknown system"):
         system_settings("nope", 2)
 
@@ -86,3 +89,24 @@ def test_pregenerated_events_are_the_same_for_every_system_stamped_when_sent() -
     b = gen.batch(3, 1.0, 2000)
     assert [e["id"] for e in a + b] == ["e0", "e1", "e2", "e3", "e4"]
     assert a[0]["ts"] == 1000 and b[0]["ts"] == 2000 and events[0]["ts"] == 0
+
+
+def test_the_planners_reaction_bounds_its_lag() -> None:
+    """A rise at 10 s to 70/s: the core comes at 30 s with 400 events behind; from 60 s the
+    job takes 75/s, so the backlog drains in 400 / 5 = 80 s; at 70/s it would never."""
+    t = list(range(0, 121))
+    cores = [1 if x < 30 else 2 for x in t]
+    sent = [20 * x if x < 10 else 200 + 70 * (x - 10) for x in t]
+    taken = [min(s_, 20 * x if x < 30 else 600 + 75 * (x - 30)) for x, s_ in zip(t, sent)]
+    taken[30] = sent[30] - 400
+    s = Samples(t=[float(x) for x in t], cores=cores, sent=sent, taken=taken)
+    r = reaction(s, ((0.0, 20.0), (10.0, 70.0), (100.0, 20.0)))
+    assert r["reaction_s"] == 20 and r["backlog"] == 400 and r["peak"] == 70
+    assert r["capacity"] == pytest.approx(75.0) and r["drain_s"] == pytest.approx(80.0)
+    assert reaction(s, ((0.0, 20.0),)) is None  # no rise
+    flat = Samples(t=s.t, cores=[1] * len(t), sent=sent, taken=taken)
+    assert reaction(flat, ((0.0, 20.0), (10.0, 70.0))) is None  # no scale-out
+    line = bound_line([result(PLANNER, reaction=r), result(STATIC_MAX)])
+    assert "added its core 20 s after the rise, 400 events behind" in line
+    assert "drains in ~80 s" in line
+    assert bound_line([result(STATIC_MAX)]) is None
