@@ -7,7 +7,7 @@ default low -> high -> low) with the same pre-generated events of the CPU-heavy 
 operator (``--work-us`` of hash chain per event: one executor carries the trough, not the
 peak, and two carry the peak: on this machine one 1-core executor takes ~57 events/s of
 ``heavy`` at 10 ms and two take ~80/s, beside the broker, driver and producer, so the default
-peak is 70/s). Systems, each a ``keyshift run`` on the cluster:
+peak is 70/s). Systems, each a ``keyshift run`` on the cluster but the last:
 
 * **keyshift-planner**: the engine scaler on, engines on executors (``planner.resources =
   "executors"``): the plan's N decides the executors held (requested and released);
@@ -15,6 +15,9 @@ peak is 70/s). Systems, each a ``keyshift run`` on the cluster:
 * **spark-da**: KG on the most engines with the planner off and Spark's own dynamic
   allocation (shuffle tracking), its default idle timeout (60 s) and, as
   **spark-da-idle5**, one tuned setting (5 s).
+* **spark-apws-da** (issue 41's system e): plain Spark, ``applyInPandasWithState`` per key
+  running the same ``heavy`` rule (``bench_floor.py peer --system apws``), under the same
+  dynamic allocation (default idle timeout); its outputs must equal keyshift's.
 
 Measured by the bench itself, not taken from a system's report: the cores the master says
 the application holds, sampled every second and integrated into core-seconds from the first
@@ -28,10 +31,6 @@ nothing lost, nothing doubled). The targets and ratios are printed, never assert
     .venv/bin/python bench/bench_elastic_cluster.py --repeats 3 --json out.json
     .venv/bin/python bench/bench_elastic_cluster.py --quick         # a 3-min ramp
 
-Not measured here: plain Spark ``applyInPandasWithState`` under dynamic allocation (issue
-41's system e): its micro-batches hold tasks on every shuffle partition as keyshift KG's do,
-so dynamic allocation sees the same backlog; the bench's ``spark-da`` rows are that case
-with keyshift's operator.
 """
 
 from __future__ import annotations
@@ -60,9 +59,10 @@ os.environ.setdefault("KEYSHIFT_CACHE", str(ROOT / ".keyshift" / "cache"))
 
 from bench.bench_stream import config_env, keyshift_exe, parse_run_json  # noqa: E402
 
-PLANNER, STATIC_MAX, STATIC_MIN, SPARK_DA, SPARK_DA5 = (
-    "keyshift-planner", "static-max", "static-min", "spark-da", "spark-da-idle5")
-SYSTEMS = (PLANNER, STATIC_MAX, STATIC_MIN, SPARK_DA, SPARK_DA5)
+PLANNER, STATIC_MAX, STATIC_MIN, SPARK_DA, SPARK_DA5, APWS_DA = (
+    "keyshift-planner", "static-max", "static-min", "spark-da", "spark-da-idle5",
+    "spark-apws-da")
+SYSTEMS = (PLANNER, STATIC_MAX, STATIC_MIN, SPARK_DA, SPARK_DA5, APWS_DA)
 PARTITIONS = 4
 WINDOW_S = 10.0  # two micro-batches: the loop decides every 10 s of input
 TRIGGER_S = 5.0
@@ -84,8 +84,8 @@ def system_settings(system: str, workers: int) -> tuple[str, int, dict[str, Any]
         n = hi if system == STATIC_MAX else lo
         return "kg", n, {"engines": {"min": 1, "initial": n, "max": hi},
                          "planner": {"resources": "executors"}}
-    if system in (SPARK_DA, SPARK_DA5):
-        idle = 60.0 if system == SPARK_DA else 5.0
+    if system in (SPARK_DA, SPARK_DA5, APWS_DA):
+        idle = 5.0 if system == SPARK_DA5 else 60.0
         return "kg", hi, {"engines": {"min": 1, "initial": hi, "max": hi},
                           "planner": {"resources": "fixed"},
                           "spark": {"dynamic_allocation": True,
@@ -119,6 +119,35 @@ def lag_stats(s: Samples, rate_at, window_s: float) -> tuple[float, float]:
     return float(max(lags)), integrate(s.t, above)
 
 
+def reaction(s: Samples, steps: Sequence[tuple[float, float]]) -> dict[str, float] | None:
+    """What a scale-out that follows the rise can do at best, measured on one run: the
+    seconds from the ramp's rise to the first core added (``reaction_s``), the backlog then
+    (``backlog``), what the run took per second from 30 s after that to the fall
+    (``capacity``) against the ``peak`` rate, and so the seconds that backlog needs to drain
+    (``drain_s``; inf when the capacity does not exceed the peak). None without a rise or
+    without a scale-out after it."""
+    rise = next(((t, r) for (t0, r0), (t, r) in zip(steps, steps[1:]) if r > r0), None)
+    if rise is None or not s.t:
+        return None
+    t_rise, peak = rise
+    t_fall = next((t for t, r in steps if t > t_rise and r < peak), float("inf"))
+    rel = [t - s.t[0] for t in s.t]
+    base = next((c for t, c in zip(rel, s.cores) if t >= t_rise), None)
+    out = next((i for i, (t, c) in enumerate(zip(rel, s.cores)) if t >= t_rise
+                and base is not None and c > base), None)
+    if out is None:
+        return None
+    span = [i for i, t in enumerate(rel) if rel[out] + 30 <= t <= t_fall]
+    if len(span) < 2:
+        return None
+    a, b = span[0], span[-1]
+    capacity = (s.taken[b] - s.taken[a]) / (rel[b] - rel[a])
+    backlog = max(s.sent[out] - s.taken[out], 0)
+    drain = backlog / (capacity - peak) if capacity > peak else float("inf")
+    return {"reaction_s": rel[out] - t_rise, "backlog": float(backlog), "capacity": capacity,
+            "peak": peak, "drain_s": drain}
+
+
 def scale_actions(cores: Sequence[int]) -> int:
     """Changes of the cores held (each request or release the master carried out)."""
     return sum(1 for a, b in zip(cores, cores[1:], strict=False) if a != b)
@@ -142,6 +171,7 @@ class RunResult:
     scale_actions: int
     keyshift_core_seconds: float | None
     check: str = ""
+    reaction: dict[str, float] | None = None
 
     def row(self) -> dict[str, Any]:
         return asdict(self)
@@ -158,6 +188,10 @@ def master_cores(ui_url: str) -> int:
 
 
 def taken_events(run_dir: Path) -> int:
+    peer = run_dir / "taken"  # a plain Spark peer's count (bench_floor.py peer)
+    if peer.is_file():
+        text = peer.read_text().strip()
+        return int(text) if text.isdigit() else 0
     path = run_dir / "batches.jsonl"
     if not path.is_file():
         return 0
@@ -170,13 +204,20 @@ def taken_events(run_dir: Path) -> int:
     return total
 
 
-def outputs_digest(home: Path, run_id: str) -> tuple[int, str]:
-    """The run's complex events (count, digest of the sorted set) from its Delta table."""
-    from keyshift.config import load_config
-    from keyshift.lakehouse.delta_arrow import read_arrow
+def outputs_digest(home: Path, run_id: str, table: Path | None = None) -> tuple[int, str]:
+    """The run's complex events (count, digest of the sorted set) from its Delta table
+    (a peer's own ``table``)."""
+    cols = ["key", "kind", "detail", "event_id"]
+    if table is not None:
+        from deltalake import DeltaTable
 
-    cfg = load_config(env={}, home=str(home))
-    rows = read_arrow(cfg, "events_out", run_id, ["key", "kind", "detail", "event_id"])
+        rows = DeltaTable(str(table)).to_pyarrow_table(columns=cols)
+    else:
+        from keyshift.config import load_config
+        from keyshift.lakehouse.delta_arrow import read_arrow
+
+        cfg = load_config(env={}, home=str(home))
+        rows = read_arrow(cfg, "events_out", run_id, cols)
     got = sorted(zip(*(rows.column(c).to_pylist() for c in rows.column_names), strict=True))
     return len(got), hashlib.sha256(json.dumps(got).encode()).hexdigest()[:16]
 
@@ -207,7 +248,7 @@ def make_events(total: int, seed: int, keys: int) -> list[dict[str, Any]]:
 def run_system(system: str, repeat: int, *, cluster, overrides: dict[str, Any], cfg,
                rate, duration_s: float, events: list[dict[str, Any]], work_us: float,
                workers: int, drain_s: float, say) -> RunResult:
-    from keyshift.streaming.broker import create_topic
+    from keyshift.streaming.kafka_client import create_topic
     from keyshift.streaming.producer import connect, produce
 
     deadline = time.monotonic() + 60
@@ -226,6 +267,13 @@ def run_system(system: str, repeat: int, *, cluster, overrides: dict[str, Any], 
     cmd = [keyshift_exe(), "run", "--app", "heavy", "--params",
            json.dumps({"work_us": work_us}), "--topic", topic, "--policy", policy,
            "--engines", str(engines), "--run-id", run_id, "--json"]
+    if system == APWS_DA:  # plain Spark: applyInPandasWithState with the same rule
+        run_dir = home / "peers" / run_id
+        run_dir.mkdir(parents=True)
+        cmd = [sys.executable, str(ROOT / "bench" / "bench_floor.py"), "peer", "--system",
+               "apws", "--topic", topic, "--workdir", str(run_dir), "--overrides",
+               json.dumps(conf), "--trigger", str(TRIGGER_S), "--max-offsets",
+               str(MAX_OFFSETS), "--work-us", str(work_us)]
     log = home / f"{run_id}.log"
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=open(log, "w"), text=True,
                             env=config_env(conf), start_new_session=True)
@@ -287,13 +335,20 @@ def run_system(system: str, repeat: int, *, cluster, overrides: dict[str, Any], 
                     break
             time.sleep(max(0.0, 1.0 - (time.monotonic() - now)))
         seconds = time.monotonic() - t0
-        os.killpg(proc.pid, signal.SIGTERM)
+        if system == APWS_DA:
+            (run_dir / "stop").touch()
+        else:
+            os.killpg(proc.pid, signal.SIGTERM)
         stdout, _ = proc.communicate(timeout=600)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    out = parse_run_json(stdout)
-    n_out, digest = outputs_digest(home, run_id)
+    if system == APWS_DA:
+        out = peer_summary(stdout)
+        n_out, digest = outputs_digest(home, run_id, run_dir / "out")
+    else:
+        out = parse_run_json(stdout)
+        n_out, digest = outputs_digest(home, run_id)
     lag_max, lag_s = lag_stats(s, rate.at, WINDOW_S)
     return RunResult(
         system=system, repeat=repeat, core_seconds=integrate(s.t, s.cores), seconds=seconds,
@@ -301,7 +356,19 @@ def run_system(system: str, repeat: int, *, cluster, overrides: dict[str, Any], 
         events_in=int(out["events_in"]), complex_events=n_out, outputs_digest=digest,
         lag_max=lag_max, lag_seconds=lag_s, batch_p95_s=float(out["batch_p95_s"]),
         scale_actions=scale_actions(s.cores),
-        keyshift_core_seconds=out.get("core_seconds"))
+        keyshift_core_seconds=out.get("core_seconds"),
+        reaction=reaction(s, rate.steps) if system == PLANNER else None)
+
+
+def peer_summary(stdout: str) -> dict[str, Any]:
+    """A plain Spark peer's run as ``keyshift run --json`` would say it: events in and the
+    batch p95 (Spark's triggerExecution of the batches with input)."""
+    progress = json.loads(stdout.strip().splitlines()[-1])
+    data = [p for p in progress if p.get("numInputRows", 0) > 0]
+    d = sorted(p["durationMs"]["triggerExecution"] / 1000 for p in data)
+    p95 = d[min(len(d) - 1, int(round(0.95 * (len(d) - 1))))] if d else 0.0
+    return {"events_in": sum(int(p["numInputRows"]) for p in data), "batch_p95_s": p95,
+            "core_seconds": None}
 
 
 # --- the report ----------------------------------------------------------------------------
@@ -316,6 +383,22 @@ def medians(results: Sequence[RunResult]) -> dict[str, dict[str, float]]:
     return out
 
 
+def bound_line(results: Sequence[RunResult]) -> str | None:
+    """The planner's lag as its reaction bounds it (medians of its runs), in words."""
+    rs = [r.reaction for r in results if r.system == PLANNER and r.reaction]
+    if not rs:
+        return None
+    m = {k: statistics.median(x[k] for x in rs) for k in rs[0]}
+    drain = ("never during the peak" if m["drain_s"] == float("inf")
+             else f"in ~{m['drain_s']:.0f} s")
+    return (f"bound: keyshift-planner added its core {m['reaction_s']:.0f} s after the rise, "
+            f"{m['backlog']:,.0f} events behind; the scaled-out job then took "
+            f"{m['capacity']:.0f} events/s against a peak of {m['peak']:g}/s, so that backlog "
+            f"drains {drain}: a scale-out that reacts to the rise cannot lag less than a "
+            "static maximum unless the maximum has headroom over the peak or the scale-out "
+            "comes before the rise (a forecast of it)")
+
+
 def target_lines(med: dict[str, dict[str, float]]) -> list[str]:
     """The issue's targets against the medians, in words."""
     lines = []
@@ -327,7 +410,7 @@ def target_lines(med: dict[str, dict[str, float]]) -> list[str]:
                      f"{'met' if ratio <= 0.75 else 'missed'}); lag seconds "
                      f"{p['lag_seconds']:.0f} vs {mx['lag_seconds']:.0f} + {WINDOW_S:g} "
                      f"({'met' if lag_ok else 'missed'})")
-    for da in (SPARK_DA, SPARK_DA5):
+    for da in (SPARK_DA, SPARK_DA5, APWS_DA):
         d = med.get(da)
         if p and d:
             ratio = p["core_seconds"] / d["core_seconds"] if d["core_seconds"] else float("nan")
@@ -450,6 +533,8 @@ def main(argv: list[str] | None = None) -> int:
     med = medians(results)
     say(table_text(med))
     for line in target_lines(med):
+        say(line)
+    if (line := bound_line(results)) is not None:
         say(line)
     for r in results:
         if r.check != "ok":
