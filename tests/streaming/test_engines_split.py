@@ -106,6 +106,25 @@ def test_wc_splits_the_hot_words_with_the_same_counts(spark, platform_config):
                                                        PARAMS)
 
 
+def test_wc_splits_the_mergeable_heavy_rules_hot_key_with_key_groupings_outputs(
+        spark, platform_config):
+    """heavy's mergeable form (issue 42): on Zipf 2.0 (the hottest key over half the load)
+    wc splits its hot key, the input tasks do the split events' work, and the complex events
+    are those of processing every event one by one."""
+    cfg = job_config(platform_config)
+    topic = new_topic(cfg.kafka.bootstrap)
+    events = produce_events(cfg.kafka.bootstrap, topic, "heavy", 900, skew="zipf:2.0",
+                            keys=200, seed=7)
+    params = {"work_us": 20, "mergeable": True}
+    wc = run_job(spark, cfg, "heavy", "wc", topic, records=900, params=params, engines=2,
+                 max_offsets=300)
+    lines = _batches(wc)
+    assert any(b["split_groups"] for b in lines)
+    assert sum(t["summarized"] for b in lines for t in b["tasks"]) > 0
+    assert outputs(spark, cfg, wc.run_id) == reference("heavy", events, cfg.groups.count,
+                                                       params)
+
+
 @pytest.mark.parametrize("app", ["fsd", "traffic", "clicks"])
 def test_dc_with_an_operator_that_cannot_merge_is_refused_in_one_line(app, spark,
                                                                       platform_config):
