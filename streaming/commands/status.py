@@ -107,8 +107,6 @@ def _console():
 def _print_runs(runs: list[dict[str, Any]], warehouse: str) -> None:
     from rich.table import Table
 
-    from keyshift.control.batch_cost import cost_lines
-
     p = printable
     t = Table(title=f"keyshift runs in {p(warehouse)} (newest first)")
     for col in ("run", "app", "policy", "batches", "last batch", "alive", "records", "valid",
