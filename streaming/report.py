@@ -368,10 +368,9 @@ def _has_floor(m: pd.DataFrame) -> bool:
 
 def _app_params(run_dir: Path) -> dict[str, Any]:
     """The operator's parameters of the run (its ``job.json``, on the driver's host)."""
-    try:
-        params = json.loads((run_dir / "job.json").read_text()).get("app_params") or {}
-    except (OSError, ValueError, AttributeError):
-        return {}
+    from keyshift.streaming.runs import run_meta
+
+    params = run_meta(run_dir).get("app_params")
     return params if isinstance(params, dict) else {}
 
 

@@ -419,6 +419,16 @@ def recent(rows: Rows, cfg: Config, run_id: str, last: int) -> dict[str, list]:
             **({"floor": floor} if floor else {})}
 
 
+def run_meta(run_dir: Path) -> dict[str, Any]:
+    """A run folder's ``job.json`` (the operator, policy, parameters the job started with),
+    {} when this host has no readable one."""
+    try:
+        meta = json.loads((run_dir / "job.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
 def _floor_of(rows: Rows, run_id: str, run_dir: Path) -> str:
     """The run's floor in words (the report's "The floor"), or "" before schema 2; the
     operator, policy and parameters from the run folder when it is on this host."""
@@ -427,10 +437,7 @@ def _floor_of(rows: Rows, run_id: str, run_dir: Path) -> str:
     cols = ["batch_id", "events_in", "floor_ratio", "floor_rstd", "hot_group",
             "hot_group_share"]
     m = rows.frame("metrics", run_id, cols)
-    try:
-        meta = json.loads((run_dir / "job.json").read_text())
-    except (OSError, ValueError):
-        meta = {}
+    meta = run_meta(run_dir)
     params = meta.get("app_params")
     return floor_text(m, meta.get("app"), meta.get("policy"),
                       params if isinstance(params, dict) else None)
