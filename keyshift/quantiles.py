@@ -46,13 +46,11 @@ def merged_quantiles(sketches: Iterable[Mapping[str, Any] | None],
     return [float(np.interp(p, cdf, xs)) if xs.size > 1 else float(xs[0]) for p in qs]
 
 
-def shifted(s: Mapping[str, Any] | None, origin: float, sign: float = -1.0
-            ) -> dict[str, Any] | None:
-    """A sketch of ``origin + sign * value`` (ranks reversed when ``sign`` < 0)."""
+def waits(s: Mapping[str, Any] | None, at: float) -> dict[str, Any] | None:
+    """A sketch of times turned into one of the waits until ``at`` (``at`` - each time)."""
     if not s:
         return None
-    q = [origin + sign * x for x in s["q"]]
-    return {"n": s["n"], "q": sorted(q)}
+    return {"n": s["n"], "q": sorted(at - x for x in s["q"])}
 
 
 def merged_sketch(sketches: Iterable[Mapping[str, Any] | None]) -> dict[str, Any] | None:

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from keyshift.plan import Plan
-from keyshift.quantiles import merged_quantiles, merged_sketch, shifted
+from keyshift.quantiles import merged_quantiles, merged_sketch, waits
 
 from .floor import key_group_floor
 
@@ -126,7 +126,7 @@ def batch_e2e(rec: Mapping[str, Any]) -> dict[str, Any] | None:
     if done is None:
         return None
     kts = merged_sketch([t.get("out_kts") for t in rec.get("tasks") or []])
-    return shifted(kts, float(done))
+    return waits(kts, float(done))
 
 
 # --- a run -----------------------------------------------------------------------------------

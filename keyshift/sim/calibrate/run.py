@@ -152,18 +152,15 @@ def _commit_s(committed: Any) -> float:
 
 
 def _progress(path: Path) -> dict[int, float]:
+    """Spark's seconds per batch that read input, from the run's ``progress.jsonl``."""
+    from keyshift.control.batch_cost import read_jsonl
+
     out: dict[int, float] = {}
-    f = path / "progress.jsonl"
-    if not f.is_file():
-        return out
-    for line in f.read_text().splitlines():
-        if not line.strip():
-            continue
+    for p in read_jsonl(path / "progress.jsonl"):
         try:
-            p = json.loads(line)
             if p.get("input_rows", 0) > 0 and p.get("trigger_s", 0) > 0:
                 out[int(p["batch_id"])] = float(p["trigger_s"])
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, TypeError):
             continue
     return out
 
