@@ -7,8 +7,10 @@ Why here and not in Spark's UI: a batch's cost that matters for a stateful keyed
 split between Spark (the Kafka read, the shuffle, scheduling, the Delta commit) and the
 engine tasks (the operator, its state, the Python worker), and only the two clocks together
 say which part a policy or a trigger setting can move. The stages are additive, on the
-batch's critical path (the engine task that ended last), so they stack to the batch's wall
-time:
+batch's critical path (the engine task that ended last, with the tasks its worker ran
+before it in the batch: more engine slots than cores run in turns, and an empty slot that
+ran last after the one holding every event would otherwise hide that work as ``input``),
+so they stack to the batch's wall time:
 
 * ``prepare``: recovery, the plan, a scale-out's wait for its executors, building the job;
 * ``input``: from the engine job's submission to the start of the critical engine task: the
@@ -79,30 +81,51 @@ def critical_task(rec: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return max(tasks, key=lambda t: t["started_at"] + t.get("duration_s", 0.0))
 
 
+def critical_chain(rec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The critical task and the tasks of the batch its Python worker ran before it, in
+    order: where engine slots outnumber the cores, one worker runs several engines in turn
+    and the batch waits on all of them. A task without a ``pid`` is a chain of one."""
+    last = critical_task(rec)
+    if last is None:
+        return []
+    pid = last.get("pid")
+    if pid is None:
+        return [last]
+    chain = [t for t in rec.get("tasks") or [] if t.get("pid") == pid
+             and t.get("started_at") is not None and t["started_at"] <= last["started_at"]]
+    return sorted(chain, key=lambda t: t["started_at"])
+
+
 def batch_stages(rec: Mapping[str, Any], progress: Mapping[str, Any] | None = None,
                  prev_ended_at: float | None = None) -> dict[str, float] | None:
     """The batch's seconds per stage (:data:`STAGES`, additive; ``control`` beside them);
     None for a record without the clocks they need."""
-    task = critical_task(rec)
+    chain = critical_chain(rec)
     t_eng = rec.get("engines_started_at")
-    if task is None or t_eng is None:
+    if not chain or t_eng is None:
         return None
-    dur = float(task.get("duration_s", 0.0))
-    forked = task.get("worker_forked_at")  # a worker forked for this batch (not reused)
-    worker = (max(float(task["started_at"]) - float(forked), 0.0)
+    first, last = chain[0], chain[-1]
+    forked = first.get("worker_forked_at")  # a worker forked for this batch (not reused)
+    worker = (max(float(first["started_at"]) - float(forked), 0.0)
               if forked is not None and float(forked) >= float(t_eng) else 0.0)
-    state = sum(float(task.get(k) or 0.0) for k in ("open_s", "fetch_s", "load_s", "save_s"))
-    fetch = float(task.get("input_wait_s") or 0.0)
-    operator = float(task.get("operator_s") or 0.0)
-    task_end = float(task["started_at"]) + dur
+
+    def total(*keys: str) -> float:
+        return sum(float(t.get(k) or 0.0) for t in chain for k in keys)
+
+    state = total("open_s", "fetch_s", "load_s", "save_s")
+    fetch, operator = total("input_wait_s"), total("operator_s")
+    last_dur = float(last.get("duration_s", 0.0))
+    task_end = float(last["started_at"]) + last_dur
+    # the chain's tasks and the turns between them
+    busy = float(last["started_at"]) - float(first["started_at"]) + last_dur
     out = {
         "prepare": float(rec.get("prep_s", 0.0)),
-        "input": max(float(task["started_at"]) - float(t_eng) - worker, 0.0),
+        "input": max(float(first["started_at"]) - float(t_eng) - worker, 0.0),
         "worker_start": worker,
         "shuffle_fetch": fetch,
         "state": state,
         "operator": operator,
-        "engine_other": max(dur - fetch - state - operator, 0.0),
+        "engine_other": max(busy - fetch - state - operator, 0.0),
         "collect": max(float(rec.get("engines_s", 0.0)) - (task_end - float(t_eng)), 0.0),
         "commit": float(rec.get("writes_s", 0.0)),
         "bookkeeping": float(rec.get("metrics_s", 0.0)),

@@ -177,3 +177,21 @@ def test_the_run_folder_account_and_its_words(tmp_path: Path) -> None:
     assert len(read_jsonl(tmp_path / "batches.jsonl")) == 8
     assert read_jsonl(tmp_path / "none.jsonl") == []
     assert stages_line({}) == "no batch with events was timed"
+
+
+def test_engines_that_ran_in_turns_on_one_worker_stack_as_that_workers_work() -> None:
+    """After a scale-in a batch has two engine slots and one core: the engine holding every
+    event runs first, the empty one after it on the same worker. The batch waited on both,
+    so the first one's operator is the batch's operator, not a long ``input``."""
+    busy = {**task(0.3, 1.6, operator_s=1.5, open_s=0.02), "pid": 7}
+    empty = {**task(1.95, 0.01, events=0, operator_s=0.0), "pid": 7, "engine": 1}
+    s = batch_stages(record(0, [busy, empty], engines_s=1.9))
+    assert s["input"] == pytest.approx(0.2)  # job start (0.1) to the chain's first task
+    assert s["operator"] == pytest.approx(1.5) and s["state"] == pytest.approx(0.02)
+    assert s["engine_other"] == pytest.approx(1.66 - 1.52, abs=1e-6)  # rest and the turn
+    assert s["collect"] == pytest.approx(1.9 - 1.86, abs=1e-6)
+    assert sum(s[k] for k in STAGES) == pytest.approx(0.1 + 1.9 + 0.2 + 0.05)
+    # tasks of other workers (parallel cores) are not the critical path's
+    other = {**task(0.3, 1.0, operator_s=0.9), "pid": 8}
+    assert batch_stages(record(0, [busy, empty, other], engines_s=1.9))["operator"] == \
+        pytest.approx(1.5)
