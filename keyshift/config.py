@@ -438,6 +438,9 @@ class PlannerConfig(_Section):
     executor_wait_s: float = Field(
         60.0, ge=0, le=3600,
         description="a scale-out waits this long for its executors to register")
+    wait_for_executors: bool = Field(
+        True, description="a scale-out's first batch waits for its executors (false: it runs "
+        "at once on the cores held, and new executors take the engines waiting for a core)")
 
     @model_validator(mode="after")
     def _reserve_on(self) -> PlannerConfig:

@@ -155,7 +155,8 @@ class RunResources:
             return cls(mode, None, None, cfg.spark.executor_cores, local_cores(cfg.spark.master))
         client = SparkExecutors(sc)
         scaler = None if mode != "executors" else ExecutorScaler(
-            client, budget_from_config(cfg), cfg.planner.executor_wait_s)
+            client, budget_from_config(cfg), cfg.planner.executor_wait_s,
+            block=cfg.planner.wait_for_executors)
         master = None
         if cfg.spark.master_ui:
             ui, app = cfg.spark.master_ui, sc.applicationId

@@ -6,10 +6,14 @@ scale-in frees nothing and a scale-out adds no CPU (issue 41). The cluster manag
 is an :class:`ExecutorClient` (the Spark adapter is ``keyshift.streaming.executors``; the
 tests use a fake with a fixed clock), so the order below is decided here, without Spark:
 
-* **scale-out**: ask for the executors first, then wait until they have registered
-  (bounded by ``wait_s``) before the plan that uses them runs its first batch. Executors
-  that did not come are said in the action; the engines then share the cores that came
-  (Spark runs a task per free core, so nothing is lost, the batch only takes longer).
+* **scale-out**: ask for the executors first. Either wait until they have registered
+  (bounded by ``wait_s``) before the plan that uses them runs its first batch (``block``),
+  or run that batch at once on the executors held (``block=False``): Spark runs a task per
+  free core, so the new plan's engines take turns on the old cores and the engine tasks
+  still waiting for a core go to each new executor as it registers. Waiting stalls the
+  stream for the executors' start-up; running on keeps the old cores busy meanwhile.
+  Executors that did not come within ``wait_s`` are said in the action; the engines then
+  share the cores that came (nothing is lost, the batch only takes longer).
 * **scale-in**: the plan moves the groups off the retired engines first (the migration
   batch); only after that batch do the executors in excess go, those that ran the fewest
   of the plan's engines in that batch, newest first. Nothing is lost with them: an engine's
@@ -124,12 +128,14 @@ class ExecutorScaler:
 
     def __init__(self, client: ExecutorClient, budget: ExecutorBudget, wait_s: float,
                  clock: Callable[[], float] = time.time,
-                 sleep: Callable[[float], None] = time.sleep, poll_s: float = 0.25) -> None:
+                 sleep: Callable[[float], None] = time.sleep, poll_s: float = 0.25,
+                 block: bool = True) -> None:
         if wait_s < 0:
             raise ValueError(f"executor_wait_s: must be >= 0, got {wait_s}")
         self.client = client
         self.budget = budget
         self.wait_s = float(wait_s)
+        self.block = block
         self.clock = clock
         self.sleep = sleep
         self.poll_s = poll_s
@@ -167,21 +173,28 @@ class ExecutorScaler:
         return action
 
     def ready(self, live_engines: int, batch_id: int) -> ScaleAction | None:
-        """Before a batch: wait (at most ``wait_s`` from the request) until the executors
-        of the plan in force have registered. A plan that needs more than was asked (a
-        restart mid-scale-out) asks now."""
+        """Before a batch: the request of the plan in force, once its executors have
+        registered or ``wait_s`` from the request ran out; with ``block`` it waits for
+        that, else it only looks (the batch runs on what is held). A plan that needs more
+        than was asked (a restart mid-scale-out) asks now."""
         self.observe_gone()
         if self._pending is None and self.prepare(live_engines, batch_id) is None:
             return None
-        want = self.needed(live_engines)
+        return self._await(self.needed(live_engines), self.block)
+
+    def _await(self, want: int, block: bool) -> ScaleAction | None:
+        """The pending request, closed with what came once ``want`` are held or its wait
+        ran out (polling until then when ``block``); None while it is still open."""
         action = self._pending
         if action is None:
             return None
         deadline = action.started + self.wait_s
         held = self.held()
-        while held < want and self.clock() < deadline:
+        while block and held < want and self.clock() < deadline:
             self.sleep(self.poll_s)
             held = self.held()
+        if held < want and self.clock() < deadline:
+            return None
         action.came = held
         action.ready_s = self.clock() - action.started
         self._pending = None
@@ -190,9 +203,16 @@ class ExecutorScaler:
     def settle(self, live_engines: int, batch_id: int,
                engines_on: Mapping[str, int]) -> ScaleAction | None:
         """After a batch: release the executors the plan in force no longer needs (its
-        moves are done: this batch ran them), those that ran fewest of its engines."""
+        moves are done: this batch ran them), those that ran fewest of its engines. An
+        open request that did not block is looked at too (its latency to the resolution
+        of the calls that look, twice a batch): the release, else that request once it
+        closed, is returned."""
         self.observe_gone()
-        return self._release_to(self.needed(live_engines), batch_id, engines_on)
+        closed = None
+        if self._pending is not None:
+            closed = self._await(max(self.needed(live_engines), self._pending.asked),
+                                 block=False)
+        return self._release_to(self.needed(live_engines), batch_id, engines_on) or closed
 
     def _release_to(self, keep: int, batch_id: int,
                     engines_on: Mapping[str, int]) -> ScaleAction | None:

@@ -8,6 +8,7 @@ import pytest
 from bench.bench_elastic_cluster import (
     APWS_DA,
     PLANNER,
+    RUN_ON,
     SPARK_DA,
     STATIC_MAX,
     STATIC_MIN,
@@ -80,6 +81,10 @@ def test_targets_say_met_or_missed() -> None:
     assert "keyshift-planner / spark-da core-seconds 1.17x" in lines[1]
     assert "missed" in lines[1]
     assert "| keyshift-planner | 1 | 140 |" in table_text(med)
+    # each planner that ran is judged on its own line
+    med[RUN_ON] = dict(med[PLANNER], core_seconds=150.0)
+    assert any(x.startswith("keyshift-planner-run-on / static-max core-seconds 0.75x")
+               for x in target_lines(med))
 
 
 def test_pregenerated_events_are_the_same_for_every_system_stamped_when_sent() -> None:
@@ -106,7 +111,9 @@ def test_the_planners_reaction_bounds_its_lag() -> None:
     assert reaction(s, ((0.0, 20.0),)) is None  # no rise
     flat = Samples(t=s.t, cores=[1] * len(t), sent=sent, taken=taken)
     assert reaction(flat, ((0.0, 20.0), (10.0, 70.0))) is None  # no scale-out
-    line = bound_line([result(PLANNER, reaction=r), result(STATIC_MAX)])
-    assert "added its core 20 s after the rise, 400 events behind" in line
+    [line] = bound_line([result(PLANNER, reaction=r), result(STATIC_MAX)])
+    assert "keyshift-planner added its core 20 s after the rise, 400 events behind" in line
     assert "drains in ~80 s" in line
-    assert bound_line([result(STATIC_MAX)]) is None
+    assert bound_line([result(STATIC_MAX)]) == []
+    both = bound_line([result(PLANNER, reaction=r), result(RUN_ON, reaction=r)])
+    assert [x.split()[1] for x in both] == [PLANNER, RUN_ON]

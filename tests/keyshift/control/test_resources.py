@@ -66,9 +66,9 @@ class FakeManager:
 
 
 def scaler(m: FakeManager, per: int = 1, lo: int = 1, hi: int = 8,
-           wait_s: float = 30.0) -> ExecutorScaler:
+           wait_s: float = 30.0, block: bool = True) -> ExecutorScaler:
     return ExecutorScaler(m, ExecutorBudget(per, lo, hi), wait_s, clock=m.clock,
-                          sleep=m.sleep, poll_s=0.5)
+                          sleep=m.sleep, poll_s=0.5, block=block)
 
 
 def test_budget_is_engines_over_engines_per_executor_within_bounds() -> None:
@@ -99,6 +99,37 @@ def test_scale_out_asks_first_and_waits_until_they_register() -> None:
     assert done is asked and done.came == 3 and done.ready_s == pytest.approx(9.0)
     assert "executors 1 -> 3 asked, 3 held after 9.0 s" == done.text()
     assert s.ready(3, 12) is None and m.requests == [3]  # nothing more to do
+
+
+def test_a_scale_out_that_runs_on_does_not_wait_and_closes_when_they_register() -> None:
+    """``block=False``: the new plan's first batch runs at once on what is held; the
+    request closes at the first look after its executors registered, the latency to that
+    look, and nothing is asked twice meanwhile."""
+    m = FakeManager(held=1, start_s=9.0)
+    s = scaler(m, block=False)
+    asked = s.prepare(live_engines=2, batch_id=10)
+    m.now += 2.0
+    assert s.ready(2, 11) is None and m.now == 2.0  # no sleep: the batch runs
+    m.now += 5.0  # that batch ran 5 s on the one core
+    assert s.settle(2, 11, {"0": 2}) is None and asked.ready_s is None
+    assert s.prepare(2, 11) is None and m.requests == [2]  # asked already
+    m.now += 4.0  # registered at 9 s; the next look is at 11 s
+    assert s.ready(2, 12) is asked and asked.came == 2 and asked.ready_s == pytest.approx(11.0)
+    assert s.ready(2, 13) is None and s.settle(2, 13, {"0": 1, "1": 1}) is None
+    s.prepare(3, 20)
+    m.now += 12.0  # a look after the batch closes it too, and returns it to be said
+    assert s.settle(3, 21, {"0": 1, "1": 1}).came == 3
+
+
+def test_a_scale_out_that_runs_on_says_when_its_wait_ran_out() -> None:
+    m = FakeManager(held=1, capacity=1)  # no room
+    s = scaler(m, wait_s=20.0, block=False)
+    s.prepare(2, 0)
+    assert s.ready(2, 1) is None
+    m.now = 21.0
+    done = s.settle(2, 1, {"0": 2})
+    assert done.came == 1 and done.ready_s == pytest.approx(21.0)
+    assert "executor_wait_s ran out" in done.text()
 
 
 def test_scale_out_that_does_not_get_its_executors_is_bounded_and_says_so() -> None:
