@@ -282,9 +282,14 @@ def _writers() -> ThreadPoolExecutor:
 
 
 class Stager(Protocol):
-    """Where the job stages rows for a later commit (:class:`keyshift.streaming.staging.StagedAppends`)."""
+    """Where bookkeeping rows go: appended at once (:meth:`RunAppends.put`), or staged and
+    committed later by an explicit flush (:class:`keyshift.streaming.staging.StagedAppends`,
+    the job's). Whoever writes is given one at construction, so which it is never changes
+    under it. ``match``: the key of a table not keyed by (run, batch), for an append at once
+    to look for (a staged commit goes by the table's own key)."""
 
-    def put(self, name: str, rows: Sequence[Mapping[str, Any]], batch_id: int) -> int: ...
+    def put(self, name: str, rows: Sequence[Mapping[str, Any]], batch_id: int,
+            match: Mapping[str, Any] | None = None) -> int: ...
 
 
 class RunAppends:
@@ -307,8 +312,6 @@ class RunAppends:
         self.run_id = run_id
         self.first: int | None = None  # the first batch this process runs
         self.fresh = False  # no process ran this run before: nothing can be there yet
-        # the job's staged bookkeeping (keyshift.streaming.staging); None: defer() appends at once
-        self.staging: Stager | None = None
 
     def begin(self, batch_id: int) -> None:
         if self.first is None:
@@ -331,13 +334,10 @@ class RunAppends:
         df = self.spark.read.format("delta").load(self.cfg.table_path(name))
         return bool(df.where(cond).limit(1).count())
 
-    def defer(self, name: str, rows: Sequence[Mapping[str, Any]], batch_id: int,
-              match: Mapping[str, Any] | None = None) -> int:
-        """Rows of a staged table (``keyshift.streaming.staging.BOOKKEEPING``): staged and committed
-        with others later when the job stages them (:mod:`keyshift.streaming.staging`), else
-        appended now, like :meth:`append_rows`."""
-        if self.staging is not None:
-            return self.staging.put(name, rows, batch_id)
+    def put(self, name: str, rows: Sequence[Mapping[str, Any]], batch_id: int,
+            match: Mapping[str, Any] | None = None) -> int:
+        """:class:`Stager` that appends at once (:meth:`append_rows`): the writers' default
+        outside the job, which stages instead."""
         return self.append_rows(name, rows, batch_id, match)
 
     def append(self, name: str, frame: DataFrame, batch_id: int,

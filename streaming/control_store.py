@@ -11,9 +11,11 @@
   rate), what the learned reconfiguration cost is fitted on
   (:mod:`keyshift.elastic.reconfiguration`), read back on restart.
 
-In the job every write here is staged with the run's bookkeeping and committed once per
-``warehouse.commit_interval_s`` (:mod:`keyshift.streaming.staging`); a restart commits what is staged
-before it reads. Either way a re-executed batch writes nothing twice.
+Every write goes to the :class:`keyshift.lakehouse.delta.Stager` the log is built with. The
+job gives it its staged bookkeeping, which the job flushes explicitly, once per
+``warehouse.commit_interval_s`` and before a restart reads (:mod:`keyshift.streaming.staging`;
+Flink's autoscaler state store buffers and flushes the same way); alone, the log appends
+each write at once. Either way a re-executed batch writes nothing twice.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from keyshift.control import ControlRecord, ScalerState, WindowSample
 from keyshift.elastic.reconfiguration import MeasuredMigration
 from keyshift.lakehouse.delta import (
     RunAppends,
+    Stager,
     ensure_tables,
     plan_of,
     plan_row,
@@ -47,13 +50,13 @@ class ControlLog:
     """The Delta implementation of :class:`keyshift.control.ControlStore` for one run."""
 
     def __init__(self, spark: SparkSession, cfg: Config, run_id: str,
-                 appends: RunAppends | None = None) -> None:
+                 stager: Stager | None = None) -> None:
         self.spark = spark
         self.cfg = cfg
         self.run_id = run_id
-        # the job's appender (one Spark job per append after its first batch); alone, one that
-        # looks before every append, so each row still lands once
-        self.appends = appends if appends is not None else RunAppends(spark, cfg, run_id)
+        # the job's staged bookkeeping; alone, an appender that looks before every append,
+        # so each row still lands once
+        self.stager = stager if stager is not None else RunAppends(spark, cfg, run_id)
         self._state_ready = False
         self._costs_ready = False
 
@@ -84,7 +87,7 @@ class ControlLog:
 
     def write_plan(self, plan: Plan, policy: str, reason: str, batch_id: int) -> None:
         row = [plan_row(plan, self.run_id, policy, reason)]
-        self.appends.defer("plans", row, batch_id,
+        self.stager.put("plans", row, batch_id,
                            match={"scope": self.run_id, "version": plan.version})
 
     # -- window loads -------------------------------------------------------------------------
@@ -113,12 +116,12 @@ class ControlLog:
     def write_record(self, record: ControlRecord) -> None:
         self._ensure_state()
         row = [row_of(self.run_id, record)]
-        self.appends.defer(STATE_TABLE, row, record.batch_id)
+        self.stager.put(STATE_TABLE, row, record.batch_id)
 
     def write_decisions(self, rows: list[dict], batch_id: int) -> None:
         """A window's rows (scaler, balancer) in one idempotent append; in the job, staged
         and committed with the run's other bookkeeping (keyshift.streaming.staging)."""
-        self.appends.defer("decisions", rows, batch_id)
+        self.stager.put("decisions", rows, batch_id)
 
     # -- measured migrations ------------------------------------------------------------------
     def _ensure_costs(self) -> None:
@@ -138,7 +141,7 @@ class ControlLog:
         row = {"run_id": self.run_id, **m.row(), "written_at": datetime.now(UTC)}
         # staged with the batch's other bookkeeping (a restart commits it before the loop
         # reads the costs back): appended here, it held its batch 0.5-3.5 s for one commit
-        self.appends.defer(COST_TABLE, [row], m.batch_id)
+        self.stager.put(COST_TABLE, [row], m.batch_id)
 
 
 def row_of(run_id: str, r: ControlRecord) -> dict[str, Any]:

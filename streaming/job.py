@@ -319,7 +319,11 @@ class StreamJob:
         and the per-window caches."""
         spark, cfg, options = self.spark, self.cfg, self.opt
         self.appends = RunAppends(spark, cfg, self.run_id)
-        self.log = ControlLog(spark, cfg, self.run_id, appends=self.appends)
+        # the run's bookkeeping rows (metrics, the control store's, migrations) wait here
+        # for one commit per interval: the job flushes them (StagedAppends.commit_behind)
+        self.staging = StagedAppends(spark, f"{self.run_uri}/staged", self.appends,
+                                     cfg.warehouse.commit_interval_s, watch=self.storage_watch)
+        self.log = ControlLog(spark, cfg, self.run_id, stager=self.staging)
         self.controller = Controller(cfg, self.run_id, options.policy, self.groups, self.engines,
                                      self.per_window, self.log, options.policy_params)
         # dc / wc: the groups' loads of the open window, and the split made from the last one
@@ -331,10 +335,6 @@ class StreamJob:
         self._calm_engines_s: deque[float] = deque(maxlen=20)
         # the routing of the plan in force: ((plan version, slots), placement key column)
         self._routes: tuple[tuple[int, int], Column] | None = None
-        # the run's bookkeeping rows wait here for one commit per interval
-        self.staging = StagedAppends(spark, f"{self.run_uri}/staged", self.appends,
-                                     cfg.warehouse.commit_interval_s, watch=self.storage_watch)
-        self.appends.staging = self.staging
         self._recovered = False
 
     # -- query ------------------------------------------------------------------------
@@ -737,7 +737,7 @@ class StreamJob:
         # batch_duration_s then covers all of the batch's own writes, and a restarted
         # driver on any host finds the row beside the warehouse
         metrics["batch_duration_s"] = time.perf_counter() - clock.t0
-        self.appends.defer("metrics", [metrics], batch_id)
+        self.staging.put("metrics", [metrics], batch_id)
         self._flush_when_idle()
         clock.metrics_s = time.perf_counter() - t_metrics
         duration = time.perf_counter() - clock.t0
@@ -856,7 +856,7 @@ class StreamJob:
 
         writes = [*self._output_writes(result, batch_id, ran.outs, ran.dead), control]
         if len(migration):
-            record(self.appends, migration, ran.moved, started, ended)
+            record(self.staging, self.run_id, migration, ran.moved, started, ended)
         with kill_during("writes", batch_id, after_s=0.05):
             concurrently(*writes)
         return controller_s

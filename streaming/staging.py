@@ -318,8 +318,10 @@ class StagedAppends:
         return f"{self.root.rsplit('/', 1)[0]}/{QUARANTINE}"
 
     # -- staging ----------------------------------------------------------------------
-    def put(self, name: str, rows: Sequence[Mapping[str, Any]], batch_id: int) -> int:
-        """Stage the driver's rows of ``name`` for batch ``batch_id``; returns how many."""
+    def put(self, name: str, rows: Sequence[Mapping[str, Any]], batch_id: int,
+            match: Mapping[str, Any] | None = None) -> int:
+        """Stage the driver's rows of ``name`` for batch ``batch_id``; returns how many.
+        (``match`` is for an append at once; the staged commit goes by the table's key.)"""
         if name not in BOOKKEEPING:
             raise ValueError(f"{name}: not a staged table (staged: {', '.join(BOOKKEEPING)})")
         if not rows:

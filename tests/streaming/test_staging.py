@@ -144,19 +144,18 @@ def test_each_batch_lands_once_across_a_crash_between_commit_and_delete(
     first = RunAppends(spark, cfg, "r")
     first.fresh = True
     st = StagedAppends(spark, root, first, interval_s=0)
-    first.staging = st
     for b in (0, 1, 2):
         first.begin(b)
         write_staged(stage_uri(root, "key_loads", b, "e0"), "key_loads", _loads(b, 0))
         write_staged(stage_uri(root, "key_loads", b, "e1"), "key_loads", _loads(b, 1))
         st.staged(b)
-        first.defer("metrics", [_metrics(b)], b)
+        st.put("metrics", [_metrics(b)], b)
     assert st.commit(before=2) == 4  # batches 0 and 1 of both tables; 2 waits
     assert counts("key_loads") == {0: 6, 1: 6} and counts("metrics") == {0: 1, 1: 1}
     # batch 3 stages, batch 2 commits ... and the process dies before deleting its files
     first.begin(3)
     write_staged(stage_uri(root, "key_loads", 3, "e0"), "key_loads", _loads(3))
-    first.defer("metrics", [_metrics(3)], 3)
+    st.put("metrics", [_metrics(3)], 3)
     kept = {u for us in st.files()["metrics"].values() for u in us}
     st._delete = lambda uris: None  # the crash: nothing is deleted after the commit
     st.commit(before=3)
@@ -167,7 +166,6 @@ def test_each_batch_lands_once_across_a_crash_between_commit_and_delete(
     # commits all that is staged (batch 3's control rows must be there for its replay)
     again = RunAppends(spark, cfg, "r")
     st2 = StagedAppends(spark, root, again, interval_s=0)
-    again.staging = st2
     st2.recover()  # at start, before Spark names the first batch
     again.begin(3)
     assert counts("key_loads") == {0: 6, 1: 6, 2: 6, 3: 3}  # 2 not twice
@@ -178,7 +176,7 @@ def test_each_batch_lands_once_across_a_crash_between_commit_and_delete(
     write_staged(stage_uri(root, "key_loads", 3, "e0"), "key_loads", _loads(3, 0))
     write_staged(stage_uri(root, "key_loads", 3, "e1"), "key_loads", _loads(3, 1))
     st2.staged(3)
-    again.defer("metrics", [_metrics(3)], 3)
+    st2.put("metrics", [_metrics(3)], 3)
     again.begin(4)
     write_staged(stage_uri(root, "key_loads", 4, "e0"), "key_loads", _loads(4))
     st2.commit()
@@ -204,16 +202,16 @@ def test_plans_are_staged_under_their_own_key(spark, spark_config, tmp_path) -> 
         update={"root": str(tmp_path / "wh")})})
     ensure_tables(spark, cfg, ["plans"])
     appends = RunAppends(spark, cfg, "r")
-    appends.staging = StagedAppends(spark, str(tmp_path / "staged"), appends, interval_s=0)
-    log = ControlLog(spark, cfg, "r", appends=appends)
+    staging = StagedAppends(spark, str(tmp_path / "staged"), appends, interval_s=0)
+    log = ControlLog(spark, cfg, "r", stager=staging)
     log.write_plan(Plan.hashed(8, 2, version=0), "kg", "initial plan", -1)
     log.write_plan(Plan.hashed(8, 4, version=1), "dlb-h", "rebalance", 0)
     assert log.plans(8) == []  # staged, not committed
-    assert sorted(appends.staging.files()["plans"]) == [-1, 0]
+    assert sorted(staging.files()["plans"]) == [-1, 0]
     appends.begin(0)  # a process that may have written before: rows are matched by key
-    appends.staging.commit()
+    staging.commit()
     log.write_plan(Plan.hashed(8, 2, version=0), "kg", "initial plan", -1)
-    appends.staging.commit()
+    staging.commit()
     plans = sorted(log.plans(8), key=lambda p: p.version)
     assert [p.version for p in plans] == [0, 1]
     assert np.array_equal(plans[0].assignment, np.arange(8) % 2)
@@ -247,10 +245,9 @@ def test_a_commit_that_failed_after_its_append_lands_once_when_tried_again(
     appends = RunAppends(spark, cfg, "r")
     appends.fresh = True
     st = StagedAppends(spark, root, appends, interval_s=0)
-    appends.staging = st
     for b in (0, 1, 2):
         appends.begin(b)
-        appends.defer("metrics", [_metrics(b)], b)
+        st.put("metrics", [_metrics(b)], b)
     assert not appends.may_exist(1)  # a blind append, unless the commit knows better
     delete = st._delete
 

@@ -176,9 +176,8 @@ def test_a_restart_leaves_another_runs_copied_files_out_of_delta(
     a = RunAppends(spark, cfg, "A")
     a.fresh = True
     sa = StagedAppends(spark, a_root, a, interval_s=0)
-    a.staging = sa
     a.begin(0)
-    a.defer("metrics", [_metrics("A", 0)], 0)
+    sa.put("metrics", [_metrics("A", 0)], 0)
     stage_rows(a_root, "key_loads", 0, "e0", _loads("A", 0))
     _copy_staged(a_root, b_root)
     sa.commit()
@@ -186,7 +185,6 @@ def test_a_restart_leaves_another_runs_copied_files_out_of_delta(
 
     b = RunAppends(spark, cfg, "B")  # a restart of B: it may have written before
     sb = StagedAppends(spark, b_root, b, interval_s=0)
-    b.staging = sb
     stage_rows(b_root, "metrics", 4, "driver", [_metrics("B", 4)])
     sb.recover()
     assert counts("metrics") == {"A": 1, "B": 1} and counts("key_loads") == {"A": 10}
