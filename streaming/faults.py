@@ -1,10 +1,12 @@
-"""Kill points: where the fault-injection tests SIGKILL a running job (issue 16, item 1).
+"""Fault injection: where the fault tests SIGKILL a running job (issue 16, item 1).
 
 A crash test that kills "after some seconds" lands wherever the machine happens to be, and
 mostly between batches. These named points let a test kill the job inside a chosen phase of
-a chosen batch, and draw the points at random. Off unless ``KS_FAULT_KILL_AT`` is set
-(``phase@batch``: the first time the job reaches ``phase`` in a batch ≥ ``batch``), so a
-production run pays one environment lookup per point. The whole process group dies (the
+a chosen batch, and draw the points at random. The job reports each phase it reaches to the
+:class:`Phases` hook it was given (``JobOptions.phases``); a production run gets
+:data:`NO_FAULTS`, which does nothing. ``keyshift run`` gives :class:`KillAt` instead when
+``KS_FAULT_KILL_AT`` is set (``phase@batch``: the first time the job reaches ``phase`` in a
+batch ≥ ``batch``; a bad value is refused at start). The whole process group dies (the
 driver, its JVM and the Python workers), as with ``kill -9`` of the job or a lost host.
 
 Phases, in the order a micro-batch meets them:
@@ -22,43 +24,79 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from collections.abc import Mapping
+from contextlib import AbstractContextManager, nullcontext
+from typing import Protocol
 
 ENV = "KS_FAULT_KILL_AT"  # not KEYSHIFT_*: those are config keys
 PHASES = ("before_engines", "engines", "migration", "controller", "writes", "after_batch")
 
 
-def _armed(phase: str, batch_id: int) -> bool:
-    spec = os.environ.get(ENV)
-    if not spec:
-        return False
-    want, _, at = spec.partition("@")
-    if want not in PHASES or not at.lstrip("-").isdigit():
-        raise ValueError(f"{ENV}={spec!r}: expected PHASE@BATCH, PHASE one of {PHASES}")
-    return want == phase and batch_id >= int(at)
+class Phases(Protocol):
+    """What the job tells of its progress through a micro-batch (the phases above)."""
+
+    def reached(self, phase: str, batch_id: int) -> None:
+        """The job is at ``phase`` of batch ``batch_id``."""
+
+    def during(self, phase: str, batch_id: int,
+               after_s: float = 0.2) -> AbstractContextManager[None]:
+        """The job runs ``phase`` of batch ``batch_id`` inside the ``with`` block."""
 
 
-def _kill() -> None:
-    print(f"keyshift: {ENV}={os.environ.get(ENV)}: killing the job now", flush=True)
-    os.killpg(os.getpgrp(), signal.SIGKILL)
+class _NoFaults:
+    def reached(self, phase: str, batch_id: int) -> None:
+        return None
+
+    def during(self, phase: str, batch_id: int,
+               after_s: float = 0.2) -> AbstractContextManager[None]:
+        return nullcontext()
 
 
-def kill_point(phase: str, batch_id: int) -> None:
-    """Die here if the test asked for this phase of this batch."""
-    if _armed(phase, batch_id):
-        _kill()
+NO_FAULTS: Phases = _NoFaults()
 
 
-class kill_during:  # noqa: N801 -- used as a context manager, like contextlib's
-    """Die ``after_s`` into the ``with`` block (its Spark job in flight) if asked for."""
+class KillAt:
+    """SIGKILL the process group the first time the job reaches ``phase`` in a batch ≥
+    ``batch`` (``during``: ``after_s`` into the block, its Spark job in flight)."""
 
-    def __init__(self, phase: str, batch_id: int, after_s: float = 0.2) -> None:
-        self._timer = threading.Timer(after_s, _kill) if _armed(phase, batch_id) else None
+    def __init__(self, spec: str) -> None:
+        want, _, at = spec.partition("@")
+        if want not in PHASES or not at.lstrip("-").isdigit():
+            raise ValueError(f"{ENV}={spec!r}: expected PHASE@BATCH, PHASE one of {PHASES}")
+        self.spec, self.phase, self.batch = spec, want, int(at)
+
+    def _armed(self, phase: str, batch_id: int) -> bool:
+        return phase == self.phase and batch_id >= self.batch
+
+    def _kill(self) -> None:
+        print(f"keyshift: {ENV}={self.spec}: killing the job now", flush=True)
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    def reached(self, phase: str, batch_id: int) -> None:
+        if self._armed(phase, batch_id):
+            self._kill()
+
+    def during(self, phase: str, batch_id: int,
+               after_s: float = 0.2) -> AbstractContextManager[None]:
+        if not self._armed(phase, batch_id):
+            return nullcontext()
+        return _KillTimer(after_s, self._kill)
+
+
+class _KillTimer:
+    def __init__(self, after_s: float, kill) -> None:
+        self._timer = threading.Timer(after_s, kill)
+        self._timer.daemon = True
 
     def __enter__(self) -> None:
-        if self._timer is not None:
-            self._timer.daemon = True
-            self._timer.start()
+        self._timer.start()
 
     def __exit__(self, *_: object) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
+        self._timer.cancel()
+
+
+def phases_from_env(env: Mapping[str, str] | None = None) -> Phases:
+    """:class:`KillAt` when ``KS_FAULT_KILL_AT`` is set (a bad value: ValueError), else
+    :data:`NO_FAULTS`."""
+    spec = (os.environ if env is None else env).get(ENV)
+    return KillAt(spec) if spec else NO_FAULTS

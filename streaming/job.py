@@ -79,7 +79,7 @@ from .engines import (
     work_seconds,
 )
 from .executors import RunResources, local_cores
-from .faults import kill_during, kill_point
+from .faults import NO_FAULTS, Phases
 from .heartbeat import Heartbeat
 from .ingest import Classifier
 from .migration import Migration, record
@@ -120,6 +120,9 @@ class JobOptions:
     # the user's code for the executors (--py-files, already on the driver's path):
     # streaming/code_shipping.py ships them and the operator's own module
     py_files: tuple[str, ...] = ()
+    # told each phase of a batch the job reaches; the fault tests' hook kills there
+    # (keyshift.streaming.faults; keyshift run installs it from KS_FAULT_KILL_AT)
+    phases: Phases = NO_FAULTS
 
 
 @dataclass
@@ -559,7 +562,7 @@ class StreamJob:
                                   "a restart with the same run id takes it")
             self._process_batch(df, batch_id)
             self.storage_watch.resumed()  # a batch went through: an outage is over
-            kill_point("after_batch", batch_id)
+            self.opt.phases.reached("after_batch", batch_id)
 
     # -- one micro-batch --------------------------------------------------------------
     def _parse(self, df: DataFrame) -> DataFrame:
@@ -690,7 +693,7 @@ class StreamJob:
         """The engine stage, its small rows to the controller, the batch's writes; a
         scale-in's executors released after its moving batch; the staged bookkeeping
         committed behind the stream when due. Returns the run and the commit that ended."""
-        kill_point("before_engines", batch_id)  # fault tests only (keyshift.streaming.faults)
+        self.opt.phases.reached("before_engines", batch_id)
         t_engines, clock.engines_started_at = time.perf_counter(), time.time()
         clock.prep_s = t_engines - clock.t0  # recovery, plan, building the engine stage
         self._outputs_committed_at = None
@@ -828,7 +831,7 @@ class StreamJob:
         task) to the driver."""
         from pyspark.sql import functions as F
 
-        with kill_during("migration" if len(migration) else "engines", batch_id):
+        with self.opt.phases.during("migration" if len(migration) else "engines", batch_id):
             small = (result.where(F.col("tag").isin(LOAD, TASK))
                      .select("tag", "grp", "engine", "n", "size", "task").collect())
         return EngineRun.of(small, self.groups)
@@ -852,12 +855,12 @@ class StreamJob:
                     self.controller.plan_for(batch_id + 1).parallelism, batch_id,
                     ahead=self.controller.planned_ahead(lead)))
             controller_s = time.perf_counter() - t_ctl
-            kill_point("controller", batch_id)
+            self.opt.phases.reached("controller", batch_id)
 
         writes = [*self._output_writes(result, batch_id, ran.outs, ran.dead), control]
         if len(migration):
             record(self.staging, self.run_id, migration, ran.moved, started, ended)
-        with kill_during("writes", batch_id, after_s=0.05):
+        with self.opt.phases.during("writes", batch_id, after_s=0.05):
             concurrently(*writes)
         return controller_s
 

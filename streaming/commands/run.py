@@ -129,11 +129,17 @@ def options_from(args: argparse.Namespace, cfg) -> Any:
             hot_key_splitter(cfg, policy, app, params)
         except PolicyInputError as exc:  # "policy: dc splits ... but operator 'fsd' ..."
             raise UsageError(f"--{exc}") from None
+    from keyshift.streaming.faults import phases_from_env
+
+    try:  # the fault tests' kill hook; a production run has none
+        phases = phases_from_env()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     return JobOptions(app=app, policy=policy, run_id=run_id, topic=args.topic or cfg.kafka.topic,
                       engines=args.engines, app_params=params,
                       max_offsets_per_trigger=args.max_offsets,
                       available_now=args.available_now, starting_offsets=args.starting,
-                      py_files=tuple(str(p) for p in py_files))
+                      py_files=tuple(str(p) for p in py_files), phases=phases)
 
 
 def _check_operator(app: str, params: dict) -> None:
