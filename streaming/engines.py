@@ -55,13 +55,13 @@ OUT, LOAD, TASK, DEAD = "out", "load", "task", "dead"
 # so neither side pickles a row, and the outputs are JVM rows that the executors write to
 # Delta without another trip through Python. ``pkey`` places a row in partition = engine.
 ENGINE_INPUT = ("grp INT, partition INT, offset BIGINT, event STRING, reason STRING, "
-                "raw STRING, kts DOUBLE, pkey BIGINT, summary STRING")
+                "raw STRING, kafka_ts DOUBLE, pkey BIGINT, summary STRING")
 # ``summary`` (JSON) is set only on rows :func:`arrow_split` makes: a key's summary {"k", "s",
 # "n", "e"} for its home engine, or {"task": record} (an input task's split record, which
 # engine 0 passes on)
 ENGINE_OUTPUT = ("tag STRING, engine INT, grp INT, key STRING, ts BIGINT, kind STRING, "
                  "detail STRING, event_id STRING, n BIGINT, size BIGINT, partition INT, "
-                 "offset BIGINT, kts DOUBLE, raw STRING, reason STRING, task STRING")
+                 "offset BIGINT, kafka_ts DOUBLE, raw STRING, reason STRING, task STRING")
 _OUT_BATCH = 8192  # rows per Arrow batch handed back to the JVM
 
 
@@ -242,7 +242,7 @@ def _producing_kafka_times(got: _TaskInput, outs: list) -> list[float]:
     a split group's outputs, whose events the input tasks summarized, have none here)."""
     if not outs:
         return []
-    by_id = {str(e.get("id")): kts for _, e, kts, _ in got.events if kts}
+    by_id = {str(e.get("id")): kafka_ts for _, e, kafka_ts, _ in got.events if kafka_ts}
     return [by_id[ce.event_id] for _, ce in outs if ce.event_id in by_id]
 
 
@@ -279,10 +279,10 @@ def _read_input(rows: Iterable[tuple]) -> Generator[tuple, None, _TaskInput]:
     split task's record is passed on to the driver, a summary is kept for its group; returns
     the valid events sorted into processing order."""
     got = _TaskInput()
-    for group, partition, offset, value, reason, raw, kts, summary in rows:
+    for group, partition, offset, value, reason, raw, kafka_ts, summary in rows:
         if reason is not None:
             got.dead += 1
-            yield (DEAD, (partition, offset, kts, raw, reason))
+            yield (DEAD, (partition, offset, kafka_ts, raw, reason))
             continue
         if summary is not None:
             part = json.loads(summary)
@@ -294,9 +294,10 @@ def _read_input(rows: Iterable[tuple]) -> Generator[tuple, None, _TaskInput]:
             continue
         e = json.loads(value)
         e["partition"], e["offset"] = partition, offset
-        got.events.append((group, e, kts, raw))
-        if kts:
-            got.kafka_first, got.kafka_last = min(got.kafka_first, kts), max(got.kafka_last, kts)
+        got.events.append((group, e, kafka_ts, raw))
+        if kafka_ts:
+            got.kafka_first = min(got.kafka_first, kafka_ts)
+            got.kafka_last = max(got.kafka_last, kafka_ts)
     got.events.sort(key=lambda ge: order_key(ge[1]))
     return got
 
@@ -324,8 +325,8 @@ def _apply_operator(op: Any, got: _TaskInput) -> Generator[tuple, None, list]:
 
     outs = op.process_many((ge[1] for ge in got.events), (ge[0] for ge in got.events), reject)
     for i, reason in rejected.items():
-        _, e, kts, raw = got.events[i]
-        yield (DEAD, (e["partition"], e["offset"], kts, raw, reason))
+        _, e, kafka_ts, raw = got.events[i]
+        yield (DEAD, (e["partition"], e["offset"], kafka_ts, raw, reason))
     if rejected:
         got.dead += len(rejected)
         got.events = [ge for i, ge in enumerate(got.events) if i not in rejected]
@@ -391,15 +392,15 @@ def _count_only(engine: int, rows: Iterable[tuple]) -> Iterator[tuple]:
     dead, events = 0, 0
     kafka_first, kafka_last = float("inf"), float("-inf")
     clock = _InputClock(rows)
-    for group, partition, offset, _value, reason, raw, kts, _summary in clock:
+    for group, partition, offset, _value, reason, raw, kafka_ts, _summary in clock:
         if reason is not None:
             dead += 1
-            yield (DEAD, (partition, offset, kts, raw, reason))
+            yield (DEAD, (partition, offset, kafka_ts, raw, reason))
             continue
         events += 1
         counts[group] = counts.get(group, 0) + 1
-        if kts:
-            kafka_first, kafka_last = min(kafka_first, kts), max(kafka_last, kts)
+        if kafka_ts:
+            kafka_first, kafka_last = min(kafka_first, kafka_ts), max(kafka_last, kafka_ts)
     for g, n in counts.items():
         yield (LOAD, (g, engine, n, 0))
     yield (TASK, {"engine": engine, "partition": ctx.partitionId() if ctx else -1,
@@ -442,23 +443,23 @@ def run_split(spec: BatchSpec, part: int, rows: Iterable[tuple]) -> Iterator[tup
     per_group: dict[int, int] = {}
     kafka_first, kafka_last = float("inf"), float("-inf")
     n = 0
-    for group, partition, offset, value, _reason, raw, kts, _summary in rows:
+    for group, partition, offset, value, _reason, raw, kafka_ts, _summary in rows:
         e = json.loads(value)
         e["partition"], e["offset"] = partition, offset
-        by_key.setdefault((group, str(e.get("key"))), []).append((e, kts, raw))
+        by_key.setdefault((group, str(e.get("key"))), []).append((e, kafka_ts, raw))
         per_group[group] = per_group.get(group, 0) + 1
         n += 1
-        if kts:
-            kafka_first, kafka_last = min(kafka_first, kts), max(kafka_last, kts)
+        if kafka_ts:
+            kafka_first, kafka_last = min(kafka_first, kafka_ts), max(kafka_last, kafka_ts)
     dead = 0
     for (g, key), events in sorted(by_key.items()):
         events.sort(key=lambda x: order_key(x[0]))
         refused: dict[int, str] = {}
         summary = op.summarize((x[0] for x in events), partial(_refuse, refused))
         for i, why in refused.items():
-            e, kts, raw = events[i]
+            e, kafka_ts, raw = events[i]
             yield (g, e["partition"], e["offset"], None, f"rejected by operator: {why}", raw,
-                   kts, spec.engine0_pkey, None)
+                   kafka_ts, spec.engine0_pkey, None)
         dead += len(refused)
         kept = len(events) - len(refused)
         if kept:
@@ -563,7 +564,7 @@ def _input_rows(batches: Iterator[Any]) -> Iterator[tuple]:
     for b in batches:
         d = b.to_pydict()
         yield from zip(d["grp"], d["partition"], d["offset"], d["event"], d["reason"],
-                       d["raw"], d["kts"], d["summary"], strict=True)
+                       d["raw"], d["kafka_ts"], d["summary"], strict=True)
 
 
 class _OutputColumns:
@@ -584,7 +585,7 @@ class _OutputColumns:
         elif tag == LOAD:
             row["grp"], row["engine"], row["n"], row["size"] = rec
         elif tag == DEAD:
-            row["partition"], row["offset"], row["kts"], row["raw"], row["reason"] = rec
+            row["partition"], row["offset"], row["kafka_ts"], row["raw"], row["reason"] = rec
         else:
             row["task"] = json.dumps(rec)
         for k, col in self._cols.items():

@@ -254,12 +254,12 @@ class BatchExpressions:
 
         return cls(
             classify=Classifier(app),
-            parsed=["partition", "offset", F.col("kafka_ts").alias("timestamp"), "raw",
+            parsed=["partition", "offset", "kafka_ts", "raw",
                     "reason", F.expr(spark_group_expr_sql("key", groups)).alias("group"),
                     F.to_json(F.struct(*names)).alias("event")],
             routed=[F.col("group").cast("int").alias("grp"), F.col("partition").cast("int"),
                     F.col("offset").cast("bigint"), "event", "reason", "raw",
-                    F.col("timestamp").cast("double").alias("kts")],
+                    F.col("kafka_ts").cast("double").alias("kafka_ts")],
             summary=F.lit(None).cast("string").alias("summary"))
 
 
@@ -965,7 +965,7 @@ class StreamJob:
                 "key", "ts", "kind", "detail", "event_id"]),
             "dead_letter": (dead > 0, DEAD, [
                 *head, lit(self.topic).alias("topic"), "partition", "offset",
-                F.timestamp_seconds("kts").alias("kafka_ts"), F.substring("raw", 1, 4096)
+                F.timestamp_seconds("kafka_ts").alias("kafka_ts"), F.substring("raw", 1, 4096)
                 .alias("raw"), "reason"]),
         }
         return [

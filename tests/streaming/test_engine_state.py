@@ -240,7 +240,7 @@ def test_arrow_engine_reads_and_writes_the_stage_schemas(tmp_path, monkeypatch) 
 
     monkeypatch.setattr(engines, "cache_root", lambda _key: tmp_path / "cache")
     rows = list(_event_rows(12))
-    names = ("grp", "partition", "offset", "event", "reason", "raw", "kts")
+    names = ("grp", "partition", "offset", "event", "reason", "raw", "kafka_ts")
     batch = pa.RecordBatch.from_pydict(
         {**{k: [r[i] for r in rows] for i, k in enumerate(names)}, "pkey": [7] * len(rows),
          "summary": pa.array([None] * len(rows), type=pa.string())})
