@@ -33,7 +33,6 @@ import json
 import threading
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -46,7 +45,6 @@ from keyshift.apps import event_schema, make_operator, resolve_operator
 from keyshift.config import Config
 from keyshift.control import policy_from_config
 from keyshift.control.batch_cost import batch_e2e, run_cost
-from keyshift.elastic.reconfiguration import MeasuredMigration
 from keyshift.groups import spark_group_expr_sql
 from keyshift.lakehouse.delta import RunAppends, concurrently
 from keyshift.lakehouse.logs import say
@@ -58,7 +56,7 @@ from keyshift.policies import (
     check_operator,
     policy_class,
 )
-from keyshift.policies.hot_split import hot_groups, splitting_policy
+from keyshift.policies.hot_split import splitting_policy
 from keyshift.quantiles import merged_quantiles
 from keyshift.schemas import SCHEMA_VERSION
 
@@ -80,9 +78,10 @@ from .engines import (
 )
 from .executors import RunResources, local_cores
 from .faults import NO_FAULTS, Phases
+from .split_windows import SplitWindows
 from .heartbeat import Heartbeat
 from .ingest import Classifier
-from .migration import Migration, record
+from .migration import Migration, PauseMeter, record
 from .placement import placement_keys
 from .staging import StagedAppends
 from .storage_watch import StorageWatch, storage_failure
@@ -329,13 +328,13 @@ class StreamJob:
         self.log = ControlLog(spark, cfg, self.run_id, stager=self.staging)
         self.controller = Controller(cfg, self.run_id, options.policy, self.groups, self.engines,
                                      self.per_window, self.log, options.policy_params)
-        # dc / wc: the groups' loads of the open window, and the split made from the last one
-        self._window_loads: tuple[int, np.ndarray] | None = None
-        self._split: tuple[tuple[int, int], tuple[int, ...]] | None = None
+        # dc / wc: the groups each batch splits, from the last window's loads
+        self.split_windows = SplitWindows(
+            self.splitter, self.groups, self.per_window,
+            lambda start, end: self.log.window_loads(start, end, self.groups)[0])
         self._caches: dict[int, str] = {}  # engine → cache id its last task reported
-        # engine-stage seconds of the last batches that moved nothing: a migration's pause is
-        # its batch's beyond their median (keyshift.elastic.reconfiguration)
-        self._calm_engines_s: deque[float] = deque(maxlen=20)
+        # a migration's pause, measured for the loop's learned reconfiguration cost
+        self.pauses = PauseMeter()
         # the routing of the plan in force: ((plan version, slots), placement key column)
         self._routes: tuple[tuple[int, int], Column] | None = None
         self._recovered = False
@@ -620,40 +619,6 @@ class StreamJob:
             return routed
         return routed.mapInArrow(arrow_split(spec), ENGINE_INPUT)
 
-    def _split_for(self, batch_id: int, plan) -> tuple[int, ...]:
-        """dc / wc: the groups split in this batch, from the last complete window's loads
-        (none in the first window). A pure function of Delta's ``key_loads`` and the plan,
-        so a re-executed or restarted batch is split as before."""
-        if self.splitter is None:
-            return ()
-        w = batch_id // self.per_window
-        key = (w, plan.version)
-        if self._split is not None and self._split[0] == key:
-            return self._split[1]
-        if w == 0:
-            last = np.zeros(self.groups)
-        elif self._window_loads is not None and self._window_loads[0] == w - 1:
-            last = self._window_loads[1]
-        else:  # a restart: the window before, from the executors' key loads
-            k = self.per_window
-            last = self.log.window_loads((w - 1) * k, w * k, self.groups)[0]
-        self._split = (key, hot_groups(self.splitter, last, plan))
-        return self._split[1]
-
-    def _count_window(self, batch_id: int, loads: np.ndarray) -> None:
-        """Add a batch's group loads to its window's (the next window's split reads them)."""
-        if self.splitter is None:
-            return
-        w = batch_id // self.per_window
-        if self._window_loads is None or self._window_loads[0] != w:
-            if batch_id % self.per_window:  # joined mid-window (a restart): read the rest
-                k = self.per_window
-                self._window_loads = (w, self.log.window_loads(w * k, batch_id,
-                                                               self.groups)[0])
-            else:
-                self._window_loads = (w, np.zeros(self.groups))
-        self._window_loads[1][:] += loads
-
     def _process_batch(self, df: DataFrame, batch_id: int) -> None:
         """One micro-batch as steps: recover once, route it through the plan in force
         (:meth:`_plan_batch`), run the engines with the plan change's migration and commit
@@ -677,7 +642,7 @@ class StreamJob:
         t_ready = time.perf_counter()
         self._say_scale(self.resources.before_batch(plan.parallelism, batch_id))
         clock.waited_s = time.perf_counter() - t_ready  # a scale-out's wait for executors
-        split = self._split_for(batch_id, plan)
+        split = self.split_windows.split_for(batch_id, plan)
         spec = self._batch_spec(batch_id, plan, migration, slots, split, clock.start_wall)
         self.spark.sparkContext.setLocalProperty(
             "spark.job.description", f"keyshift {self.run_id} batch {batch_id}")
@@ -702,7 +667,7 @@ class StreamJob:
             ran = self._collect_engines(result, batch_id, b.migration)
             clock.engines_s = time.perf_counter() - t_engines
             self._caches = {t["engine"]: t["cache_id"] for t in ran.tasks}
-            self._count_window(batch_id, ran.loads)
+            self.split_windows.count(batch_id, ran.loads)
             self.controller.collect(batch_id, ran.loads, ran.state, engine_s=ran.engine_s,
                                     started=clock.start_wall, kafka_span=ran.kafka_span)
             t_writes = time.perf_counter()
@@ -731,10 +696,11 @@ class StreamJob:
                                          b.split, ran)
         metrics["e2e_p50_s"], metrics["e2e_p95_s"] = e2e_q
         if len(b.migration):
-            self._measure_migration(batch_id, b.migration, b.prev, b.plan, ran.moved,
-                                    clock.engines_s, metrics["input_rate"], clock.waited_s)
+            self.controller.loop.measured_migration(self.pauses.measure(
+                b.migration, b.prev, b.plan, ran.moved, clock.engines_s,
+                metrics["input_rate"], clock.waited_s))
         elif not b.split:
-            self._calm_engines_s.append(clock.engines_s)
+            self.pauses.calm_batch(clock.engines_s)
         t_metrics = time.perf_counter()
         # the metrics row is staged with the run's other bookkeeping (keyshift.streaming.staging):
         # batch_duration_s then covers all of the batch's own writes, and a restarted
@@ -932,22 +898,6 @@ class StreamJob:
                 t.moved_bytes += ran.moved
             t.last_batch = batch_id
             t.durations.append(duration)
-
-    def _measure_migration(self, batch_id: int, migration: Migration, prev: Plan, plan: Plan,
-                           moved: int, engines_s: float, rate: float,
-                           waited_s: float = 0.0) -> None:
-        """The migration as the control loop learns from it: moved groups and bytes, its
-        pause (the engine stage's seconds beyond the median of the last batches that moved
-        nothing: reading and installing the moved state) and the input rate meanwhile; kept
-        in the control store, and with ``planner.rc_source = "learned"`` the planner's RC and
-        the balancer's min_gain follow it (keyshift.elastic.reconfiguration). A scale-out's
-        wait for its executors (``waited_s``, the part of their start-up the batch did not
-        overlap) is part of its pause: the learned RC prices executor start-up too."""
-        calm = float(np.median(self._calm_engines_s)) if self._calm_engines_s else engines_s
-        self.controller.loop.measured_migration(MeasuredMigration(
-            batch_id, len(migration), int(moved), max(engines_s - calm, 0.0) + waited_s,
-            float(rate),
-            prev.parallelism != plan.parallelism, prev.parallelism, plan.parallelism))
 
     def _output_writes(self, result: DataFrame, batch_id: int, outs: int,
                        dead: int) -> list[Callable[[], None]]:

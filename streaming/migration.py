@@ -25,12 +25,14 @@ over, and a removed slot's task still runs in that batch to drop its groups.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from keyshift.elastic.reconfiguration import MeasuredMigration
 from keyshift.plan import Plan
 
 if TYPE_CHECKING:
@@ -99,3 +101,26 @@ def _row(run_id: str, m: Migration, moved: int, status: str, start: datetime,
         "bytes": moved, "status": status, "started_at": start, "ended_at": end,
         "batch_start": m.batch_id, "batch_end": m.batch_id if end is not None else None,
     }
+
+
+class PauseMeter:
+    """What a realized migration cost, as the control loop learns from it
+    (keyshift.elastic.reconfiguration): its pause is the engine stage's seconds beyond the
+    median of the last ``calm`` batches that moved nothing (reading and installing the moved
+    state), plus a scale-out's wait for its executors (``waited_s``, the part of their
+    start-up the batch did not overlap), so the learned RC prices executor start-up too."""
+
+    def __init__(self, calm: int = 20) -> None:
+        self._calm: deque[float] = deque(maxlen=calm)
+
+    def calm_batch(self, engines_s: float) -> None:
+        """A batch that moved nothing (and split nothing) took ``engines_s`` in its engines."""
+        self._calm.append(float(engines_s))
+
+    def measure(self, migration: Migration, prev: Plan, plan: Plan, moved: int,
+                engines_s: float, rate: float, waited_s: float = 0.0) -> MeasuredMigration:
+        calm = float(np.median(self._calm)) if self._calm else engines_s
+        return MeasuredMigration(
+            migration.batch_id, len(migration), int(moved),
+            max(engines_s - calm, 0.0) + waited_s, float(rate),
+            prev.parallelism != plan.parallelism, prev.parallelism, plan.parallelism)

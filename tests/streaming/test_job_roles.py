@@ -1,0 +1,62 @@
+"""Two roles taken out of StreamJob, tested without Spark: the dc/wc split per batch
+(streaming/split_windows.py) and a migration's measured pause (streaming/migration.py
+PauseMeter)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from keyshift.plan import Plan
+from keyshift.streaming.migration import Migration, PauseMeter
+from keyshift.streaming.split_windows import SplitWindows
+
+GROUPS = 8
+
+
+class Head:
+    """A splitter whose head is every group above a quarter of the window's load."""
+
+    def head(self, shares: np.ndarray, n: int):
+        return [int(g) for g in np.argsort(-shares) if shares[g] > 0.25], None
+
+
+def test_a_batch_splits_the_head_of_the_last_complete_window() -> None:
+    reads: list[tuple[int, int]] = []
+    sw = SplitWindows(Head(), GROUPS, 2, lambda a, b: reads.append((a, b)) or np.zeros(GROUPS))
+    plan = Plan.hashed(GROUPS, 2)
+    assert sw.split_for(0, plan) == ()  # the first window splits nothing
+    sw.count(0, np.array([9, 1, 0, 0, 0, 0, 0, 0.0]))
+    sw.count(1, np.array([9, 1, 0, 0, 0, 0, 0, 0.0]))
+    assert sw.split_for(2, plan) == (0,) and sw.split_for(3, plan) == (0,)
+    assert reads == []  # the window was counted here, nothing read back
+
+
+def test_a_restart_reads_the_loads_it_did_not_count_and_splits_as_before() -> None:
+    stored = {0: np.array([9, 1, 0, 0, 0, 0, 0, 0.0]), 1: np.array([9, 1, 0, 0, 0, 0, 0, 0.0]),
+              2: np.array([1, 9, 0, 0, 0, 0, 0, 0.0])}
+
+    def read(a: int, b: int) -> np.ndarray:
+        return sum((stored[i] for i in range(a, b)), np.zeros(GROUPS))
+
+    plan = Plan.hashed(GROUPS, 2)
+    sw = SplitWindows(Head(), GROUPS, 2, read)  # a restart at batch 3: window 1 open
+    assert sw.split_for(3, plan) == (0,)  # from window 0, read back
+    sw.count(3, np.array([1, 9, 0, 0, 0, 0, 0, 0.0]))  # joins mid-window: batch 2 read back
+    assert sw.split_for(4, plan) == (1,)
+    assert SplitWindows(None, GROUPS, 2, read).split_for(4, plan) == ()  # no splitter
+
+
+def test_a_pause_is_the_engine_seconds_beyond_calm_batches_plus_the_wait() -> None:
+    meter = PauseMeter(calm=3)
+    for s in (1.0, 9.0, 1.2, 1.1):  # the 9-s batch is pushed out of the last three
+        meter.calm_batch(s)
+    old, new = Plan.hashed(GROUPS, 1), Plan.hashed(GROUPS, 2)
+    m = meter.measure(Migration.between("r", 7, old, new), old, new, moved=4096,
+                      engines_s=3.1, rate=50.0, waited_s=0.5)
+    assert m.batch_id == 7 and m.groups == 4 and m.bytes == 4096
+    assert m.pause_s == pytest.approx(3.1 - 1.2 + 0.5) and m.scale
+    assert (m.engines_before, m.engines_after) == (1, 2)
+    # nothing calm yet: the batch is its own baseline, only the wait is a pause
+    assert PauseMeter().measure(Migration.between("r", 1, old, new), old, new, 0, 3.0,
+                                1.0).pause_s == 0.0
