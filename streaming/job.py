@@ -78,6 +78,7 @@ from .engines import (
 )
 from .executors import RunResources, local_cores
 from .faults import NO_FAULTS, Phases
+from .flush import Flush
 from .split_windows import SplitWindows
 from .heartbeat import Heartbeat
 from .ingest import Classifier
@@ -292,7 +293,6 @@ class StreamJob:
         self.totals = Totals()
         self.on_batch = on_batch
         self.run_uri = cfg.runs_uri(self.run_id)  # the run's files by Delta
-        self._idle: threading.Timer | None = None  # commits the staged rows when input stops
         self._lock = threading.Lock()
         self._batch_lock = threading.Lock()
         self._stopping = threading.Event()
@@ -325,6 +325,9 @@ class StreamJob:
         # for one commit per interval: the job flushes them (StagedAppends.commit_behind)
         self.staging = StagedAppends(spark, f"{self.run_uri}/staged", self.appends,
                                      cfg.warehouse.commit_interval_s, watch=self.storage_watch)
+        # ... which it commits behind the stream, when the input pauses and at stop
+        self.flushes = Flush(self.staging, self.storage_watch, self._batch_lock,
+                             self.trigger_s + 0.5)
         self.log = ControlLog(spark, cfg, self.run_id, stager=self.staging)
         self.controller = Controller(cfg, self.run_id, options.policy, self.groups, self.engines,
                                      self.per_window, self.log, options.policy_params)
@@ -445,12 +448,7 @@ class StreamJob:
     def _abandon(self) -> None:
         """Let go of a failed attempt: its idle commit, its commit behind the stream (the
         files stay staged; the next attempt commits them by row key), its query."""
-        if self._idle is not None:
-            self._idle.cancel()
-        try:
-            self.staging.wait()
-        except Exception:  # noqa: BLE001 -- what it found is found again by the next attempt
-            pass
+        self.flushes.abandon()
         try:
             if self.query is not None and self.query.isActive:
                 self.query.stop()
@@ -519,39 +517,9 @@ class StreamJob:
 
     def flush(self) -> None:
         """Commit the staged bookkeeping now (it normally waits for its interval)."""
-        if self._idle is not None:
-            self._idle.cancel()
-        with self._batch_lock:
-            t0 = time.perf_counter()
-            if self.staging.pending:
-                # a commit is safe to repeat (rows land once by key): wait out an outage
-                self.storage_watch.call(self.staging.commit)
-            with self._lock:
-                self.totals.stop_commit_s += time.perf_counter() - t0
-            # the stop's commit went through, but the job stops: it does not "go on"
-            self.storage_watch.resumed(announce=False)
-
-    def _flush_when_idle(self) -> None:
-        """If no batch follows within a trigger interval (the input has paused; Spark runs
-        no empty batches), commit the staged rows, so that the bookkeeping tables never lag
-        a quiet stream. A batch that has started meanwhile commits them when they are due."""
-        if self._idle is not None:
-            self._idle.cancel()
-
-        def flush_if_idle() -> None:
-            if self._batch_lock.acquire(blocking=False):
-                try:
-                    if self.staging.pending:
-                        self.staging.commit()
-                except Exception as exc:  # the next batch or stop() retries; say why
-                    if not self.storage_watch.failed(exc):  # an outage is said once there
-                        say(f"keyshift: bookkeeping rows not committed yet ({exc})")
-                finally:
-                    self._batch_lock.release()
-
-        self._idle = threading.Timer(self.trigger_s + 0.5, flush_if_idle)
-        self._idle.daemon = True
-        self._idle.start()
+        spent = self.flushes.now()
+        with self._lock:
+            self.totals.stop_commit_s += spent
 
     def process_batch(self, df: DataFrame, batch_id: int) -> None:
         """One micro-batch, unless the job is stopping (then the batch stays for a restart)."""
@@ -679,9 +647,7 @@ class StreamJob:
             (self.run_dir / "migrating.json").unlink(missing_ok=True)
         # a scale-in's moves ran in this batch: the executors no engine needs go now
         self._say_scale(self.resources.after_batch(b.plan.parallelism, batch_id, ran.tasks))
-        committed = self.staging.finished()
-        if self.staging.due(batch_id):  # behind the stream: the next batch need not wait
-            self.staging.commit_behind(batch_id)
+        committed = self.flushes.after_batch(batch_id)
         clock.writes_s = time.perf_counter() - t_writes
         return ran, committed
 
@@ -707,7 +673,7 @@ class StreamJob:
         # driver on any host finds the row beside the warehouse
         metrics["batch_duration_s"] = time.perf_counter() - clock.t0
         self.staging.put("metrics", [metrics], batch_id)
-        self._flush_when_idle()
+        self.flushes.when_idle()
         clock.metrics_s = time.perf_counter() - t_metrics
         duration = time.perf_counter() - clock.t0
         self._add_to_totals(batch_id, ran, b.migration, duration)

@@ -1,6 +1,6 @@
-"""Two roles taken out of StreamJob, tested without Spark: the dc/wc split per batch
-(streaming/split_windows.py) and a migration's measured pause (streaming/migration.py
-PauseMeter)."""
+"""Roles taken out of StreamJob, tested without Spark: the dc/wc split per batch
+(streaming/split_windows.py), a migration's measured pause (streaming/migration.py
+PauseMeter) and the staged bookkeeping's flushes (streaming/flush.py)."""
 
 from __future__ import annotations
 
@@ -60,3 +60,80 @@ def test_a_pause_is_the_engine_seconds_beyond_calm_batches_plus_the_wait() -> No
     # nothing calm yet: the batch is its own baseline, only the wait is a pause
     assert PauseMeter().measure(Migration.between("r", 1, old, new), old, new, 0, 3.0,
                                 1.0).pause_s == 0.0
+
+
+class FakeStaging:
+    def __init__(self) -> None:
+        self.pending, self.commits, self.behind, self.waited = True, 0, [], 0
+
+    def finished(self) -> dict[str, float]:
+        return {"metrics": 0.4} if self.behind else {}
+
+    def due(self, before: int) -> bool:
+        return before % 2 == 1
+
+    def commit_behind(self, before: int) -> None:
+        self.behind.append(before)
+
+    def commit(self) -> int:
+        self.commits += 1
+        self.pending = False
+        return 1
+
+    def wait(self) -> None:
+        self.waited += 1
+
+
+class FakeWatch:
+    def __init__(self) -> None:
+        self.calls, self.resumed_quietly = 0, 0
+
+    def call(self, fn):
+        self.calls += 1
+        return fn()
+
+    def failed(self, exc: BaseException) -> bool:
+        return False
+
+    def resumed(self, announce: bool = True) -> None:
+        self.resumed_quietly += not announce
+
+
+class FakeTimer:
+    made: list[FakeTimer] = []
+
+    def __init__(self, after_s: float, fn) -> None:
+        self.after_s, self.fn, self.cancelled, self.daemon = after_s, fn, False, False
+        FakeTimer.made.append(self)
+
+    def start(self) -> None:
+        pass
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+def test_the_flushes_behind_the_stream_when_idle_and_at_stop() -> None:
+    import threading
+
+    from keyshift.streaming.flush import Flush
+
+    st, watch, lock = FakeStaging(), FakeWatch(), threading.Lock()
+    FakeTimer.made.clear()
+    f = Flush(st, watch, lock, 5.5, timer=FakeTimer)
+    assert f.after_batch(0) == {} and st.behind == []  # not due
+    assert f.after_batch(1) == {} and st.behind == [1]
+    f.when_idle()
+    f.when_idle()  # a later batch re-arms: the first timer is cancelled
+    first, second = FakeTimer.made
+    assert first.cancelled and second.after_s == 5.5
+    with lock:  # a batch runs: the idle flush gives way
+        second.fn()
+    assert st.commits == 0
+    second.fn()
+    assert st.commits == 1
+    st.pending = True
+    assert f.now() >= 0.0 and st.commits == 2 and watch.calls == 1
+    assert watch.resumed_quietly == 1
+    f.abandon()
+    assert st.waited == 1

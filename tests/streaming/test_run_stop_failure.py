@@ -16,6 +16,7 @@ import pytest
 
 from keyshift.streaming.commands import run as run_cmd
 from keyshift.streaming.executors import RunResources
+from keyshift.streaming.flush import Flush
 from keyshift.streaming.job import JobOptions, StreamJob, Totals
 from keyshift.streaming.storage_watch import StorageWatch
 
@@ -85,11 +86,11 @@ def fake_job(tmp_path: Path, query_error: str | None, commit_fails: bool) -> Str
     job.query = _Query(query_error)
     job.staging = _Staging(commit_fails)
     job.broker_watch, job.heartbeat, job.controller = _Stoppable(), _Stoppable(), _Stoppable()
-    job._idle = None
     job._lock, job._batch_lock = threading.Lock(), threading.Lock()
     job._stopping = threading.Event()
     # warehouse.outage_s = 0: these runs stop at the first refused write, as before
     job.storage_watch = StorageWatch("/wh", 0.0)
+    job.flushes = Flush(job.staging, job.storage_watch, job._batch_lock, 1.0)
     job.resources = RunResources("fixed", None, None, executor_cores=1, local_cores=2)
     job.skipped_offsets = {}  # a resume's records kafka.fail_on_data_loss=false skipped
     job.groups, job.per_window = 64, 2  # what the run's cost reads (no batches.jsonl here)
