@@ -54,7 +54,7 @@ class Controller:
     """One run's loop as the job drives it, batch by batch."""
 
     def __init__(
-        self, cfg: Config, run_id: str, policy: str, groups: int, engines: int,
+        self, cfg: Config, run_id: str, policy: str, groups: int, initial_engines: int,
         batches_per_window: int, log: ControlStore, params: dict[str, Any] | None = None,
         forecaster: Forecaster | None = None, clock=time.time,
     ) -> None:
@@ -68,7 +68,7 @@ class Controller:
         except PolicyInputError as exc:
             raise ControllerError(f"controller.{exc}") from None
         self.groups = groups
-        self.engines = engines
+        self.initial_engines = initial_engines
         self.batches_per_window = batches_per_window
         self.log = log
         self.params = dict(params or {})
@@ -114,7 +114,7 @@ class Controller:
                     "first (keyshift job baseline)"
                 )
             return plan
-        return Plan.hashed(self.groups, self.engines, version=0)
+        return Plan.hashed(self.groups, self.initial_engines, version=0)
 
     def _span(self, w: WindowStats) -> float:
         """Seconds the window's input arrived over: since the previous window closed, or,

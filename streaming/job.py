@@ -282,7 +282,8 @@ class StreamJob:
         self.splitter = None if options.ingest_only else hot_key_splitter(
             cfg, options.policy, options.app, options.app_params, options.policy_params)
         self.groups = options.groups or cfg.groups.count
-        self.engines = options.engines or cfg.engines.initial
+        # the engines a new run starts with (a plan's slots and live engines change after)
+        self.initial_engines = options.engines or cfg.engines.initial
         self.trigger_s = options.trigger_s or cfg.spark.trigger_s
         self.run_id = options.run_id
         self.run_dir = cfg.run_dir(self.run_id)
@@ -329,8 +330,9 @@ class StreamJob:
         self.flushes = Flush(self.staging, self.storage_watch, self._batch_lock,
                              self.trigger_s + 0.5)
         self.log = ControlLog(spark, cfg, self.run_id, stager=self.staging)
-        self.controller = Controller(cfg, self.run_id, options.policy, self.groups, self.engines,
-                                     self.per_window, self.log, options.policy_params)
+        self.controller = Controller(cfg, self.run_id, options.policy, self.groups,
+                                     self.initial_engines, self.per_window, self.log,
+                                     options.policy_params)
         # dc / wc: the groups each batch splits, from the last window's loads
         self.split_windows = SplitWindows(
             self.splitter, self.groups, self.per_window,
@@ -351,7 +353,7 @@ class StreamJob:
             # a hot key's events all sit in one Kafka partition (producers partition by
             # key); cut large partitions' offset ranges into at least one input task per
             # engine, so the tasks that summarize a split key share its events
-            reader = reader.option("minPartitions", str(self.engines))
+            reader = reader.option("minPartitions", str(self.initial_engines))
         return (
             reader
             .option("kafka.bootstrap.servers", self.cfg.kafka.bootstrap)
@@ -400,7 +402,7 @@ class StreamJob:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "job.json").write_text(json.dumps(
             {"run_id": self.run_id, "app": self.app, "policy": self.opt.policy,
-             "groups": self.groups, "engines": self.engines, "topic": self.topic,
+             "groups": self.groups, "engines": self.initial_engines, "topic": self.topic,
              "trigger_s": self.trigger_s, "app_params": self.opt.app_params,
              "checkpoint": self.checkpoint, "engine_state": self.state_uri,
              # how the plan evolved, for a replay (keyshift simulate --calibrate)

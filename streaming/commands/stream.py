@@ -144,8 +144,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"keyshift stream: {exc}", file=sys.stderr)
         return 1
     say(f"stream {job.run_id}: {opts.app} from {opts.topic}@{cfg.kafka.bootstrap}, ingestion "
-        f"only, plan {opts.policy} on {job.engines} engine(s), trigger {job.trigger_s:g} s, "
-        f"checkpoint {job.checkpoint}")
+        f"only, plan {opts.policy} on {job.initial_engines} engine(s), trigger "
+        f"{job.trigger_s:g} s, checkpoint {job.checkpoint}")
     failed, why, stop_failed = wait_and_stop(job, args.duration, say)
     s = job.summary()
     # this process's batches; the run's counts (each batch once) are in --json and status

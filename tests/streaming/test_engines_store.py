@@ -28,7 +28,7 @@ def test_migration_between_plans_groups_moves_by_engine() -> None:
 def test_controller_decides_per_window_and_recovers_from_its_log() -> None:
     cfg = load_config(env={})
     log = MemoryControlLog()
-    c = Controller(cfg, "r", "dlb-h", groups=8, engines=2, batches_per_window=2, log=log)
+    c = Controller(cfg, "r", "dlb-h", groups=8, initial_engines=2, batches_per_window=2, log=log)
     c.recover(0)
     assert c.plan_for(0).version == 0 and len(log.plans_written) == 1
     skew = np.array([50, 1, 1, 1, 40, 1, 1, 1], dtype=float)  # KG puts 90 % on engine 0
@@ -42,7 +42,7 @@ def test_controller_decides_per_window_and_recovers_from_its_log() -> None:
     assert log.decisions[-1]["action"] == "rebalance" and log.decisions[-1]["reason"]
 
     # a restarted controller routes every batch as the first one did
-    again = Controller(cfg, "r", "dlb-h", groups=8, engines=2, batches_per_window=2, log=log)
+    again = Controller(cfg, "r", "dlb-h", groups=8, initial_engines=2, batches_per_window=2, log=log)
     again.recover(2)
     assert np.array_equal(again.plan_for(2).assignment, c.plan_for(2).assignment)
     assert again.plan_for(1).version == 0
@@ -52,7 +52,7 @@ def test_controller_mid_window_restart_reloads_the_window() -> None:
     cfg = load_config(env={})
     log = MemoryControlLog()
     log.loads[0] = np.array([9.0, 0, 0, 0])
-    c = Controller(cfg, "r", "dlb-h", groups=4, engines=2, batches_per_window=2, log=log)
+    c = Controller(cfg, "r", "dlb-h", groups=4, initial_engines=2, batches_per_window=2, log=log)
     c.recover(1)
     assert c._window.loads.tolist() == [9.0, 0, 0, 0]
 
@@ -60,17 +60,17 @@ def test_controller_mid_window_restart_reloads_the_window() -> None:
 def test_fixed_plan_policies_and_bad_config() -> None:
     cfg = load_config(env={})
     log = MemoryControlLog()
-    kg = Controller(cfg, "r", "kg", groups=4, engines=2, batches_per_window=1, log=log)
+    kg = Controller(cfg, "r", "kg", groups=4, initial_engines=2, batches_per_window=1, log=log)
     kg.recover(0)
     kg.collect(0, np.array([9.0, 0, 0, 0]), np.zeros(4))
     d = kg.end_of_batch(0)
     assert d.action == "none" and not d.changed and log.decisions[-1]["action"] == "none"
     assert kg.last_decision is d and "fixed plan" in d.reason
     with pytest.raises(ControllerError, match="controller.policy"):
-        Controller(cfg, "r", "lptf", groups=4, engines=2, batches_per_window=1,
+        Controller(cfg, "r", "lptf", groups=4, initial_engines=2, batches_per_window=1,
                    log=MemoryControlLog()).recover(0)
     with pytest.raises(ControllerError, match="window_s"):
-        Controller(cfg, "r", "kg", groups=4, engines=2, batches_per_window=0, log=log)
+        Controller(cfg, "r", "kg", groups=4, initial_engines=2, batches_per_window=0, log=log)
 
 
 def test_policy_params_follow_the_constructor() -> None:
@@ -99,7 +99,7 @@ def test_a_rebalance_that_cannot_shorten_the_batch_is_declined(min_gain: float) 
     with the reason); 0 realizes the policy's decision as the paper's algorithm would."""
     cfg = load_config(env={}, controller={"min_gain": min_gain})
     log = MemoryControlLog()
-    c = Controller(cfg, "r", "dlb-h", groups=32, engines=3, batches_per_window=1, log=log)
+    c = Controller(cfg, "r", "dlb-h", groups=32, initial_engines=3, batches_per_window=1, log=log)
     c.recover(0)
     loads = _hot_key_window(c)
     c.collect(0, loads, loads)
