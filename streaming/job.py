@@ -79,11 +79,11 @@ from .engines import (
 from .executors import RunResources, local_cores
 from .faults import NO_FAULTS, Phases
 from .flush import Flush
-from .split_windows import SplitWindows
 from .heartbeat import Heartbeat
 from .ingest import Classifier
 from .migration import Migration, PauseMeter, record
 from .placement import placement_keys
+from .split_windows import SplitWindows
 from .staging import StagedAppends
 from .storage_watch import StorageWatch, storage_failure
 
