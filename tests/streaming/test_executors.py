@@ -118,6 +118,26 @@ def test_a_run_reports_what_it_held_and_core_seconds() -> None:
     assert "cores_mismatches" not in out
 
 
+def test_a_scale_out_that_runs_on_is_said_once_its_executor_came() -> None:
+    """``planner.wait_for_executors = false``: the batch before the executor registered runs
+    on one core and returns nothing to say; the one after says the request, with what came."""
+    clock, client = Clock(), Client(["0"])
+    scaler = ExecutorScaler(client, ExecutorBudget(1, 1, 2), 60.0, clock=clock,
+                            sleep=lambda s: (_ for _ in ()).throw(AssertionError("slept")),
+                            block=False)
+    res = RunResources("executors", client, scaler, executor_cores=1, clock=clock)
+    asked = res.after_decision(2, 9)
+    assert asked is not None and client.totals == [2]
+    assert res.before_batch(2, 10) is None  # no wait: the batch runs on executor 0
+    clock.now += 6.0
+    assert res.after_batch(2, 10, [{"events": 5, "workdir": "/w/app-1/0"}]) is None
+    client.ids.append("1")  # registered during batch 11
+    clock.now += 6.0
+    said = res.after_batch(2, 11, [{"events": 3, "workdir": "/w/app-1/1"}])
+    assert said is asked and said.came == 2 and said.ready_s == pytest.approx(12.0)
+    assert "executors 1 -> 2 asked, 2 held after 12.0 s" == said.text()
+
+
 def test_the_cluster_managers_count_wins_and_a_disagreement_is_counted() -> None:
     client = Client(["0", "1"])
     res = RunResources("fixed", client, None, executor_cores=2, cores_of_master=lambda: 3,
