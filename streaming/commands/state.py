@@ -40,7 +40,8 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     u.add_argument(FLAG, dest="trust", action="store_true",
                    help="unpickle the old files (only if nobody else could have written them)")
     u.add_argument("--app", help="the run's operator, whose state_codec encodes the state "
-                   "(default: the app in <home>/runs/RUN_ID/job.json, else the default codec)")
+                   "(default: the shipped or installed operator <home>/runs/RUN_ID/job.json "
+                   "names, never a module path it holds; else the default codec)")
     u.add_argument("--json", action="store_true", help="print one JSON object")
     u.set_defaults(func=run)
     return p
@@ -54,14 +55,25 @@ def _job(cfg: Any, run_id: str) -> dict[str, Any]:
         return {}
 
 
-def _codec(app: str | None) -> tuple[Any, str]:
-    from keyshift.apps.registry import resolve_operator
+def _codec(typed: str | None, recorded: Any) -> tuple[Any, str]:
+    """The codec of the operator named on the command line (``--app``, a spec the person
+    typed, imported as ``keyshift run`` would), else of the one the run's job.json records,
+    looked up among the operators this host knows without importing what it names: a
+    file someone else could write never chooses a module to import."""
+    from keyshift.apps.registry import known_operator, resolve_operator
     from keyshift.apps.state_codec import DEFAULT_CODEC
 
-    if not app:
+    if typed:
+        cls = resolve_operator(typed).cls  # a bad spec: one line naming app
+        return cls.state_codec, f"{typed}'s codec"
+    if not recorded:
         return DEFAULT_CODEC, "the default codec"
-    cls = resolve_operator(app).cls  # a bad spec: one line naming app
-    return cls.state_codec, f"{app}'s codec"
+    known = known_operator(recorded)
+    if known is None:
+        raise UsageError(f"the run's job.json names operator {str(recorded)[:200]!r}, which is "
+                         "not a shipped operator or an installed entry point on this host; "
+                         "pass --app to name it")
+    return known.state_codec, f"{recorded}'s codec"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -70,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
 
     job = _job(cfg, args.run_id)
     uri = job.get("engine_state") or cfg.engine_state_uri(args.run_id)
-    codec, codec_name = _codec(args.app or job.get("app"))
+    codec, codec_name = _codec(args.app, job.get("app"))
     try:
         found = upgrade(uri, codec, trust_pickled_state=args.trust)
     except StateFormatError as exc:

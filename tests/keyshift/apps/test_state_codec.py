@@ -391,3 +391,23 @@ def test_upgrade_names_a_state_the_codec_cannot_keep(tmp_path) -> None:
     assert (len(found.pickled), found.converted) == (1, [])
     with pytest.raises(engine_state.StateFormatError, match="group 9: .*OrderedDict"):
         upgrade(str(root), DEFAULT_CODEC, trust_pickled_state=True)
+
+
+def test_a_module_path_in_job_json_is_never_imported(home, tmp_path, capsys,
+                                                     monkeypatch) -> None:
+    """job.json is a file beside the warehouse: the operator it records is looked up among
+    the shipped ones and installed entry points, never imported as ``module:Class``."""
+    root = _old_run(home, "r3")
+    marker = tmp_path / "imported"
+    evil = tmp_path / "evilmod.py"
+    evil.write_text(f"open({str(marker)!r}, 'w').close()\nclass Op: pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (home / "runs" / "r3").mkdir(parents=True)
+    (home / "runs" / "r3" / "job.json").write_text(json.dumps(
+        {"app": "evilmod:Op", "engine_state": str(root)}))
+    assert main(["state", "upgrade", "r3", "--trust-pickled-state"]) == 2
+    err = capsys.readouterr().err
+    assert "'evilmod:Op', which is not a shipped operator" in err and "--app" in err
+    assert not marker.exists()
+    # named on the command line, a shipped operator converts as before
+    assert main(["state", "upgrade", "r3", "--trust-pickled-state", "--app", "fsd"]) == 0
