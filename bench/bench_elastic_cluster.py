@@ -77,7 +77,7 @@ def system_settings(system: str, workers: int) -> tuple[str, int, dict[str, Any]
     executors at most."""
     lo, hi = 1, workers
     engines = {"min": lo, "initial": lo, "max": hi}
-    if system in (PLANNER, RUN_ON):
+    if system in PLANNERS:
         # run-on: a scale-out's first batch runs at once on the old core, not after the wait
         return "kg", lo, {"engines": engines, "planner": {
             "enabled": True, "resources": "executors", "min_engines": lo, "max_engines": hi,
@@ -406,6 +406,10 @@ def bound_line(results: Sequence[RunResult]) -> list[str]:
     return lines
 
 
+def _core_ratio(a: dict[str, float], b: dict[str, float]) -> float:
+    return a["core_seconds"] / b["core_seconds"] if b["core_seconds"] else float("nan")
+
+
 def target_lines(med: dict[str, dict[str, float]]) -> list[str]:
     """The issue's targets against the medians, in words, for each planner that ran."""
     lines = []
@@ -413,8 +417,7 @@ def target_lines(med: dict[str, dict[str, float]]) -> list[str]:
     for name in PLANNERS:
         p = med.get(name)
         if p and mx:
-            ratio = (p["core_seconds"] / mx["core_seconds"] if mx["core_seconds"]
-                     else float("nan"))
+            ratio = _core_ratio(p, mx)
             lag_ok = p["lag_seconds"] <= mx["lag_seconds"] + WINDOW_S
             lines.append(f"{name} / static-max core-seconds {ratio:.2f}x (target <= 0.75x: "
                          f"{'met' if ratio <= 0.75 else 'missed'}); lag seconds "
@@ -423,8 +426,7 @@ def target_lines(med: dict[str, dict[str, float]]) -> list[str]:
         for da in (SPARK_DA, SPARK_DA5, APWS_DA):
             d = med.get(da)
             if p and d:
-                ratio = (p["core_seconds"] / d["core_seconds"] if d["core_seconds"]
-                         else float("nan"))
+                ratio = _core_ratio(p, d)
                 lag_ok = p["lag_seconds"] <= d["lag_seconds"]
                 lines.append(
                     f"{name} / {da} core-seconds {ratio:.2f}x (target <= 1.0x at no more lag "

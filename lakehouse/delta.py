@@ -288,6 +288,9 @@ class Stager(Protocol):
     under it. ``match``: the key of a table not keyed by (run, batch), for an append at once
     to look for (a staged commit goes by the table's own key)."""
 
+    @property
+    def run_id(self) -> str: ...
+
     def put(self, name: str, rows: Sequence[Mapping[str, Any]], batch_id: int,
             match: Mapping[str, Any] | None = None) -> int: ...
 

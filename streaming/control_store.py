@@ -88,7 +88,7 @@ class ControlLog:
     def write_plan(self, plan: Plan, policy: str, reason: str, batch_id: int) -> None:
         row = [plan_row(plan, self.run_id, policy, reason)]
         self.stager.put("plans", row, batch_id,
-                           match={"scope": self.run_id, "version": plan.version})
+                        match={"scope": self.run_id, "version": plan.version})
 
     # -- window loads -------------------------------------------------------------------------
     def window_loads(self, start: int, end: int, groups: int) -> tuple[np.ndarray, np.ndarray]:

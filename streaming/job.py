@@ -793,7 +793,7 @@ class StreamJob:
 
         writes = [*self._output_writes(result, batch_id, ran.outs, ran.dead), control]
         if len(migration):
-            record(self.staging, self.run_id, migration, ran.moved, started, ended)
+            record(self.staging, migration, ran.moved, started, ended)
         with self.opt.phases.during("writes", batch_id, after_s=0.05):
             concurrently(*writes)
         return controller_s

@@ -84,13 +84,13 @@ def _by_engine(engines: np.ndarray, groups: np.ndarray) -> dict[int, list[int]]:
     return out
 
 
-def record(stager: Stager, run_id: str, m: Migration, moved: int, started_at: datetime,
+def record(stager: Stager, m: Migration, moved: int, started_at: datetime,
            ended_at: datetime) -> None:
     """The migration's ``started`` and ``completed`` rows, staged with the run's bookkeeping
     once the batch that realized it has run (its engines hold the moved state)."""
     stager.put("migrations", [
-        _row(run_id, m, moved, "started", started_at, None),
-        _row(run_id, m, moved, "completed", started_at, ended_at)], m.batch_id)
+        _row(stager.run_id, m, moved, "started", started_at, None),
+        _row(stager.run_id, m, moved, "completed", started_at, ended_at)], m.batch_id)
 
 
 def _row(run_id: str, m: Migration, moved: int, status: str, start: datetime,

@@ -47,14 +47,6 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return p
 
 
-def _job(cfg: Any, run_id: str) -> dict[str, Any]:
-    path = cfg.run_dir(run_id) / "job.json"
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-
-
 def _codec(typed: str | None, recorded: Any) -> tuple[Any, str]:
     """The codec of the operator named on the command line (``--app``, a spec the person
     typed, imported as ``keyshift run`` would), else of the one the run's job.json records,
@@ -80,7 +72,9 @@ def run(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)  # ConfigError: the CLI's one-line message
     from keyshift.streaming.engine_state import StateFormatError, upgrade
 
-    job = _job(cfg, args.run_id)
+    from keyshift.streaming.runs import run_meta
+
+    job = run_meta(cfg.run_dir(args.run_id))
     uri = job.get("engine_state") or cfg.engine_state_uri(args.run_id)
     codec, codec_name = _codec(args.app, job.get("app"))
     try:
