@@ -51,7 +51,7 @@ class DeltaImpl:
         rows = [{"run_id": self.run_id, "batch_id": batch_id, "window_start": now, "group": int(g),
                  "engine": 0, "load": int(loads[g]), "state_bytes": int(state[g]),
                  "plan_version": 0} for g in np.flatnonzero(loads)]
-        self.store.appends.append_rows("key_loads", rows, batch_id)
+        self.store.stager.put("key_loads", rows, batch_id)
 
     def decisions(self) -> list[dict[str, Any]]:
         from keyshift.lakehouse.delta import read_run
