@@ -29,3 +29,13 @@ def test_unknown_names_are_clear():
         table("nope")
     with pytest.raises(KeyError, match="unknown application"):
         event_schema("nope")
+
+
+def test_statistics_columns_are_the_tables_own():
+    import pytest
+
+    from keyshift.schemas import TableSchema, _c
+
+    assert table("events_out").stats_columns == ("run_id", "batch_id")
+    with pytest.raises(ValueError, match=r"t: stats_columns \['nope'\] are not its columns"):
+        TableSchema("t", 1, (_c("a", "INT"),), stats_columns=("a", "nope"))

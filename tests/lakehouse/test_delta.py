@@ -135,3 +135,30 @@ def test_a_table_of_schema_version_1_reads_and_takes_version_2_rows(spark, spark
     rows = read_table(spark, cfg, "metrics").toPandas()
     assert rows[rows.run_id == "old"].floor_ratio.isna().all()
     assert rows[rows.run_id != "old"].hot_group.notna().all()
+
+
+@pytest.mark.integration
+def test_per_batch_tables_keep_statistics_of_the_columns_readers_filter_on(
+        spark, spark_config, tmp_path) -> None:
+    """``events_out`` is made with statistics of ``run_id`` and ``batch_id`` only (each
+    micro-batch's commit pays for every column's otherwise); a table an older keyshift made
+    gets the property once; the property is read from the checksum file, or from Delta
+    without one."""
+    from keyshift.lakehouse.delta import (STATS_COLUMNS, align_stats_columns, ensure_tables,
+                                          table_properties)
+
+    cfg = spark_config.model_copy(update={"warehouse": spark_config.warehouse.model_copy(
+        update={"root": str(tmp_path / "wh")})})
+    assert sorted(ensure_tables(spark, cfg, ["events_out", "metrics"])) == ["events_out",
+                                                                          "metrics"]
+    assert ensure_tables(spark, cfg, ["events_out"]) == []  # there: nothing made
+    path = cfg.table_path("events_out")
+    assert table_properties(spark, path)[STATS_COLUMNS] == "run_id,batch_id"
+    assert STATS_COLUMNS not in table_properties(spark, cfg.table_path("metrics"))
+    assert align_stats_columns(spark, cfg, ["events_out", "metrics"]) == []
+    spark.sql(f"ALTER TABLE delta.`{path}` UNSET TBLPROPERTIES ('{STATS_COLUMNS}')")  # older
+    assert STATS_COLUMNS not in table_properties(spark, path)
+    assert align_stats_columns(spark, cfg, ["events_out", "metrics"]) == ["events_out"]
+    for crc in (tmp_path / "wh" / "events_out" / "_delta_log").glob("*.crc"):
+        crc.unlink()  # no checksum: Delta is asked
+    assert table_properties(spark, path)[STATS_COLUMNS] == "run_id,batch_id"
