@@ -410,7 +410,8 @@ class PlannerConfig(_Section):
     # for the cool-off; a scale-in waits and takes the largest count asked for meanwhile.
     effectiveness: float = Field(
         0.1, ge=0, lt=1, description="a scale-out that achieved less than this fraction of its "
-        "expected drop of the busiest engine's share (or lag) is ineffective (0 = no check)")
+        "expected drop of the busiest engine's share (or rise of the read rate over a backlog) is "
+        "ineffective (0 = no check)")
     effectiveness_windows: int = Field(
         2, ge=1, le=1000, description="windows after a scale-out it is judged on")
     ineffective_cooloff_windows: int = Field(

@@ -64,7 +64,8 @@ METRICS: dict[str, tuple[str, str]] = {
                     "keyshift_ineffective_scalings_total)")),
     "keyshift_ineffective_scalings_total": (
         "counter", ("scale-outs judged ineffective (keyshift.control.guard): the busiest "
-                    "engine's share of the input or the lag fell by less than "
+                    "engine's share of the input fell, or its read rate over a backlog rose, by "
+                    "less than "
                     "planner.effectiveness of what the scale-out expected; each holds "
                     "further scale-out for planner.ineffective_cooloff_windows windows")),
     "keyshift_scaling_events_total": (

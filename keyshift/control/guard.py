@@ -13,11 +13,17 @@ it). keyshift's own version, on what the control loop measures per window:
 
 * **Effectiveness.** A realized scale-out N0 → N1 at the end of window w expected the
   busiest engine's share of the window's input to fall by N0/N1 (the scaler's model: load
-  spreads over engines) and the input lag to fall. Over the next ``check_windows`` windows
-  the share (their mean) and the lag (at the last one) are measured; achieved / expected
-  below ``effectiveness`` on either is an *ineffective* scaling: recorded with its numbers
-  and the reason, and no scale-out is realized for ``cooloff_windows`` windows (doubled
-  with each ineffective verdict in a row, reset by an effective one). A scaler
+  spreads over engines) and, with a backlog, the job to read faster: N1/N0 times its rate
+  of window w, or all there is to read (the backlog and what arrives meanwhile) if that
+  is less. Over the next ``check_windows`` windows the share (their mean) and the read rate
+  (their tuples over their span) are measured; achieved / expected below ``effectiveness``
+  on either is an *ineffective* scaling: recorded with its numbers and the reason, and no
+  scale-out is realized for ``cooloff_windows`` windows (doubled with each ineffective
+  verdict in a row, reset by an effective one). The rate, not the lag: a burst that is
+  still rising grows the lag while the added engines double what is read, and a lag
+  judged alone once called such a scale-out ineffective (lag 954 -> 1003 records while
+  the backlog's growth fell from 2,002 to 1,003 a window); Flink's check compares
+  processing rates for the same reason. A scaler
   that asks for more engines before the verdict (it sees the same pressure) gets it at
   once, on the share of the windows so far: a hot key is caught one window after the
   scale-out instead of after a climb to ``engines.max``.
@@ -41,6 +47,9 @@ from keyshift.elastic.decision import ScalingDecision
 
 from .evaluate import Evaluation
 from .window import WindowStats
+
+Measured = tuple[float, float, float]
+"""A window after a scale-out: (tuples read, tuples arrived, span s; 0 when unknown)."""
 
 INEFFECTIVE = "ineffective"
 MAX_DOUBLINGS = 6
@@ -104,6 +113,7 @@ class Expectation:
     share_before: float | None
     lag_before: float | None
     tuples_before: float
+    span_before: float = 0.0  # window w's span in seconds (0: unknown, count per window)
 
     @property
     def share_expected(self) -> float | None:
@@ -120,9 +130,10 @@ class Verdict:
     expectation: Expectation
     share_after: float | None
     lag_after: float | None
-    effectiveness: float  # achieved / expected: the smaller of the share's and the lag's
+    effectiveness: float  # achieved / expected: the smaller of the share's and the rate's
     threshold: float
     hold_until: int | None  # first window a scale-out may run again (ineffective only)
+    rate: Rates | None = None  # the read rates, where a backlog made them judge
 
     @property
     def ineffective(self) -> bool:
@@ -134,6 +145,8 @@ class Verdict:
         if e.share_before is not None and self.share_after is not None:
             parts.append(f"busiest engine's share {e.share_before:.0%} -> "
                          f"{self.share_after:.0%} (expected {e.share_expected:.0%})")
+        if self.rate is not None:
+            parts.append(self.rate.said())
         if e.lag_before is not None and self.lag_after is not None:
             parts.append(f"lag {e.lag_before:.0f} -> {self.lag_after:.0f} records")
         what = (f"scale-out {e.engines_before} -> {e.engines_after} at window {e.window}: "
@@ -146,11 +159,49 @@ class Verdict:
 
 
 @dataclass(frozen=True)
+class Rates:
+    """What a scale-out did to the job's read rate (per second, or per window where spans
+    are unknown): before, after, and what it could have reached."""
+
+    before: float
+    after: float
+    expected: float
+    per: str = "s"
+
+    @property
+    def achieved(self) -> float:
+        return (self.after - self.before) / (self.expected - self.before)
+
+    def said(self) -> str:
+        return (f"read {self.before:.0f} -> {self.after:.0f} tuples/{self.per} "
+                f"(expected {self.expected:.0f})")
+
+    @classmethod
+    def of(cls, e: Expectation, measured: tuple[Measured, ...]) -> Rates | None:
+        """The rates of a scale-out with a backlog to read; None where nothing more was
+        there to read than the old engines took (no rate can judge it then)."""
+        if not measured or e.lag_before is None \
+                or e.lag_before <= LAG_FLOOR * max(e.tuples_before, 1.0):
+            return None
+        read = sum(m[0] for m in measured)
+        there = sum(m[1] for m in measured) + e.lag_before  # the backlog and the arrivals
+        spans = sum(m[2] for m in measured)
+        timed = e.span_before > 0 and all(m[2] > 0 for m in measured)
+        span_before, spans = (e.span_before, spans) if timed else (1.0, float(len(measured)))
+        before = e.tuples_before / span_before
+        expected = min(before * e.engines_after / e.engines_before, there / spans)
+        if expected - before <= 0.02 * max(before, 1e-9):
+            return None
+        return cls(before, read / spans, expected, "s" if timed else "window")
+
+
+@dataclass(frozen=True)
 class GuardState:
     """Everything the guard carries from window to window (recorded as JSON)."""
 
     expecting: Expectation | None = None
     shares: tuple[float, ...] = ()
+    measured: tuple[Measured, ...] = ()  # the windows since the scale-out
     lag: float | None = None
     seen: int = 0  # windows measured since the scale-out
     hold_until: int | None = None
@@ -169,7 +220,8 @@ class GuardState:
         d = json.loads(text)
         e = d.pop("expecting", None)
         return cls(expecting=None if e is None else Expectation(**e),
-                   shares=tuple(d.pop("shares", ())), **d)
+                   shares=tuple(d.pop("shares", ())),
+                   measured=tuple(tuple(m) for m in d.pop("measured", ())), **d)
 
 
 @dataclass
@@ -192,8 +244,10 @@ class ScalingGuard:
         if e is None or window.index <= e.window:
             return None
         share = busiest_share(evaluation)
+        measured = (window.tuples, window.arrived, window.span_s or 0.0)
         self.state = replace(st, shares=st.shares + ((share,) if share is not None else ()),
-                             lag=window.lag, seen=st.seen + 1)
+                             measured=st.measured + (measured,), lag=window.lag,
+                             seen=st.seen + 1)
         if self.state.seen < self.settings.check_windows:
             return None
         return self._conclude(window.index, with_lag=True)
@@ -208,10 +262,10 @@ class ScalingGuard:
             expected = e.share_before - e.share_expected
             ratios.append((e.share_before - share_after) / expected if expected > 0 else 1.0)
         lag_after = st.lag if with_lag else None
-        if e.lag_before is not None and lag_after is not None \
-                and e.lag_before > LAG_FLOOR * max(e.tuples_before, 1.0):
-            ratios.append((e.lag_before - lag_after) / e.lag_before)
-        self.state = replace(st, expecting=None, shares=(), lag=None, seen=0)
+        rates = Rates.of(e, st.measured) if with_lag else None
+        if rates is not None:
+            ratios.append(rates.achieved)
+        self.state = replace(st, expecting=None, shares=(), measured=(), lag=None, seen=0)
         if not ratios:  # nothing measurable (an idle stretch): no verdict
             return None
         achieved = min(ratios)
@@ -219,7 +273,8 @@ class ScalingGuard:
         hold = None
         if strikes:  # the cool-off doubles with each ineffective verdict in a row
             hold = window + 1 + s.cooloff_windows * 2 ** min(strikes - 1, MAX_DOUBLINGS)
-        self.last = Verdict(window, e, share_after, lag_after, achieved, s.effectiveness, hold)
+        self.last = Verdict(window, e, share_after, lag_after, achieved, s.effectiveness, hold,
+                            rates)
         self.state = replace(self.state, strikes=strikes)
         if self.last.ineffective:
             self.state = replace(self.state, hold_until=hold, held_by=self.last.reason())
@@ -231,7 +286,7 @@ class ScalingGuard:
         if d.proposed > engines and self.state.expecting is not None \
                 and self.state.seen >= 1:
             # another scale-out before the last one's verdict: judge it now, on the windows
-            # it has had (the share only: a lag right after a migration's pause is no sign)
+            # it has had (the share only: a rate right after a migration's pause is no sign)
             self._conclude(window, with_lag=False)
         st, s = self.state, self.settings
         if d.proposed > engines:
@@ -260,16 +315,17 @@ class ScalingGuard:
         after = engines if d.dry_run else target
         return replace(d, proposed=target, engines_after=after, reason=f"{d.reason}; {note}")
 
-    def expect(self, window: int, before: int, after: int, evaluation: Evaluation,
-               lag: float | None) -> None:
+    def expect(self, window: WindowStats, before: int, after: int,
+               evaluation: Evaluation) -> None:
         """A change of N was realized at the end of ``window``: a scale-out is judged later,
         a scale-in ends any judgement."""
         if after > before and self.settings.effectiveness > 0:
             self.state = replace(self.state, expecting=Expectation(
-                window, before, after, busiest_share(evaluation), lag, evaluation.tuples),
-                shares=(), lag=None, seen=0)
+                window.index, before, after, busiest_share(evaluation), window.lag,
+                window.tuples, window.span_s or 0.0), shares=(), measured=(), lag=None, seen=0)
         else:
-            self.state = replace(self.state, expecting=None, shares=(), lag=None, seen=0)
+            self.state = replace(self.state, expecting=None, shares=(), measured=(), lag=None,
+                                 seen=0)
 
 
 def _held(d: ScalingDecision, engines: int, why: str) -> ScalingDecision:

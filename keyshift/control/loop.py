@@ -343,8 +343,8 @@ class ControlLoop:
         if scaler.replayed and recorded.guard is not None:
             self.guard.state = GuardState.from_json(recorded.guard)  # as first decided
         elif d.realized and scaler.candidate is not None:
-            self.guard.expect(window.index, d.before.parallelism, d.after.parallelism,
-                              d.evaluation, window.lag)
+            self.guard.expect(window, d.before.parallelism, d.after.parallelism,
+                              d.evaluation)
 
     # -- record -----------------------------------------------------------------------------
     def _record(self, d: ControlDecision, scaler: _ScalerPart, balancer: _BalancerPart) -> None:

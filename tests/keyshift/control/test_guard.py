@@ -98,9 +98,9 @@ def test_a_scale_out_that_spreads_the_load_is_effective() -> None:
     assert not any(r["action"] == "ineffective" for d in ds for r in d.rows)
 
 
-def test_a_lag_that_does_not_fall_makes_it_ineffective() -> None:
-    """Even spread but the backlog keeps growing after the scale-out (the bottleneck is
-    elsewhere): judged on the lag at the last checked window."""
+def test_a_read_rate_that_does_not_rise_over_a_backlog_makes_it_ineffective() -> None:
+    """Even spread but the job reads no faster after the scale-out while a backlog waits
+    (the bottleneck is elsewhere): judged on the read rate of the checked windows."""
     loads = np.full(GROUPS, TUPLES / GROUPS)
 
     class Once(Scaler):
@@ -114,7 +114,50 @@ def test_a_lag_that_does_not_fall_makes_it_ineffective() -> None:
     assert ds[0].after.parallelism == 5
     v = ds[2].verdict
     assert v is not None and v.ineffective and v.lag_after == 7000.0
+    assert v.rate.expected == 12_500.0 and v.effectiveness == 0.0  # 10,000 a window, 4 -> 5
+    assert "read 10000 -> 10000 tuples/window (expected 12500)" in v.reason()
     assert "lag 5000 -> 7000 records" in v.reason()
+
+
+class _Once(Scaler):
+    name = "once"
+
+    def _propose(self, window, engines_now, observed, forecast):
+        return (8 if window == 2 else engines_now), "test", {}  # at window 1's end
+
+
+def _burst(reads: list[float], lags: list[float], span_s: float = 10.0) -> list:
+    """Windows of even load read at ``reads`` tuples with Kafka lags ``lags`` (the window
+    before each: the previous lag), each ``span_s`` long; a scale-out 4 -> 8 after window 1."""
+    loop = loop_with(_Once(max_engines=8), guard())
+    out, before = [], None
+    for j, (n, lag) in enumerate(zip(reads, lags)):
+        loads = np.full(GROUPS, n / GROUPS)
+        w = WindowStats.measured(j, loads, n, 0.001, j * span_s)
+        w.span_s, w.lag, w.lag_before = span_s, lag, before
+        before = lag
+        out.append(loop.step(w))
+    return out
+
+
+def test_a_scale_out_during_a_rising_burst_is_judged_on_what_it_read() -> None:
+    """The burst still rises after the scale-out: the lag grows (954 -> 1003) though the
+    engines read twice as much; the backlog's growth, not the engines, is the lag. A lag
+    judged alone called this ineffective; the read rate calls it effective."""
+    ds = _burst(reads=[500, 500, 1000, 1000], lags=[0, 954, 980, 1003])
+    assert ds[1].after.parallelism == 8
+    v = ds[3].verdict
+    assert v is not None and not v.ineffective, v.reason()
+    assert v.rate.before == 50.0 and v.rate.after == 100.0 and v.rate.achieved == 1.0
+    assert "read 50 -> 100 tuples/s (expected 100)" in v.reason()
+
+
+def test_a_backlog_the_old_engines_would_have_read_anyway_does_not_judge() -> None:
+    """Arrivals fell after the scale-out: all there was to read fits the old rate, so no
+    rate can tell whether the engines helped (the share still judges)."""
+    ds = _burst(reads=[500, 500, 300, 200], lags=[0, 100, 0, 0])
+    verdicts = [d.verdict for d in ds if d.verdict is not None]
+    assert all(v.rate is None for v in verdicts)
 
 
 def test_scale_in_is_delayed_and_merged_and_a_scale_out_drops_it() -> None:
@@ -172,8 +215,12 @@ def test_settings_and_state_round_trip() -> None:
     with pytest.raises(ValueError, match="planner.effectiveness_windows"):
         GuardSettings(check_windows=0)
     g = guard()
-    g.state = GuardState(hold_until=7, held_by="x", down_since=2, down_target=3)
+    g.state = GuardState(hold_until=7, held_by="x", down_since=2, down_target=3,
+                         measured=((500.0, 900.0, 10.0), (600.0, 700.0, 0.0)))
     assert GuardState.from_json(g.state.to_json()) == g.state
+    old = '{"expecting":null,"shares":[],"lag":null,"seen":0,"hold_until":4,"held_by":"x",' \
+          '"down_since":null,"down_target":null,"strikes":1}'  # recorded before the rates
+    assert GuardState.from_json(old) == GuardState(hold_until=4, held_by="x", strikes=1)
     assert GuardState.from_json(None) == GuardState()
     held = ScalingDecision(1, "t", 4, 4, 4, "r", held="why")
     assert held.action == "declined"
