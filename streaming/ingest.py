@@ -45,7 +45,7 @@ class Classifier:
     ids are common).
 
     The three projections are built once and applied to every micro-batch (why:
-    :class:`keyshift.streaming.job.BatchExpressions`).
+    :class:`keyshift.streaming.batch_frames.BatchExpressions`).
     """
 
     def __init__(self, app: str) -> None:

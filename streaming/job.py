@@ -45,7 +45,6 @@ from keyshift.apps import event_schema, make_operator, resolve_operator
 from keyshift.config import Config
 from keyshift.control import policy_from_config
 from keyshift.control.batch_cost import batch_e2e, run_cost
-from keyshift.groups import spark_group_expr_sql
 from keyshift.lakehouse.delta import RunAppends, concurrently
 from keyshift.lakehouse.logs import say
 from keyshift.lakehouse.storage import read_if_exists, write_atomically
@@ -58,29 +57,17 @@ from keyshift.policies import (
 )
 from keyshift.policies.hot_split import splitting_policy
 from keyshift.quantiles import merged_quantiles
-from keyshift.schemas import SCHEMA_VERSION
 
 from .broker_watch import BrokerWatch
 from .source_resume import resume_source
 from .code_shipping import prepare_executors
 from .controller import Controller, ControlLog, progress_lag
-from .engines import (
-    DEAD,
-    ENGINE_INPUT,
-    ENGINE_OUTPUT,
-    LOAD,
-    OUT,
-    TASK,
-    BatchSpec,
-    arrow_engine,
-    arrow_split,
-    work_seconds,
-)
+from .batch_frames import BatchFrames
+from .engines import LOAD, TASK, BatchSpec, work_seconds
 from .executors import RunResources, local_cores
 from .faults import NO_FAULTS, Phases
 from .flush import Flush
 from .heartbeat import Heartbeat
-from .ingest import Classifier
 from .migration import Migration, PauseMeter, record
 from .placement import placement_keys
 from .split_windows import SplitWindows
@@ -88,7 +75,7 @@ from .staging import StagedAppends
 from .storage_watch import StorageWatch, storage_failure
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
 TABLES_WRITTEN = ("events_out", "metrics", "key_loads", "dead_letter", "plans", "decisions",
@@ -236,33 +223,6 @@ class EngineRun:
                    kafka_span=kafka_span)
 
 
-@dataclass(frozen=True)
-class BatchExpressions:
-    """The expressions every micro-batch's parse and routing apply, built with the job:
-    each ``F.*`` call is a round trip to the JVM, and rebuilding these ~100 per batch took
-    0.27 s of a 1.3 s batch of 100 events. Unresolved columns hold no DataFrame, so one set
-    serves every batch (the plan's own routing column: :meth:`StreamJob._route`)."""
-
-    classify: Classifier  # validation: event columns plus ``reason``
-    parsed: list  # then the group and the event JSON
-    routed: list  # :data:`ENGINE_INPUT` up to the placement key
-    summary: Column  # the last column, NULL before a split
-
-    @classmethod
-    def of(cls, app: str, names: list[str], groups: int) -> BatchExpressions:
-        from pyspark.sql import functions as F
-
-        return cls(
-            classify=Classifier(app),
-            parsed=["partition", "offset", "kafka_ts", "raw",
-                    "reason", F.expr(spark_group_expr_sql("key", groups)).alias("group"),
-                    F.to_json(F.struct(*names)).alias("event")],
-            routed=[F.col("group").cast("int").alias("grp"), F.col("partition").cast("int"),
-                    F.col("offset").cast("bigint"), "event", "reason", "raw",
-                    F.col("kafka_ts").cast("double").alias("kafka_ts")],
-            summary=F.lit(None).cast("string").alias("summary"))
-
-
 class StreamJob:
     """Builds and runs the query; ``process_batch`` is the whole per-batch logic."""
 
@@ -305,8 +265,9 @@ class StreamJob:
         # says the job is alive (keyshift status) until it stops; streaming/heartbeat.py
         self.heartbeat = Heartbeat(self.run_uri, self.trigger_s)
         self._watching = False
-        # what every batch's parse and routing apply, built once for the job
-        self._expressions = BatchExpressions.of(self.app, self.event_schema.names, self.groups)
+        # the batch's frames: parse, route, engine stage, outputs (streaming/batch_frames.py)
+        self.frames = BatchFrames(self.app, self.event_schema.names, self.groups,
+                                  self.run_id, self.topic)
         # the executors the run holds, and with resources = "executors" the scaler that makes
         # them follow the plan (streaming/executors.py); kept across restarts in place
         self.resources = RunResources.for_job(cfg, spark)
@@ -340,8 +301,7 @@ class StreamJob:
         self._caches: dict[int, str] = {}  # engine → cache id its last task reported
         # a migration's pause, measured for the loop's learned reconfiguration cost
         self.pauses = PauseMeter()
-        # the routing of the plan in force: ((plan version, slots), placement key column)
-        self._routes: tuple[tuple[int, int], Column] | None = None
+        self.frames.forget_route()
         self._recovered = False
 
     # -- query ------------------------------------------------------------------------
@@ -537,12 +497,6 @@ class StreamJob:
             self.opt.phases.reached("after_batch", batch_id)
 
     # -- one micro-batch --------------------------------------------------------------
-    def _parse(self, df: DataFrame) -> DataFrame:
-        """The platform's validation (``ingest.Classifier``), plus the group and the event
-        JSON (:class:`BatchExpressions`)."""
-        x = self._expressions
-        return x.classify(df).select(*x.parsed)
-
     def _check_resumed_engines(self) -> None:
         """A resumed run keeps the plans it made; an --engines that says otherwise is refused
         in one line rather than silently ignored."""
@@ -551,46 +505,6 @@ class StreamJob:
             raise ValueError(
                 f"engines: run {self.run_id} started with {first.engines} engines and resumes "
                 f"with its own plans; drop --engines {self.opt.engines} or use a new --run-id")
-
-    def _route(self, plan, slots: int) -> Column:
-        """The engine's placement key of each event under the plan: the plan's assignment
-        and the slots' keys as two array literals, looked up by group. One per plan
-        version and slot count; rejected records go to engine 0's key, which writes them
-        to ``dead_letter``.
-
-        Not a join with a frame of the plan's rows: that frame came from Python, and its
-        broadcast ran a Spark job with Python workers in every batch (~80 ms of 100
-        events' ~1.2 s here). Each array travels as one string that the optimizer splits
-        once (constant folding): 40 ms for 4,096 groups, against 150 ms for the same
-        array spelled out in SQL."""
-        from pyspark.sql import functions as F
-
-        def literal(values: list[int], kind: str) -> Column:
-            return F.split(F.lit(",".join(map(str, values))), ",").cast(f"array<{kind}>")
-
-        key = (plan.version, slots)
-        if self._routes is None or self._routes[0] != key:
-            salts = placement_keys(slots)
-            engine = F.element_at(literal(plan.assignment.tolist(), "int"), F.col("group") + 1)
-            to_pkey = F.element_at(literal(salts, "bigint"), engine + 1)
-            self._routes = (key, F.when(F.col("reason").isNull(), to_pkey)
-                            .otherwise(F.lit(salts[0]).cast("bigint")).alias("pkey"))
-        return self._routes[1]
-
-    def _engine_input(self, df: DataFrame, plan, slots: int, spec: BatchSpec) -> DataFrame:
-        """The batch as the engine stage reads it (:data:`ENGINE_INPUT`): valid events keyed
-        for their engine through the plan (:meth:`_route`), rejected records for engine 0,
-        which writes them to ``dead_letter`` (one Spark job for all).
-
-        With split groups (``spec.split_homes``), the input tasks replace those groups'
-        events by their summaries per key before the shuffle (:func:`arrow_split`, in the
-        same stage as the read), keyed for the groups' home engines.
-        """
-        x = self._expressions
-        routed = self._parse(df).select(*x.routed, self._route(plan, slots), x.summary)
-        if not spec.split_homes:
-            return routed
-        return routed.mapInArrow(arrow_split(spec), ENGINE_INPUT)
 
     def _process_batch(self, df: DataFrame, batch_id: int) -> None:
         """One micro-batch as steps: recover once, route it through the plan in force
@@ -619,7 +533,7 @@ class StreamJob:
         spec = self._batch_spec(batch_id, plan, migration, slots, split, clock.start_wall)
         self.spark.sparkContext.setLocalProperty(
             "spark.job.description", f"keyshift {self.run_id} batch {batch_id}")
-        routed = self._engine_input(df, plan, slots, spec)
+        routed = self.frames.engine_input(df, plan, slots, spec)
         if len(migration):
             (self.run_dir / "migrating.json").write_text(json.dumps(
                 {"batch_id": batch_id, "groups": len(migration),
@@ -635,7 +549,7 @@ class StreamJob:
         t_engines, clock.engines_started_at = time.perf_counter(), time.time()
         clock.prep_s = t_engines - clock.t0  # recovery, plan, building the engine stage
         self._outputs_committed_at = None
-        result = self._engine_stage(b.routed, b.slots, b.spec)
+        result = self.frames.engine_stage(b.routed, b.slots, b.spec)
         try:
             ran = self._collect_engines(result, batch_id, b.migration)
             clock.engines_s = time.perf_counter() - t_engines
@@ -752,16 +666,6 @@ class StreamJob:
             split_homes={g: salts[int(plan.assignment[g])] for g in split},
             engine0_pkey=salts[0])
 
-    @staticmethod
-    def _engine_stage(routed: DataFrame, slots: int, spec: BatchSpec) -> DataFrame:
-        """The engines: one task per slot over its routed tuples, the result kept for the
-        writes that read it twice (the small bookkeeping rows, the outputs)."""
-        from pyspark import StorageLevel
-
-        return (routed.repartition(slots, "pkey")
-                .mapInArrow(arrow_engine(spec), ENGINE_OUTPUT)
-                .persist(StorageLevel.MEMORY_AND_DISK))
-
     def _collect_engines(self, result: DataFrame, batch_id: int,
                          migration: Migration) -> EngineRun:
         """Run the engine stage and bring its small rows (per-group loads, one record per
@@ -875,27 +779,8 @@ class StreamJob:
         """The batch's appends to ``events_out`` and ``dead_letter`` as calls, each a Spark
         job in which the executors write the cached engine result's rows (its key loads the
         engine tasks staged themselves)."""
-        from pyspark.sql import functions as F
-
-        lit = F.lit
-        head = [lit(SCHEMA_VERSION).alias("schema_version"), lit(self.run_id).alias("run_id"),
-                lit(batch_id).cast("bigint").alias("batch_id")]
-        frames = {
-            "events_out": (outs > 0, OUT, [
-                *head, lit(self.app).alias("app"), "engine", F.col("grp").alias("group"),
-                "key", "ts", "kind", "detail", "event_id"]),
-            "dead_letter": (dead > 0, DEAD, [
-                *head, lit(self.topic).alias("topic"), "partition", "offset",
-                F.timestamp_seconds("kafka_ts").alias("kafka_ts"), F.substring("raw", 1, 4096)
-                .alias("raw"), "reason"]),
-        }
-        return [
-            # one file per table per batch: the rows are few, and a task per engine would
-            # write one small file each
-            (lambda name=name, tag=tag, cols=cols: self._append_output(
-                name, result.where(F.col("tag") == tag).select(*cols).coalesce(1), batch_id))
-            for name, (any_rows, tag, cols) in frames.items() if any_rows
-        ]
+        return [lambda name=name, frame=frame: self._append_output(name, frame, batch_id)
+                for name, frame in self.frames.outputs(result, batch_id, outs, dead).items()]
 
     def _append_output(self, name: str, frame: DataFrame, batch_id: int) -> None:
         """One output append; the complex events' commit time ends their events' wait."""

@@ -24,7 +24,6 @@ import os
 import random
 import re
 from datetime import UTC, datetime
-from types import SimpleNamespace
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
@@ -252,7 +251,7 @@ def test_every_record_is_valid_or_has_its_reason_and_no_engine_task_fails(spark,
 
     from keyshift.streaming.engines import arrow_engine
     from keyshift.streaming.ingest import classify
-    from keyshift.streaming.job import BatchExpressions, StreamJob
+    from keyshift.streaming.batch_frames import BatchFrames
 
     drawn = draw_records(app, COUNT, SEED)
     where = f"(KEYSHIFT_FUZZ_SEED={SEED})"
@@ -288,9 +287,10 @@ def test_every_record_is_valid_or_has_its_reason_and_no_engine_task_fails(spark,
             assert 0 < len(r["raw"]) <= 4096 and r["raw"].encode(), what
 
     # the engine stage as the job builds it: its parse (group, event JSON) and engine task
-    x = BatchExpressions.of(app, schema.names, 64)  # the job's own; everything on engine 0
-    parsed = StreamJob._parse(SimpleNamespace(_expressions=x), raw).select(
-        *x.routed, F.lit(0).cast("bigint").alias("pkey"), x.summary)
+    frames = BatchFrames(app, schema.names, 64, f"fuzz-{app}", "t")  # the job's own
+    x = frames.x  # everything on engine 0
+    parsed = frames.parse(raw).select(*x.routed, F.lit(0).cast("bigint").alias("pkey"),
+                                      x.summary)
     spec = BatchSpec(0, app, {}, f"fuzz-{app}", str(tmp_path / "state"), compact_every=0)
     out = parsed.coalesce(1).mapInArrow(arrow_engine(spec), ENGINE_OUTPUT).collect()
     (task,) = [json.loads(r["task"]) for r in out if r["tag"] == TASK]

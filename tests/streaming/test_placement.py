@@ -43,17 +43,15 @@ def test_no_slot_is_refused() -> None:
 
 def test_the_jobs_route_sends_each_group_to_its_plans_engine_and_follows_a_new_plan(
         spark) -> None:
-    """StreamJob._route (two array literals, built once per plan version and slot count):
+    """BatchFrames.route (two array literals, built once per plan version and slot count):
     after repartition(slots, pkey) a valid event sits in its group's engine's partition, a
     rejected record in engine 0's; the next plan version routes by its own assignment, and
     a batch under the same version reuses the same expression."""
-    from types import SimpleNamespace
-
     import numpy as np
     from pyspark.sql import functions as F
 
     from keyshift.plan import Plan
-    from keyshift.streaming.job import StreamJob
+    from keyshift.streaming.batch_frames import BatchFrames
 
     groups, slots = 64, 5
     rng = np.random.default_rng(7)
@@ -61,10 +59,10 @@ def test_the_jobs_route_sends_each_group_to_its_plans_engine_and_follows_a_new_p
     moved = first.with_assignment(rng.integers(0, slots, groups), engines=slots)
     rows = [(g, None) for g in range(groups)] + [(None, "malformed json"), (3, "oversized")]
     batch = spark.createDataFrame(rows, "`group` INT, reason STRING")
-    job = SimpleNamespace(_routes=None)
+    frames = BatchFrames("wordcount", ["id", "key", "ts", "word"], groups, "run", "t")
     for plan in (first, moved):
-        route = StreamJob._route(job, plan, slots)
-        assert StreamJob._route(job, plan, slots) is route  # the next batch: the same one
+        route = frames.route(plan, slots)
+        assert frames.route(plan, slots) is route  # the next batch: the same one
         placed = (batch.select("group", "reason", route).repartition(slots, "pkey")
                   .select("group", "reason", F.spark_partition_id().alias("part")).collect())
         assert len(placed) == len(rows)
