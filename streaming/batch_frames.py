@@ -95,17 +95,18 @@ class BatchFrames:
                            .otherwise(F.lit(salts[0]).cast("bigint")).alias("pkey"))
         return self._route[1]
 
-    def engine_input(self, df: DataFrame, plan: Plan, slots: int,
+    def engine_input(self, parsed: DataFrame, plan: Plan, slots: int,
                      spec: BatchSpec) -> DataFrame:
-        """The batch as the engine stage reads it (:data:`ENGINE_INPUT`): valid events keyed
-        for their engine through the plan (:meth:`route`), rejected records for engine 0,
-        which writes them to ``dead_letter`` (one Spark job for all).
+        """The batch (``parsed``: :meth:`parse` of its Kafka records, which the job's query
+        applies once for all batches) as the engine stage reads it (:data:`ENGINE_INPUT`):
+        valid events keyed for their engine through the plan (:meth:`route`), rejected
+        records for engine 0, which writes them to ``dead_letter`` (one Spark job for all).
 
         With split groups (``spec.split_homes``), the input tasks replace those groups'
         events by their summaries per key before the shuffle (:func:`arrow_split`, in the
         same stage as the read), keyed for the groups' home engines.
         """
-        routed = self.parse(df).select(*self.x.routed, self.route(plan, slots), self.x.summary)
+        routed = parsed.select(*self.x.routed, self.route(plan, slots), self.x.summary)
         if not spec.split_homes:
             return routed
         return routed.mapInArrow(arrow_split(spec), ENGINE_INPUT)

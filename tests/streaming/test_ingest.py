@@ -126,6 +126,7 @@ def test_ingest_batch_is_idempotent_and_groups_as_python_does(spark, spark_confi
     job.run_dir.mkdir(parents=True, exist_ok=True)
     events = make_generator("wordcount", seed=3).batch(60, 0, 1)
     batch = _kafka_frame(spark, [json.dumps(e).encode() for e in events] + [b"not json"])
+    batch = job.frames.parse(batch)  # as the job's query hands it each batch
     job.process_batch(batch, 0)
     job.process_batch(batch, 0)  # a replayed batch: its rows are already there
     job.flush()  # key loads and metrics are staged until their interval, or commit at stop
