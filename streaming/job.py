@@ -375,8 +375,9 @@ class StreamJob:
         trigger = ({"availableNow": True} if self.opt.available_now
                    else {"processingTime": f"{self.trigger_s} seconds"})
         self.query = (
-            # parsed in the query itself, analysed once: parsed per batch, in foreachBatch,
-            # the classifier's four projections cost the driver ~70 ms of every batch here
+            # parsed in the query itself, so the batch function holds only what changes per
+            # batch (the projections are still planned per batch, by Spark: 0.09 s left
+            # keyshift's `prepare` and about as much came to `spark`; bench/results/floor.md)
             self.frames.parse(self.source()).writeStream.queryName(f"keyshift-{self.run_id}")
             .foreachBatch(self.process_batch)
             .option("checkpointLocation", self.checkpoint)
