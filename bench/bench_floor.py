@@ -213,7 +213,9 @@ def peer_main(argv: list[str]) -> int:
     from keyshift.lakehouse.session import get_spark
 
     cfg = load_config(env={}, **json.loads(args.overrides))
-    spark = get_spark(cfg, app_name=f"keyshift-bench-floor-{args.system}")
+    # plain Spark: its own default of adaptive execution, which keyshift's session turns off
+    spark = get_spark(cfg, app_name=f"keyshift-bench-floor-{args.system}",
+                      extra_conf={"spark.sql.adaptive.enabled": "true"})
     spark.sparkContext.setLogLevel("ERROR")
     spark.conf.set("spark.sql.streaming.numRecentProgressUpdates", "100000")
     work = Path(args.workdir)

@@ -150,7 +150,10 @@ def test_sigkill_during_a_scale_change_then_restart_gives_uninterrupted_output(
     # yet: the restarted process commits them before it reads them
 
     _restart_and_check(spark, cfg, run_id, topic, log, events, total, bad, **start)
-    scaler = [r for r in table_rows(spark, cfg, "decisions", run_id) if r.component == "scaler"]
+    # in batch order: a table's rows come back in its files' order, and the restart's
+    # commit of what its predecessor staged may land after rows of later batches
+    scaler = sorted((r for r in table_rows(spark, cfg, "decisions", run_id)
+                     if r.component == "scaler"), key=lambda r: r.batch_id)
     ids = [r.batch_id for r in scaler]
     assert len(ids) == len(set(ids)), "a scaler decision was recorded twice"
     changed = [r for r in scaler if r.plan_version is not None]
