@@ -23,7 +23,6 @@ Spark is imported inside the functions that need a session, so the plan codec is
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from datetime import UTC, datetime
@@ -80,8 +79,6 @@ def ensure_tables(spark: SparkSession, cfg: Config,
                if not _exists_locally(cfg.table_path(n))]  # exists: no Delta round trip
     if not missing:
         return []
-    from concurrent.futures import ThreadPoolExecutor
-
     with ThreadPoolExecutor(max_workers=min(4, len(missing)),
                             thread_name_prefix="keyshift-tables") as pool:
         for done in [pool.submit(_create_table, spark, cfg, n) for n in missing]:
@@ -126,19 +123,13 @@ def align_stats_columns(spark: SparkSession, cfg: Config, names: Iterable[str]) 
 
 
 def table_properties(spark: SparkSession, location: str) -> dict[str, str]:
-    """The table's properties, read from its latest version's checksum file (the protocol's
-    "version checksum", which carries the table's metadata) when the table is on this
-    machine's disk: a few ms, against 1.5-3.5 s for Delta's ``DESCRIBE DETAIL`` at a job's
-    start here. Anywhere else, or without that file, Delta is asked."""
-    log = _local_path(location) / "_delta_log" if _is_local(location) else None
-    if log is not None and log.is_dir():
-        versions = [int(p.stem) for p in log.glob("*.json") if p.stem.isdigit()]
-        crc = log / f"{max(versions):020d}.crc" if versions else None
-        if crc is not None and crc.exists():
-            try:
-                return dict(json.loads(crc.read_text())["metadata"].get("configuration") or {})
-            except (ValueError, KeyError, TypeError):
-                pass  # a torn or older checksum: ask Delta
+    """The table's properties: read by delta-rs when the table is on this machine's disk
+    (the fast reader of :mod:`keyshift.lakehouse.delta_arrow`, ~20 ms, against 1.5-3.5 s for
+    Spark's ``DESCRIBE DETAIL`` at a job's start here); anywhere else Spark's Delta."""
+    if _exists_locally(location):
+        from deltalake import DeltaTable as RsTable
+
+        return dict(RsTable(str(_local_path(location))).metadata().configuration or {})
     from delta.tables import DeltaTable
 
     return dict(DeltaTable.forPath(spark, location).detail().first()["properties"] or {})

@@ -333,10 +333,10 @@ class StreamJob:
 
         # the warehouse first: a warehouse that cannot be made is the first thing said
         made = ensure_tables(self.spark, self.cfg, TABLES_WRITTEN)
-        if self.query is None:  # tables an older keyshift made: their per-batch commits
+        if self.query is None:  # a restart in place (ride_out) resumes the topic it checked
+            # tables an older keyshift made get the statistics columns of their contract
             align_stats_columns(self.spark, self.cfg,
                                 [n for n in TABLES_WRITTEN if n not in made])
-        if self.query is None:  # a restart in place (ride_out) resumes the topic it checked
             # a recreated topic refuses the resume; skipped records are said (source_resume.py)
             self.skipped_offsets = resume_source(self.cfg, self.run_id, self.topic,
                                                  self.checkpoint, self.run_uri)

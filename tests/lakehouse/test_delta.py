@@ -142,8 +142,7 @@ def test_per_batch_tables_keep_statistics_of_the_columns_readers_filter_on(
         spark, spark_config, tmp_path) -> None:
     """``events_out`` is made with statistics of ``run_id`` and ``batch_id`` only (each
     micro-batch's commit pays for every column's otherwise); a table an older keyshift made
-    gets the property once; the property is read from the checksum file, or from Delta
-    without one."""
+    gets the property once; the property reads back without the tables' checksum files."""
     from keyshift.lakehouse.delta import (STATS_COLUMNS, align_stats_columns, ensure_tables,
                                           table_properties)
 
@@ -160,5 +159,5 @@ def test_per_batch_tables_keep_statistics_of_the_columns_readers_filter_on(
     assert STATS_COLUMNS not in table_properties(spark, path)
     assert align_stats_columns(spark, cfg, ["events_out", "metrics"]) == ["events_out"]
     for crc in (tmp_path / "wh" / "events_out" / "_delta_log").glob("*.crc"):
-        crc.unlink()  # no checksum: Delta is asked
+        crc.unlink()  # delta-rs replays the log instead
     assert table_properties(spark, path)[STATS_COLUMNS] == "run_id,batch_id"
