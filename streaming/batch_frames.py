@@ -16,12 +16,13 @@ from keyshift.groups import spark_group_expr_sql
 from keyshift.plan import Plan
 from keyshift.schemas import SCHEMA_VERSION
 
-from .engines import DEAD, ENGINE_INPUT, ENGINE_OUTPUT, OUT, BatchSpec, arrow_engine, arrow_split
+from .engines import DEAD, ENGINE_OUTPUT, OUT, BatchSpec, arrow_engine, arrow_split
 from .ingest import Classifier
 from .placement import placement_keys
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import StructType
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ class BatchExpressions:
     serves every batch (the plan's own routing column: :meth:`BatchFrames.route`)."""
 
     classify: Classifier  # validation: event columns plus ``reason``
-    parsed: list  # then the group and the event JSON
+    parsed: list  # then the group and the typed event
     routed: list  # :data:`ENGINE_INPUT` up to the placement key
     summary: Column  # the last column, NULL before a split
 
@@ -44,7 +45,7 @@ class BatchExpressions:
             classify=Classifier(app),
             parsed=["partition", "offset", "kafka_ts", "raw",
                     "reason", F.expr(spark_group_expr_sql("key", groups)).alias("group"),
-                    F.to_json(F.struct(*names)).alias("event")],
+                    F.struct(*names).alias("event")],
             routed=[F.col("group").cast("int").alias("grp"), F.col("partition").cast("int"),
                     F.col("offset").cast("bigint"), "event", "reason", "raw",
                     F.col("kafka_ts").cast("double").alias("kafka_ts")],
@@ -60,14 +61,16 @@ class BatchFrames:
         self.x = BatchExpressions.of(app, names, groups)
         # the routing of the plan in force: ((plan version, slots), placement key column)
         self._route: tuple[tuple[int, int], Column] | None = None
+        self._input_schema: StructType | None = None  # the routed frame's, all nullable
 
     def forget_route(self) -> None:
         """A new attempt of the query rebuilds its routing from the plans it recovers."""
         self._route = None
 
     def parse(self, df: DataFrame) -> DataFrame:
-        """The platform's validation (``ingest.Classifier``), plus the group and the event
-        JSON (:class:`BatchExpressions`)."""
+        """The platform's validation (``ingest.Classifier``), plus the group and the typed
+        event, one STRUCT that reaches the operator as a dict (:class:`BatchExpressions`):
+        each record is parsed once, in the JVM, and never written back to text."""
         return self.x.classify(df).select(*self.x.parsed)
 
     def route(self, plan: Plan, slots: int) -> Column:
@@ -109,7 +112,12 @@ class BatchFrames:
         routed = parsed.select(*self.x.routed, self.route(plan, slots), self.x.summary)
         if not spec.split_homes:
             return routed
-        return routed.mapInArrow(arrow_split(spec), ENGINE_INPUT)
+        if self._input_schema is None:  # a JVM round trip: once a job
+            from pyspark.sql.types import StructField, StructType
+
+            self._input_schema = StructType([StructField(f.name, f.dataType, True)
+                                             for f in routed.schema])
+        return routed.mapInArrow(arrow_split(spec), self._input_schema)
 
     @staticmethod
     def engine_stage(routed: DataFrame, slots: int, spec: BatchSpec) -> DataFrame:

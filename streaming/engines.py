@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections import Counter
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -43,7 +44,7 @@ from datetime import datetime
 from functools import cache, cached_property, partial
 from typing import Any
 
-from keyshift.apps import make_operator, order_key
+from keyshift.apps import make_operator
 from keyshift.quantiles import sketch
 
 from .engine_state import DurableState, cache_root, open_store, read_moved
@@ -53,12 +54,14 @@ OUT, LOAD, TASK, DEAD = "out", "load", "task", "dead"
 
 # The engine stage as Spark sees it (``mapInArrow``): rows in and out travel as Arrow batches,
 # so neither side pickles a row, and the outputs are JVM rows that the executors write to
-# Delta without another trip through Python. ``pkey`` places a row in partition = engine.
-ENGINE_INPUT = ("grp INT, partition INT, offset BIGINT, event STRING, reason STRING, "
-                "raw STRING, kafka_ts DOUBLE, pkey BIGINT, summary STRING")
+# Delta without another trip through Python. The input's columns, in this order; ``event`` is
+# the operator's typed event (a STRUCT of its event schema's columns, parsed once in the JVM,
+# NULL on a rejected record or a summary), ``pkey`` places a row in partition = engine, and
 # ``summary`` (JSON) is set only on rows :func:`arrow_split` makes: a key's summary {"k", "s",
 # "n", "e"} for its home engine, or {"task": record} (an input task's split record, which
-# engine 0 passes on)
+# engine 0 passes on).
+ENGINE_INPUT = ("grp", "partition", "offset", "event", "reason", "raw", "kafka_ts", "pkey",
+                "summary")
 ENGINE_OUTPUT = ("tag STRING, engine INT, grp INT, key STRING, ts BIGINT, kind STRING, "
                  "detail STRING, event_id STRING, n BIGINT, size BIGINT, partition INT, "
                  "offset BIGINT, kafka_ts DOUBLE, raw STRING, reason STRING, task STRING")
@@ -66,7 +69,7 @@ _OUT_BATCH = 8192  # rows per Arrow batch handed back to the JVM
 
 
 class _InputClock:
-    """Times how long a task waits for its first input row.
+    """Times how long a task waits for its first input batch.
 
     A Python engine task starts before its rows have arrived from the JVM (shuffle fetch,
     worker hand-over); in a small batch that wait is most of the task. It is not engine work,
@@ -74,11 +77,11 @@ class _InputClock:
     measured in a quiet window, made the planner provision for a load that had already gone.
     """
 
-    def __init__(self, rows: Iterable[tuple]) -> None:
+    def __init__(self, rows: Iterable[Any]) -> None:
         self._rows = rows
         self.wait_s = 0.0
 
-    def __iter__(self) -> Iterator[tuple]:
+    def __iter__(self) -> Iterator[Any]:
         t = time.perf_counter()
         first = True
         for row in self._rows:
@@ -153,18 +156,18 @@ def fetch_arrivals(spec: BatchSpec, engine: int, op: Any) -> dict[int, bytes]:
     return {g: got.get(g) or op.snapshot(g) for g in arriving}
 
 
-def run_engine(spec: BatchSpec, engine: int, rows: Iterable[tuple]) -> Iterator[tuple]:
+def run_engine(spec: BatchSpec, engine: int, batches: Iterable[Any]) -> Iterator[tuple]:
     """The body of engine ``engine``'s one task in batch ``spec.batch_id``.
 
-    ``rows`` are ``(group, partition, offset, event_json, reason, raw, kafka_ts)``; records
-    that failed validation (``reason`` set) ride along to engine 0 so that the whole batch is
-    one Spark job. Yields tagged records: OUT complex events, DEAD rejected records, LOAD
+    ``batches`` are Arrow record batches of :data:`ENGINE_INPUT` (:func:`input_batch` builds
+    one from rows); records that failed validation (``reason`` set) ride along to engine 0
+    so that the whole batch is one Spark job. Yields tagged records: OUT complex events, DEAD rejected records, LOAD
     per-group load and state size, and one TASK record (task identity, timings, the cache id
     for the next batch). The steps: the arriving groups' state, the input, the touched
     groups' state, the operator, the state saved, then the records.
     """
     if spec.ingest_only:
-        yield from _count_only(engine, rows)
+        yield from _count_only(engine, batches)
         return
     tm = _Timings()
     with tm.step("open_s"):
@@ -176,9 +179,9 @@ def run_engine(spec: BatchSpec, engine: int, rows: Iterable[tuple]) -> Iterator[
         with tm.step("fetch_s"):
             arrived = fetch_arrivals(spec, engine, op)
         stage_snapshots(spec, engine, arrived)
-        clock = _InputClock(rows)
+        clock = _InputClock(batches)
         got = yield from _read_input(clock)
-        touched = sorted(({ge[0] for ge in got.events} | set(got.summarized)) - set(arrived))
+        touched = sorted((set(got.groups) | set(got.summarized)) - set(arrived))
         tm.seconds["load_s"] = _restore_state(op, store, spec.batch_id, touched, arrived)
         with tm.step("operator_s"):
             outs = yield from _apply_operator(op, got)
@@ -228,8 +231,7 @@ def _task_counts(got: _TaskInput, outs: list, leaving: list[int],
     """What a task did, counted: the TASK record's events, outputs, moves and state."""
     return {
         "events": len(got.events), "outputs": len(outs), "dead": got.dead,
-        "kafka_ts_first": got.kafka_first if got.events else None,
-        "kafka_ts_last": got.kafka_last if got.events else None,
+        "kafka_ts_first": got.kafka_first, "kafka_ts_last": got.kafka_last,
         "released": len(leaving), "restored": len(arrived),
         "summarized": sum(got.summarized.values()),
         "restored_bytes": sum(len(s or b"") for s in arrived.values()),
@@ -242,7 +244,8 @@ def _producing_kafka_times(got: _TaskInput, outs: list) -> list[float]:
     a split group's outputs, whose events the input tasks summarized, have none here)."""
     if not outs:
         return []
-    by_id = {str(e.get("id")): kafka_ts for _, e, kafka_ts, _ in got.events if kafka_ts}
+    by_id = {e["id"]: kafka_ts for e, kafka_ts in zip(got.events, got.kafka_ts, strict=True)
+             if kafka_ts}
     return [by_id[ce.event_id] for _, ce in outs if ce.event_id in by_id]
 
 
@@ -261,45 +264,106 @@ def worker_forked_at() -> float | None:
 
 @dataclass
 class _TaskInput:
-    """A task's valid input: the events in processing order as (group, event, kafka ts,
-    raw) (a rejection's dead letter reports the last two), a split group's partial
-    summaries per (group, key), the events those stand for per group, the dead letters so
-    far and the span of Kafka append times."""
+    """A task's valid input in processing order (:func:`keyshift.apps.order_key`): each
+    event's group, the event and its Kafka time, and the rows themselves as Arrow (a
+    rejection's dead letter reads its raw text there); a split group's partial summaries per
+    (group, key) and the events those stand for per group; the dead letters so far and the
+    span of the events' Kafka times (None without events)."""
 
-    events: list[tuple[int, dict[str, Any], float, str]] = field(default_factory=list)
+    groups: list[int] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    kafka_ts: list[float | None] = field(default_factory=list)
+    rows: Any = None
     summaries: dict[tuple[int, str], list[tuple[int, Any]]] = field(default_factory=dict)
     summarized: dict[int, int] = field(default_factory=dict)
     dead: int = 0
-    kafka_first: float = float("inf")
-    kafka_last: float = float("-inf")
+    kafka_first: float | None = None
+    kafka_last: float | None = None
+
+    def drop(self, rejected: Iterable[int]) -> None:
+        """Forget the events at these positions (the operator refused them)."""
+        import pyarrow as pa
+
+        gone = set(rejected)
+        keep = [i for i in range(len(self.events)) if i not in gone]
+        self.groups = [self.groups[i] for i in keep]
+        self.events = [self.events[i] for i in keep]
+        self.kafka_ts = [self.kafka_ts[i] for i in keep]
+        self.rows = self.rows.take(pa.array(keep, pa.int64()))
 
 
-def _read_input(rows: Iterable[tuple]) -> Generator[tuple, None, _TaskInput]:
-    """Read the task's rows: a record that failed validation is yielded as a dead letter, a
-    split task's record is passed on to the driver, a summary is kept for its group; returns
-    the valid events sorted into processing order."""
+def _read_input(batches: Iterable[Any]) -> Generator[tuple, None, _TaskInput]:
+    """Read the task's Arrow input column by column: the records that failed validation are
+    yielded as dead letters, a split task's record is passed on to the driver, a summary is
+    kept for its group; returns the valid events sorted into processing order.
+
+    Columnar, so what Python does per event is one dict: the filters, the sort and the
+    Kafka times' span run in Arrow (bench/bench_engine_task.py)."""
+    import pyarrow.compute as pc
+
     got = _TaskInput()
-    for group, partition, offset, value, reason, raw, kafka_ts, summary in rows:
-        if reason is not None:
-            got.dead += 1
-            yield (DEAD, (partition, offset, kafka_ts, raw, reason))
-            continue
-        if summary is not None:
-            part = json.loads(summary)
+    table = _input_table(batches)
+    if table is None:
+        return got
+    yield from _dead_letters(table)
+    got.dead = table.num_rows - table["reason"].null_count
+    table = table.filter(pc.is_null(table["reason"])) if got.dead else table
+    if table["summary"].null_count < table.num_rows:
+        parts = table.filter(pc.is_valid(table["summary"]))
+        for group, text in zip(parts["grp"].to_pylist(), parts["summary"].to_pylist(),
+                               strict=True):
+            part = json.loads(text)
             if "task" in part:  # a split task's record, passed on to the driver
                 yield (TASK, part["task"])
                 continue
             got.summaries.setdefault((group, part["k"]), []).append((part["e"], part["s"]))
             got.summarized[group] = got.summarized.get(group, 0) + part["n"]
-            continue
-        e = json.loads(value)
-        e["partition"], e["offset"] = partition, offset
-        got.events.append((group, e, kafka_ts, raw))
-        if kafka_ts:
-            got.kafka_first = min(got.kafka_first, kafka_ts)
-            got.kafka_last = max(got.kafka_last, kafka_ts)
-    got.events.sort(key=lambda ge: order_key(ge[1]))
+        table = table.filter(pc.is_null(table["summary"]))
+    _set_events(got, table)
     return got
+
+
+def _input_table(batches: Iterable[Any]) -> Any:
+    """The task's input batches as one Arrow table (None without a row)."""
+    import pyarrow as pa
+
+    got = [b for b in batches if b.num_rows]
+    return pa.Table.from_batches(got) if got else None
+
+
+def _dead_letters(table: Any) -> Iterator[tuple]:
+    """The records that failed validation, as DEAD records (engine 0 receives them)."""
+    import pyarrow.compute as pc
+
+    if table["reason"].null_count == table.num_rows:
+        return
+    dead = table.filter(pc.is_valid(table["reason"]))
+    for rec in zip(*(dead[c].to_pylist() for c in ("partition", "offset", "kafka_ts", "raw",
+                                                   "reason")), strict=True):
+        yield (DEAD, rec)
+
+
+def _set_events(got: _TaskInput, table: Any) -> None:
+    """The valid rows, sorted in Arrow by :func:`keyshift.apps.order_key`'s fields (event
+    time, Kafka partition and offset, id: typed BIGINT and STRING columns, so Arrow's order
+    is Python's), made the operator's dicts."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not table.num_rows:
+        return
+    event = table["event"]
+    keys = pa.table({"ts": pc.struct_field(event, "ts"), "partition": table["partition"],
+                     "offset": table["offset"], "id": pc.struct_field(event, "id")})
+    table = table.take(pc.sort_indices(keys, sort_keys=[(k, "ascending") for k in keys.column_names]))
+    got.rows = table
+    got.groups = table["grp"].to_pylist()
+    got.kafka_ts = table["kafka_ts"].to_pylist()
+    got.events = event_dicts(table["event"].combine_chunks(),
+                             partition=table["partition"].to_pylist(),
+                             offset=table["offset"].to_pylist())
+    span = pc.min_max(table["kafka_ts"]).as_py()
+    got.kafka_first, got.kafka_last = span["min"], span["max"]
 
 
 def _restore_state(op: Any, store: Any, batch_id: int, touched: list[int],
@@ -323,13 +387,14 @@ def _apply_operator(op: Any, got: _TaskInput) -> Generator[tuple, None, list]:
     def reject(i: int, exc: Exception) -> None:
         rejected[i] = f"rejected by operator: {exc}"
 
-    outs = op.process_many((ge[1] for ge in got.events), (ge[0] for ge in got.events), reject)
+    outs = op.process_many(got.events, got.groups, reject)
     for i, reason in rejected.items():
-        _, e, kafka_ts, raw = got.events[i]
-        yield (DEAD, (e["partition"], e["offset"], kafka_ts, raw, reason))
+        e = got.events[i]
+        yield (DEAD, (e["partition"], e["offset"], got.kafka_ts[i],
+                      got.rows["raw"][i].as_py(), reason))
     if rejected:
         got.dead += len(rejected)
-        got.events = [ge for i, ge in enumerate(got.events) if i not in rejected]
+        got.drop(rejected)
     return outs + apply_summaries(op, got.summaries)
 
 
@@ -357,9 +422,8 @@ def _load_records(engine: int, got: _TaskInput,
                   snapshots: Mapping[int, bytes]) -> Iterator[tuple]:
     """One LOAD record per group the task ran: its events (a split group's at its home)
     and its state's size."""
-    counts: dict[int, int] = dict(got.summarized)
-    for g, *_ in got.events:
-        counts[g] = counts.get(g, 0) + 1
+    counts = Counter(got.groups)
+    counts.update(got.summarized)
     for g, n in counts.items():
         yield (LOAD, (g, engine, n, len(snapshots[g]) if g in snapshots else 0))
 
@@ -380,37 +444,36 @@ def _task_identity(engine: int) -> dict[str, Any]:
     }
 
 
-def _count_only(engine: int, rows: Iterable[tuple]) -> Iterator[tuple]:
+def _count_only(engine: int, batches: Iterable[Any]) -> Iterator[tuple]:
     """Ingestion only (``keyshift stream``): the same routing, validation, loads and task
     record as an engine, without an operator or state, so both modes share one pipeline, one
-    metrics row and one meaning of Lat (work seconds per tuple)."""
+    metrics row and one meaning of Lat (work seconds per tuple). Counted in Arrow: no
+    per-event Python at all."""
+    import pyarrow.compute as pc
     from pyspark import TaskContext
 
     t0, started_at = time.perf_counter(), time.time()
     ctx = TaskContext.get()
-    counts: dict[int, int] = {}
-    dead, events = 0, 0
-    kafka_first, kafka_last = float("inf"), float("-inf")
-    clock = _InputClock(rows)
-    for group, partition, offset, _value, reason, raw, kafka_ts, _summary in clock:
-        if reason is not None:
-            dead += 1
-            yield (DEAD, (partition, offset, kafka_ts, raw, reason))
-            continue
-        events += 1
-        counts[group] = counts.get(group, 0) + 1
-        if kafka_ts:
-            kafka_first, kafka_last = min(kafka_first, kafka_ts), max(kafka_last, kafka_ts)
-    for g, n in counts.items():
-        yield (LOAD, (g, engine, n, 0))
+    clock = _InputClock(batches)
+    table = _input_table(clock)
+    dead = events = 0
+    span: dict[str, Any] = {"min": None, "max": None}
+    if table is not None:
+        yield from _dead_letters(table)
+        dead = table.num_rows - table["reason"].null_count
+        valid = table.filter(pc.is_null(table["reason"]))
+        events = valid.num_rows
+        for count in pc.value_counts(valid["grp"]).to_pylist():
+            yield (LOAD, (count["values"], engine, count["counts"], 0))
+        span = pc.min_max(valid["kafka_ts"]).as_py()
     yield (TASK, {"engine": engine, "partition": ctx.partitionId() if ctx else -1,
                   "stage": ctx.stageId() if ctx else -1,
                   "attempt": ctx.attemptNumber() if ctx else -1, "pid": os.getpid(),
                   "host": os.uname().nodename, "workdir": os.getcwd(), "cache_id": "",
                   "rebuilt": False, "events": events,
                   "outputs": 0, "dead": dead, "released": 0, "restored": 0,
-                  "compacted": False, "kafka_ts_first": kafka_first if events else None,
-                  "kafka_ts_last": kafka_last if events else None,
+                  "compacted": False, "kafka_ts_first": span["min"],
+                  "kafka_ts_last": span["max"],
                   "input_wait_s": clock.wait_s, "started_at": started_at,
                   "worker_forked_at": worker_forked_at(),
                   "duration_s": time.perf_counter() - t0})
@@ -429,36 +492,36 @@ def apply_summaries(op: Any, summaries: Mapping[tuple[int, str], list[tuple[int,
     return outs
 
 
-def run_split(spec: BatchSpec, part: int, rows: Iterable[tuple]) -> Iterator[tuple]:
+def run_split(spec: BatchSpec, part: int, batches: Iterable[Any]) -> Iterator[tuple]:
     """A split key's side in an input task (``part``, the task's partition): the split
-    groups' events it read, summarized per key, as rows of :data:`ENGINE_INPUT` for each
-    group's home engine, then the task's record (for engine 0 to pass on). An event the
-    operator refuses becomes a dead letter for engine 0. Stateless: a retry is free."""
+    groups' events it read (Arrow batches of :data:`ENGINE_INPUT`, valid events only),
+    summarized per key, as rows of :data:`ENGINE_INPUT` for each group's home engine, then
+    the task's record (for engine 0 to pass on). An event the operator refuses becomes a
+    dead letter for engine 0. Stateless: a retry is free."""
     from pyspark import TaskContext
 
     t0 = time.perf_counter()
     ctx = TaskContext.get()
     op = make_operator(spec.app, **spec.params)
+    got = _TaskInput()
+    table = _input_table(batches)
+    if table is not None:
+        _set_events(got, table)
+    raw = got.rows["raw"].to_pylist() if got.events else []
+    # each key's events, in processing order (the input's)
     by_key: dict[tuple[int, str], list[tuple[dict[str, Any], float, str]]] = {}
-    per_group: dict[int, int] = {}
-    kafka_first, kafka_last = float("inf"), float("-inf")
-    n = 0
-    for group, partition, offset, value, _reason, raw, kafka_ts, _summary in rows:
-        e = json.loads(value)
-        e["partition"], e["offset"] = partition, offset
-        by_key.setdefault((group, str(e.get("key"))), []).append((e, kafka_ts, raw))
-        per_group[group] = per_group.get(group, 0) + 1
-        n += 1
-        if kafka_ts:
-            kafka_first, kafka_last = min(kafka_first, kafka_ts), max(kafka_last, kafka_ts)
+    for group, e, kafka_ts, text in zip(got.groups, got.events, got.kafka_ts, raw,
+                                        strict=True):
+        by_key.setdefault((group, str(e.get("key"))), []).append((e, kafka_ts, text))
+    per_group = Counter(got.groups)
+    n = len(got.events)
     dead = 0
     for (g, key), events in sorted(by_key.items()):
-        events.sort(key=lambda x: order_key(x[0]))
         refused: dict[int, str] = {}
         summary = op.summarize((x[0] for x in events), partial(_refuse, refused))
         for i, why in refused.items():
-            e, kafka_ts, raw = events[i]
-            yield (g, e["partition"], e["offset"], None, f"rejected by operator: {why}", raw,
+            e, kafka_ts, text = events[i]
+            yield (g, e["partition"], e["offset"], None, f"rejected by operator: {why}", text,
                    kafka_ts, spec.engine0_pkey, None)
         dead += len(refused)
         kept = len(events) - len(refused)
@@ -471,9 +534,9 @@ def run_split(spec: BatchSpec, part: int, rows: Iterable[tuple]) -> Iterator[tup
               "stage": ctx.stageId() if ctx else -1,
               "attempt": ctx.attemptNumber() if ctx else -1, "pid": os.getpid(),
               "host": os.uname().nodename, "events": n - dead, "outputs": 0, "dead": dead,
-              "keys": len(by_key), "kafka_ts_first": kafka_first,
+              "keys": len(by_key), "kafka_ts_first": got.kafka_first,
               "groups": {str(g): per_group[g] for g in sorted(per_group)},
-              "kafka_ts_last": kafka_last, "input_wait_s": 0.0,
+              "kafka_ts_last": got.kafka_last, "input_wait_s": 0.0,
               "duration_s": time.perf_counter() - t0}
     yield (-1, None, None, None, None, None, None, spec.engine0_pkey,
            json.dumps({"task": record}))
@@ -495,10 +558,11 @@ def arrow_split(spec: BatchSpec) -> Callable[[Iterator[Any]], Iterator[Any]]:
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
-        schema = _arrow_schema(ENGINE_INPUT)
+        schema = None  # the input's, every column nullable (the summaries have no event)
         split = pa.array(sorted(spec.split_homes), type=pa.int32())
         hot = []
         for b in batches:
+            schema = schema or pa.schema([f.with_nullable(True) for f in b.schema])
             mask = pc.fill_null(pc.and_(pc.is_in(b.column("grp"), value_set=split),
                                         pc.is_null(b.column("reason"))), False)
             rest = b.filter(pc.invert(mask))
@@ -506,7 +570,7 @@ def arrow_split(spec: BatchSpec) -> Callable[[Iterator[Any]], Iterator[Any]]:
                 yield pa.RecordBatch.from_arrays(rest.columns, schema=schema)
             if pc.any(mask).as_py():
                 hot.append(b.filter(mask))
-        rows = list(run_split(spec, ctx.partitionId() if ctx else 0, _input_rows(iter(hot))))
+        rows = list(run_split(spec, ctx.partitionId() if ctx else 0, hot))
         if rows:
             cols = list(zip(*rows, strict=True))
             yield pa.RecordBatch.from_arrays(
@@ -535,10 +599,11 @@ def arrow_engine(spec: BatchSpec) -> Callable[[Iterator[Any]], Iterator[Any]]:
     def run(batches: Iterator[Any]) -> Iterator[Any]:
         from pyspark import TaskContext
 
-        engine = TaskContext.get().partitionId()
+        ctx = TaskContext.get()
+        engine = ctx.partitionId() if ctx else 0  # 0 outside Spark (a bench, a test)
         out = _OutputColumns()
         loads = []
-        for tag, rec in run_engine(spec, engine, _input_rows(batches)):
+        for tag, rec in run_engine(spec, engine, batches):
             out.add(tag, rec)
             if tag == LOAD:
                 loads.append(rec)
@@ -559,51 +624,115 @@ def stage_loads(spec: BatchSpec, engine: int, loads: list[tuple[int, int, int, i
                                       "state_bytes": size} for g, e, n, size in loads])
 
 
-def _input_rows(batches: Iterator[Any]) -> Iterator[tuple]:
-    """Arrow batches of the engine's input as the tuples :func:`run_engine` reads."""
-    for b in batches:
-        d = b.to_pydict()
-        yield from zip(d["grp"], d["partition"], d["offset"], d["event"], d["reason"],
-                       d["raw"], d["kafka_ts"], d["summary"], strict=True)
+def input_batch(app: str, rows: Iterable[tuple]) -> Any:
+    """Rows ``(group, partition, offset, event, reason, raw, kafka_ts, summary)``, the event
+    a dict (or None), as one Arrow batch of :data:`ENGINE_INPUT`, typed as the job's parse
+    and routing give it to an engine task (tests and benches feed tasks with it)."""
+    import pyarrow as pa
+
+    from keyshift.apps import event_schema
+    from keyshift.lakehouse.delta_arrow import arrow_type
+
+    schema = event_schema(app)
+    fields = {c.name: arrow_type(c.type) for c in schema.columns}
+    floats = {n for n, t in fields.items() if pa.types.is_floating(t)}  # JSON's 1 is 1.0 there
+    types = {"grp": pa.int32(), "partition": pa.int32(), "offset": pa.int64(),
+             "event": pa.struct(list(fields.items())),
+             "reason": pa.string(), "raw": pa.string(), "kafka_ts": pa.float64(),
+             "pkey": pa.int64(), "summary": pa.string()}
+    cols = list(zip(*rows, strict=True)) or [()] * 8
+    names = [n for n in ENGINE_INPUT if n != "pkey"]
+    def typed(e: dict[str, Any]) -> dict[str, Any]:
+        return {c: float(e[c]) if c in floats and e.get(c) is not None else e.get(c)
+                for c in fields}
+
+    arrays = {n: pa.array([None if e is None else typed(e) for e in col] if n == "event"
+                          else list(col),
+                          type=types[n])
+              for n, col in zip(names, cols, strict=True)}
+    arrays["pkey"] = pa.array([0] * len(arrays["grp"]), pa.int64())
+    return pa.RecordBatch.from_arrays([arrays[n] for n in ENGINE_INPUT],
+                                      names=list(ENGINE_INPUT))
+
+
+def event_dicts(events: Any, **extra: list[Any]) -> list[dict[str, Any] | None]:
+    """A batch's typed events (an Arrow STRUCT array) as the dicts an operator reads, one per
+    row (None for a row without an event), each field its declared type's Python value, plus
+    the ``extra`` fields (the engine adds the Kafka partition and offset).
+
+    Field by field, not ``to_pylist`` of the struct: the same dicts at a fifth of the cost
+    of parsing each event's JSON (bench/bench_engine_task.py), and a MAP field becomes a dict
+    (Arrow's default is a list of pairs) without slowing the other fields down."""
+    names = [f.name for f in events.type] + list(extra)
+    values = [events.field(i).to_pylist(maps_as_pydicts="strict") if _has_map(f.type)
+              else events.field(i).to_pylist() for i, f in enumerate(events.type)]
+    # not zip(strict=True): every list is a column of the same batch, and the check costs a
+    # third of the dicts' time
+    dicts: list[dict[str, Any] | None] = list(map(dict, map(partial(zip, names),
+                                                            zip(*values, *extra.values()))))
+    if events.null_count:  # a null row's fields are whatever its children hold
+        for i, ok in enumerate(events.is_valid().to_pylist()):
+            if not ok:
+                dicts[i] = None
+    return dicts
+
+
+def _has_map(t: Any) -> bool:
+    import pyarrow.types as pt
+
+    if pt.is_map(t):
+        return True
+    if pt.is_struct(t):
+        return any(_has_map(f.type) for f in t)
+    if pt.is_list(t) or pt.is_large_list(t) or pt.is_fixed_size_list(t):
+        return _has_map(t.value_type)
+    return False
 
 
 class _OutputColumns:
-    """Tagged records gathered column by column into Arrow batches of ENGINE_OUTPUT."""
+    """Tagged records gathered by tag, made Arrow batches of ENGINE_OUTPUT column by column:
+    a record is appended as it is, and each column is built by a few list extensions per tag
+    (a row of sixteen cells per record cost 16 µs a record)."""
 
+    # the ENGINE_OUTPUT columns a tag's record fills, in the record's order
+    FIELDS: dict[str, tuple[str, ...]] = {
+        OUT: ("engine", "grp", "key", "ts", "kind", "detail", "event_id"),
+        LOAD: ("grp", "engine", "n", "size"),
+        DEAD: ("partition", "offset", "kafka_ts", "raw", "reason"),
+        TASK: ("task",),
+    }
 
     def __init__(self) -> None:
-        self._cols: dict[str, list] = {k: [] for k in _arrow_schema(ENGINE_OUTPUT).names}
+        self._recs: dict[str, list[tuple]] = {tag: [] for tag in self.FIELDS}
+        self._n = 0
 
     def __len__(self) -> int:
-        return len(self._cols["tag"])
+        return self._n
 
     def add(self, tag: str, rec: Any) -> None:
-        row: dict[str, Any] = {"tag": tag}
-        if tag == OUT:
-            (row["engine"], row["grp"], row["key"], row["ts"], row["kind"], row["detail"],
-             row["event_id"]) = rec
-        elif tag == LOAD:
-            row["grp"], row["engine"], row["n"], row["size"] = rec
-        elif tag == DEAD:
-            row["partition"], row["offset"], row["kafka_ts"], row["raw"], row["reason"] = rec
-        else:
-            row["task"] = json.dumps(rec)
-        for k, col in self._cols.items():
-            col.append(row.get(k))
+        self._recs[tag].append((json.dumps(rec),) if tag == TASK else rec)
+        self._n += 1
 
     def batch(self) -> Any:
         import pyarrow as pa
 
         schema = _arrow_schema(ENGINE_OUTPUT)
-        batch = pa.RecordBatch.from_arrays(
-            [pa.array(self._cols[f.name], type=f.type) for f in schema], schema=schema)
-        self._cols = {k: [] for k in _arrow_schema(ENGINE_OUTPUT).names}
-        return batch
+        cols: dict[str, list] = {name: [] for name in schema.names}
+        for tag, recs in self._recs.items():
+            if not recs:
+                continue
+            cols["tag"].extend([tag] * len(recs))
+            filled = dict(zip(self.FIELDS[tag], zip(*recs, strict=True), strict=True))
+            for name in schema.names[1:]:
+                cols[name].extend(filled.get(name) or [None] * len(recs))
+        self._recs, self._n = {tag: [] for tag in self.FIELDS}, 0
+        return pa.RecordBatch.from_arrays(
+            [pa.array(cols[f.name], type=f.type) for f in schema], schema=schema)
 
 
 @cache
 def _arrow_schema(ddl: str = ENGINE_OUTPUT) -> Any:
-    """An engine-stage DDL (:data:`ENGINE_INPUT`, :data:`ENGINE_OUTPUT`) as an Arrow schema,
+    """The engine stage's output DDL (:data:`ENGINE_OUTPUT`) as an Arrow schema,
     so each column's name and type are written once."""
     import pyarrow as pa
 

@@ -22,6 +22,7 @@ from keyshift.streaming.engines import (
     OUT,
     TASK,
     BatchSpec,
+    input_batch,
     run_engine,
     work_seconds,
 )
@@ -115,7 +116,12 @@ def test_only_the_expected_cache_is_trusted(tmp_path) -> None:
 def _event_rows(n: int, groups: int = 5, start: int = 0):
     for i in range(start, start + n):
         event = {"key": f"w{i % 7}", "word": f"w{i % 7}", "ts": T0 + i, "id": f"e{i}"}
-        yield (i % 7 % groups, 0, i, json.dumps(event), None, None, T0 / 1e3 + i, None)
+        yield (i % 7 % groups, 0, i, event, None, None, T0 / 1e3 + i, None)
+
+
+def _event_input(n: int, groups: int = 5, start: int = 0) -> list:
+    """:func:`_event_rows` as the engine task's Arrow input."""
+    return [input_batch("wordcount", _event_rows(n, groups, start))]
 
 
 def _spec(tmp_path, batch: int, **kw) -> BatchSpec:
@@ -140,7 +146,7 @@ def test_engine_task_state_survives_a_move_to_another_executor(tmp_path, monkeyp
             spec = BatchSpec(b, "wordcount", {"window_s": 0.01}, "r",
                              str(tmp_path / ("fresh" if fresh else "same") / "state"),
                              caches=caches)
-            recs = list(run_engine(spec, 0, _event_rows(40, start=40 * b)))
+            recs = list(run_engine(spec, 0, _event_input(40, start=40 * b)))
             caches = {0: _task(recs)["cache_id"]}
             assert _task(recs)["rebuilt"] == (fresh or b == 0)
             outs += [r for kind, r in recs if kind == OUT]
@@ -167,7 +173,7 @@ def test_receiving_engine_reads_a_moving_group_from_its_old_engine(tmp_path, mon
     import keyshift.streaming.engines as engines
 
     monkeypatch.setattr(engines, "cache_root", lambda _key: tmp_path / "cache")
-    first = list(run_engine(_spec(tmp_path, 0), 0, _event_rows(30)))
+    first = list(run_engine(_spec(tmp_path, 0), 0, _event_input(30)))
     caches = {0: _task(first)["cache_id"]} if cached else {}
     group = next(r[0] for kind, r in first if kind == LOAD)
     before = DurableState(str(tmp_path / "state")).read(0, 0)[group]
@@ -211,7 +217,7 @@ def test_engine_task_separates_the_wait_for_input_from_its_work(tmp_path, monkey
 
     def late_rows(n: int, delay_s: float):
         time.sleep(delay_s)  # nothing has arrived yet
-        yield from _event_rows(n)
+        yield from _event_input(n)
 
     tasks = [rec for kind, rec in run_engine(_spec(tmp_path, 0), 0, late_rows(50, 0.2))
              if kind == TASK]
@@ -225,39 +231,42 @@ def test_engine_task_separates_the_wait_for_input_from_its_work(tmp_path, monkey
 
 
 def test_arrow_engine_reads_and_writes_the_stage_schemas(tmp_path, monkeypatch) -> None:
-    """The mapInArrow function: Arrow batches of ENGINE_INPUT in, the same records as the
-    tuple path out, as Arrow batches of exactly ENGINE_OUTPUT."""
+    """The mapInArrow function: Arrow batches of ENGINE_INPUT in (the typed event a STRUCT,
+    as the job's parse gives it; batches with an offset, as Spark's can have), the records
+    out as Arrow batches of exactly ENGINE_OUTPUT."""
     import pyarrow as pa
 
     import keyshift.streaming.engines as engines
     from keyshift.streaming.engines import (
+        DEAD,
         ENGINE_INPUT,
         ENGINE_OUTPUT,
         _arrow_schema,
-        _input_rows,
         _OutputColumns,
+        event_dicts,
     )
 
     monkeypatch.setattr(engines, "cache_root", lambda _key: tmp_path / "cache")
-    rows = list(_event_rows(12))
-    names = ("grp", "partition", "offset", "event", "reason", "raw", "kafka_ts")
-    batch = pa.RecordBatch.from_pydict(
-        {**{k: [r[i] for r in rows] for i, k in enumerate(names)}, "pkey": [7] * len(rows),
-         "summary": pa.array([None] * len(rows), type=pa.string())})
-    assert batch.schema.names == _arrow_schema(ENGINE_INPUT).names
-    back = list(_input_rows(iter([batch])))
-    assert back == rows
-
+    rows = list(_event_rows(13))
+    rows[4] = (None, 0, 4, None, "malformed json", "{", T0 / 1e3 + 4, None)
+    batch = input_batch("wordcount", rows)
+    assert tuple(batch.schema.names) == ENGINE_INPUT
+    assert batch.schema.field("event").type == pa.struct(
+        [("id", pa.string()), ("key", pa.string()), ("ts", pa.int64()), ("word", pa.string())])
+    assert event_dicts(batch.column("event").slice(1)) == [r[3] for r in rows[1:]]
+    back = [batch.slice(1, 6), batch.slice(7)]  # the first row left out
     out = _OutputColumns()
     spec = _spec(tmp_path, 0, moves_out={0: [60]}, moves_in={3: [60]})
-    for tag, rec in run_engine(spec, 3, iter(back)):
+    for tag, rec in run_engine(spec, 3, back):
         out.add(tag, rec)
     result = out.batch()
     assert result.schema == _arrow_schema()
     assert result.schema.names == [c.split()[0] for c in ENGINE_OUTPUT.split(", ")]
     tags = result.column("tag").to_pylist()
     assert tags.count(TASK) == 1 and tags.count(LOAD) >= 1
-    assert json.loads(result.column("task").to_pylist()[tags.index(TASK)])["restored"] == 1
+    task = json.loads(result.column("task").to_pylist()[tags.index(TASK)])
+    assert task["restored"] == 1 and (task["events"], task["dead"]) == (11, 1)
+    assert result.column("offset").to_pylist()[tags.index(DEAD)] == 4
 
 
 def test_an_engine_task_records_its_clocks_and_its_outputs_kafka_times(tmp_path,
@@ -271,7 +280,7 @@ def test_an_engine_task_records_its_clocks_and_its_outputs_kafka_times(tmp_path,
 
     monkeypatch.setattr(engines, "cache_root", lambda _key: tmp_path / "cache")
     before = time.time()
-    recs = list(run_engine(_spec(tmp_path, 0), 0, _event_rows(40)))
+    recs = list(run_engine(_spec(tmp_path, 0), 0, _event_input(40)))
     task = _task(recs)
     for k in ("open_s", "fetch_s", "load_s", "operator_s", "save_s", "input_wait_s"):
         assert 0 <= task[k] <= task["duration_s"], k

@@ -41,6 +41,7 @@ from keyshift.streaming.engines import (
     OUT,
     TASK,
     BatchSpec,
+    input_batch,
     run_engine,
 )
 
@@ -307,22 +308,22 @@ def test_every_record_is_valid_or_has_its_reason_and_no_engine_task_fails(spark,
 
 
 # -- the engine task without Spark -----------------------------------------------------
-def _rows(docs: list[dict], groups: int = 64):
-    """Engine input as the job's parse gives it: the event JSON of the declared fields,
-    nulls left out (Spark's to_json); a document None stands for a refused record."""
+def _rows(app: str, docs: list[dict], groups: int = 64):
+    """Engine input as the job's parse gives it: the typed event, every declared field
+    (None where the record had none or null); a document None stands for a refused record."""
+    names = event_schema(app).names
     for i, doc in enumerate(docs):
         if doc is None:
             yield (None, 0, i, None, "malformed json", "{", T0 / 1e3, None)
         else:
-            event = {k: v for k, v in doc.items() if v is not None}
-            yield (group_of(str(doc["key"]), groups), 0, i, json.dumps(event), None,
-                   json.dumps(doc), T0 / 1e3 + i, None)
+            yield (group_of(str(doc["key"]), groups), 0, i, {n: doc.get(n) for n in names},
+                   None, json.dumps(doc), T0 / 1e3 + i, None)
 
 
 def _run(tmp_path, app: str, docs: list, batch: int = 0, **params) -> list:
     spec = BatchSpec(batch, app, params, f"fuzz-{app}", str(tmp_path / "state"),
                      compact_every=0)
-    return list(run_engine(spec, 0, _rows(docs)))
+    return list(run_engine(spec, 0, [input_batch(app, _rows(app, docs))]))
 
 
 FUZZ = settings(max_examples=int(os.environ.get("KEYSHIFT_FUZZ_EXAMPLES", "40")),

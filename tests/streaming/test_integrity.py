@@ -215,13 +215,13 @@ def test_the_engine_task_names_the_file_it_follows(tmp_path, monkeypatch) -> Non
     the files of a run form a chain; a damaged base in the run's own files is rebuilt and the
     outputs of the next batch equal those of an undamaged run."""
     import keyshift.streaming.engines as engines
-    from keyshift.streaming.engines import OUT, TASK, BatchSpec, run_engine
+    from keyshift.streaming.engines import OUT, TASK, BatchSpec, input_batch, run_engine
 
     def rows(b: int):
         for i in range(40 * b, 40 * b + 40):
             e = {"key": f"w{i % 7}", "word": f"w{i % 7}", "ts": 1_700_000_000_000 + i,
                  "id": f"e{i}"}
-            yield (i % 7 % 5, 0, i, json.dumps(e), None, None, 1_700_000_000 + i, None)
+            yield (i % 7 % 5, 0, i, e, None, None, 1_700_000_000 + i, None)
 
     def run(root: Path, damage_at: int | None) -> list:
         outs, caches = [], {}
@@ -232,7 +232,7 @@ def test_the_engine_task_names_the_file_it_follows(tmp_path, monkeypatch) -> Non
             monkeypatch.setattr(engines, "cache_root", lambda _k, f=root / f"x{b}": f)
             spec = BatchSpec(b, "wordcount", {"window_s": 0.01}, "r", str(root / "state"),
                              compact_every=2, caches=caches)
-            recs = list(run_engine(spec, 0, rows(b)))
+            recs = list(run_engine(spec, 0, [input_batch("wordcount", rows(b))]))
             caches = {0: next(r for k, r in recs if k == TASK)["cache_id"]}
             outs += [r for k, r in recs if k == OUT]
         return outs

@@ -87,6 +87,7 @@ def test_split_in_the_input_tasks_then_home_engine_equal_one_engine_without_spar
         OUT,
         TASK,
         BatchSpec,
+        input_batch,
         run_engine,
         run_split,
     )
@@ -101,7 +102,7 @@ def test_split_in_the_input_tasks_then_home_engine_equal_one_engine_without_spar
             e = {"id": f"b{batch}e{i}", "key": key, "word": key, "ts": ts}
             if (batch, i) == (1, 7):
                 del e["word"]  # refused by the operator: a dead letter, not a lost count
-            yield (0 if key == "hot" else 1 + i % 2, i % 4 % 3, batch * 100 + i, json.dumps(e),
+            yield (0 if key == "hot" else 1 + i % 2, i % 4 % 3, batch * 100 + i, e,
                    None, f"raw{i}", ts / 1e3, None)
 
     def spec(root: str, batch: int, split: bool) -> BatchSpec:
@@ -110,14 +111,16 @@ def test_split_in_the_input_tasks_then_home_engine_equal_one_engine_without_spar
 
     whole, parts = [], []
     for b in range(2):
-        one = list(run_engine(spec("one", b, False), 0, rows(b, 40)))
+        one = list(run_engine(spec("one", b, False), 0, [input_batch("wordcount", rows(b, 40))]))
         whole += sorted(r for kind, r in one if kind in (OUT, DEAD))
         hot = [r for r in rows(b, 40) if r[0] == 0]
         made = [s for task in range(3)
-                for s in run_split(spec("split", b, True), task, [r for r in hot if r[1] == task])]
+                for s in run_split(spec("split", b, True), task,
+                                   [input_batch("wordcount", [r for r in hot if r[1] == task])])]
         assert {s[7] for s in made} == {70} and all(s[3] is None for s in made)
         rest = [r for r in rows(b, 40) if r[0] != 0]
-        recs = list(run_engine(spec("split", b, True), 0, rest + [s[:7] + (s[8],) for s in made]))
+        recs = list(run_engine(spec("split", b, True), 0,
+                               [input_batch("wordcount", rest + [s[:7] + (s[8],) for s in made])]))
         parts += sorted(r for kind, r in recs if kind in (OUT, DEAD))
         tasks = [r for kind, r in recs if kind == TASK]
         assert len(tasks) == 1 + len({r[1] for r in hot}) >= 3 and sum(t["events"] for t in tasks if t.get("split")) == \
