@@ -290,3 +290,34 @@ def test_an_engine_task_records_its_clocks_and_its_outputs_kafka_times(tmp_path,
     sketch = task["out_kts"]
     assert outs and sketch["n"] == len(outs) and len(sketch["q"]) == 21
     assert T0 / 1e3 <= sketch["q"][0] <= sketch["q"][-1] <= T0 / 1e3 + 40
+
+
+def test_an_operator_reads_each_declared_type_as_its_python_value() -> None:
+    """The typed event reaches the operator as one dict per row: every declared field (None
+    where the record had none), each its type's Python value as Spark's Arrow hands it over
+    (a MAP a dict, not Arrow's list of pairs; a TIMESTAMP an aware datetime), the extra
+    fields beside them, and None for a row without an event."""
+    from datetime import UTC, date, datetime
+    from decimal import Decimal
+
+    import pyarrow as pa
+
+    from keyshift.streaming.engines import event_dicts
+
+    kinds = pa.struct([
+        ("id", pa.string()), ("n", pa.int64()), ("x", pa.float64()), ("ok", pa.bool_()),
+        ("at", pa.timestamp("us", tz="UTC")), ("day", pa.date32()),
+        ("price", pa.decimal128(10, 2)), ("blob", pa.binary()),
+        ("tags", pa.list_(pa.string())), ("attrs", pa.map_(pa.string(), pa.int64())),
+        ("nested", pa.struct([("m", pa.map_(pa.string(), pa.string()))]))])
+    at = datetime(2026, 12, 6, 8, 30, tzinfo=UTC)
+    full = {"id": "e1", "n": 7, "x": 0.5, "ok": True, "at": at, "day": date(2026, 12, 6),
+            "price": Decimal("12.50"), "blob": b"\x00\xff", "tags": ["a", "b"],
+            "attrs": [("k", 1)], "nested": {"m": [("a", "b")]}}
+    sparse = {"id": "e2", **{name: None for name in full if name != "id"}}
+    events = pa.array([full, None, sparse], type=kinds)
+    got = event_dicts(events, offset=[10, 11, 12])
+    assert got[0] == {**full, "attrs": {"k": 1}, "nested": {"m": {"a": "b"}}, "offset": 10}
+    assert got[0]["at"].tzinfo is not None
+    assert got[1] is None
+    assert got[2] == {**sparse, "offset": 12}
