@@ -564,7 +564,7 @@ def run_keyshift(overrides: dict[str, Any], topic: str, system: str, batch_size:
                      extra={k: out.get(k) for k in ("run_id", "migrations", "moved_groups",
                                                     "moved_bytes", "dead_letter",
                                                     "events_per_s", "batch_p50_s",
-                                                    "batch_p95_s")})
+                                                    "batch_p95_s", "stages")})
 
 
 # --- the report --------------------------------------------------------------------------
@@ -661,10 +661,31 @@ def ratio_lines(med: dict[tuple[int, str], dict[str, Any]], sizes: Sequence[int]
     target(f"keyshift KG batch p50 <= native at {small:,}/batch (ratio <= 1)",
            r(small, KG, NATIVE, "batch_p50_s"), lambda v: v <= 1.0,
            spread(small, KG, NATIVE, "batch_p50_s"))
+    for size in sizes:  # issue 43 item 3: one pass over an event
+        target(f"keyshift KG events/s >= 1.2x native at {size:,}/batch",
+               r(size, KG, NATIVE, "events_per_s"), lambda v: v >= 1.2,
+               spread(size, KG, NATIVE, "events_per_s"))
     for size in sizes:
         target(f"DLB-H events/s >= 0.95x KG at {size:,}/batch (Zipf 1.0)",
                r(size, DLBH, KG, "events_per_s"), lambda v: v >= 0.95,
                spread(size, DLBH, KG, "events_per_s"))
+    return lines
+
+
+def stage_lines(samples: Sequence[RunSample]) -> list[str]:
+    """Where a keyshift batch's time goes (``keyshift run --json`` ``stages``: the median
+    seconds of each stage over the run's batches), medians over the runs of each size and
+    system: the bound behind a ratio to the native peer (what is Kafka and Delta, what is
+    keyshift's)."""
+    lines = []
+    for (size, system), runs in sorted(by_system(samples).items()):
+        stages = [s.extra["stages"] for s in runs if s.extra.get("stages")]
+        if not stages:
+            continue
+        names = [k for k in stages[0] if all(k in x for x in stages)]
+        parts = ", ".join(f"{k} {statistics.median(float(x[k]) for x in stages):.3f}"
+                          for k in names)
+        lines.append(f"STAGES {size:>7,}/batch {system} (median s a batch): {parts}")
     return lines
 
 
@@ -878,6 +899,8 @@ def main(argv: list[str] | None = None) -> int:
     for line in (ratio_lines(med, sizes, paired=paired_ratios(samples))
                  + ratio_lines(warm, sizes, "w/o 1st batch",
                                paired=paired_ratios(samples, warm=True))):
+        console.print(line)
+    for line in stage_lines(samples):
         console.print(line)
     for f in failures:
         console.print(f"[red]FAILED run, not in the table[/]: {f}")

@@ -183,3 +183,27 @@ def test_paired_ratios_give_each_target_the_spread_of_its_repeats() -> None:
     plain = next(x for x in bs.ratio_lines(bs.medians(clear), [1000])
                  if x.startswith("TARGET DLB-H"))
     assert plain.endswith("-> met")
+
+
+def test_the_bench_says_where_keyshift_batches_go_and_the_one_pass_target() -> None:
+    """Issue 43 item 3: the KG-over-native target at every size, and the stages of
+    keyshift's batches (its runs' ``stages``, medians over runs) beside it, so a missed
+    ratio comes with what holds it; a peer's run has no stages and no line."""
+    bs = _bench()
+
+    def run(system: str, events_per_s: float, stages: dict | None = None) -> object:
+        return bs.RunSample(system=system, batch_size=20_000, rows=[20_000] * 4,
+                            durations_s=[20_000 / events_per_s] * 4, wall_s=30.0,
+                            bounded=True, check="ok",
+                            extra={"stages": stages} if stages else {})
+
+    samples = [run(bs.KG, 9_000, {"input": 0.9, "commit": 0.4}),
+               run(bs.KG, 9_500, {"input": 1.1, "commit": 0.2}),
+               run(bs.KG, 9_800, {"input": 1.0, "commit": 0.3}),
+               run(bs.NATIVE, 8_000), run(bs.NATIVE, 8_000), run(bs.NATIVE, 8_000)]
+    lines = bs.ratio_lines(bs.medians(samples), [20_000], paired=bs.paired_ratios(samples))
+    target = next(x for x in lines if "1.2x native at 20,000" in x)
+    assert "-> NOT met (runs paired: 1.12-1.23)" in target and "within the runs' noise" in target
+    (stages,) = bs.stage_lines(samples)
+    assert stages == ("STAGES  20,000/batch keyshift-kg (median s a batch): "
+                      "input 1.000, commit 0.300")
