@@ -58,7 +58,7 @@ def burst_workload(p: int, n: int, rng: np.random.Generator) -> tuple[Plan, Wind
 def literal_dlb(plan: Plan, loads: np.ndarray, theta: float, heavy: bool) -> np.ndarray:
     """Algorithm 1 as printed: recompute imbScore for every candidate move."""
     assign = plan.assignment.copy()
-    n = plan.engines
+    n = plan.slots
     eng = np.bincount(assign, weights=loads, minlength=n)
     score = rstd(eng)
     while score > theta:

@@ -119,7 +119,7 @@ def _same(row: dict[str, Any], candidate: BaselinePlan, history: LoadHistory) ->
     stored = plan_of(row)
     return (
         row["policy"] == candidate.policy
-        and stored.engines == candidate.plan.engines
+        and stored.slots == candidate.plan.slots
         and _utc(row["source_from"]) == history.source_from
         and _utc(row["source_to"]) == history.source_to
         and np.array_equal(stored.assignment, candidate.plan.assignment)

@@ -230,7 +230,7 @@ def read_key_loads(
 
 def engine_loads_per_window(plan: Plan, loads: np.ndarray) -> np.ndarray:
     """L_t = Aᵀ Y_t for every window at once: (m, p) group loads → (m, engine slots)."""
-    onehot = np.zeros((plan.groups, plan.engines))
+    onehot = np.zeros((plan.groups, plan.slots))
     onehot[np.arange(plan.groups), plan.assignment] = 1.0
     return np.asarray(loads, dtype=np.float64) @ onehot
 

@@ -427,7 +427,7 @@ def plan_row(
     return {
         "schema_version": SCHEMA_VERSION, "version": int(plan.version), "scope": scope,
         "created_at": created_at or datetime.now(UTC), "policy": policy,
-        "groups": plan.groups, "engines": int(plan.engines),
+        "groups": plan.groups, "engines": int(plan.slots),
         "live": np.asarray(plan.live, dtype=bool).tolist(),
         "assignment": np.asarray(plan.assignment, dtype=np.int64).tolist(),
         "source_from": source_from, "source_to": source_to,

@@ -505,9 +505,9 @@ class StreamJob:
         """A resumed run keeps the plans it made; an --engines that says otherwise is refused
         in one line rather than silently ignored."""
         first = self.controller.plan_for(0)
-        if first.engines != self.opt.engines:
+        if first.slots != self.opt.engines:
             raise ValueError(
-                f"engines: run {self.run_id} started with {first.engines} engines and resumes "
+                f"engines: run {self.run_id} started with {first.slots} engines and resumes "
                 f"with its own plans; drop --engines {self.opt.engines} or use a new --run-id")
 
     def _process_batch(self, df: DataFrame, batch_id: int) -> None:
@@ -529,7 +529,7 @@ class StreamJob:
         # ingest-only keeps no state: nothing to hand over
         migration = Migration.between(self.run_id, batch_id,
                                       plan if self.opt.ingest_only else prev, plan)
-        slots = max(plan.engines, prev.engines)
+        slots = max(plan.slots, prev.slots)
         t_ready = time.perf_counter()
         self._say_scale(self.resources.before_batch(plan.parallelism, batch_id))
         clock.waited_s = time.perf_counter() - t_ready  # a scale-out's wait for executors
@@ -717,11 +717,11 @@ class StreamJob:
             engine_loads = np.zeros(slots)
             for t in ran.tasks:
                 engine_loads[t["engine"]] += t["events"]
-            engine_loads = engine_loads[:plan.engines]
+            engine_loads = engine_loads[:plan.slots]
             bal = Balance.of(engine_loads[plan.live])
         else:
             engine_loads = np.bincount(plan.assignment, weights=ran.loads,
-                                       minlength=plan.engines)
+                                       minlength=plan.slots)
             bal = Balance.of(live_loads(plan.assignment, ran.loads, plan.live))
         valid = ran.valid
         metrics = {

@@ -314,7 +314,7 @@ class ControlLoop:
         after, version = old, None
         if candidate is not None and self.settings.mode == "act":
             version = old.version + 1
-            after = Plan(candidate.assignment, candidate.engines, version, candidate.live)
+            after = Plan(candidate.assignment, candidate.slots, version, candidate.live)
         scaling, component = scaler.scaling, "balancer" if balanced else "scaler"
         if candidate is not None and not balanced:
             action = plan_action(old, candidate)

@@ -149,7 +149,7 @@ def scale_plan(plan: Plan, target: int, loads: np.ndarray) -> tuple[Plan, dict]:
     new = elb.decide(plan, Window(loads=weights)).plan
     if new.parallelism != target:
         raise RuntimeError(f"ELB realized {new.parallelism} engines instead of {target}")
-    return Plan(new.assignment, new.engines, plan.version, new.live), {}
+    return Plan(new.assignment, new.slots, plan.version, new.live), {}
 
 
 def expected_loads(loads: np.ndarray) -> np.ndarray:

@@ -216,7 +216,7 @@ class Decision:
         return {
             "plan": self.plan.assignment.tolist(),
             "engines": self.plan.parallelism,
-            "slots": self.plan.engines,
+            "slots": self.plan.slots,
             "live": self.plan.live.tolist(),
             "moves": self.moves.to_list(),
             "before": {"rstd": self.before.rstd, "var": self.before.var},
@@ -306,7 +306,7 @@ class Policy(ABC):
             else loads_after
         )
         if new_plan is not plan and np.array_equal(new_plan.assignment, plan.assignment) and (
-            new_plan.engines == plan.engines and np.array_equal(new_plan.live, plan.live)
+            new_plan.slots == plan.slots and np.array_equal(new_plan.live, plan.live)
         ):
             new_plan = plan  # nothing changed: keep the version
         return Decision(

@@ -312,6 +312,6 @@ class ChoicesRouter:
             hot = {int(e.key): d for e in est}
         before = self._loads.copy()
         route(counts, self._candidates, hot, self._loads)
-        out = np.zeros(plan.engines)
+        out = np.zeros(plan.slots)
         out[self._slots] = self._loads - before
         return out

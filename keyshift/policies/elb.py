@@ -212,8 +212,8 @@ class EagerLoadBalancing(Policy):
         if moving.size == 0 and pi == n:
             return plan, info, None
         assignment = np.asarray(prep.ids, dtype=np.int64)[target]
-        if prep.engines != plan.engines or pi != n:
-            return plan.with_assignment(assignment, engines=prep.engines, live=prep.live), \
+        if prep.slots != plan.slots or pi != n:
+            return plan.with_assignment(assignment, slots=prep.slots, live=prep.live), \
                 info, None
         return plan.with_assignment(assignment), info, None
 
@@ -276,7 +276,7 @@ class _Prepared:
 
     ids: list[int]
     live: np.ndarray
-    engines: int
+    slots: int
     eng: np.ndarray
     removing: np.ndarray
     added: list[int]
@@ -284,15 +284,15 @@ class _Prepared:
 
     @classmethod
     def of(cls, plan: Plan, eng: np.ndarray, pi: int) -> _Prepared:
-        slots = plan.live_engines
-        n = slots.size
-        ids, live, engines = slots.tolist(), plan.live.copy(), plan.engines
+        live_ids = plan.live_engines
+        n = live_ids.size
+        ids, live, slots = live_ids.tolist(), plan.live.copy(), plan.slots
         added: list[int] = []
         removed: list[int] = []
         if pi > n:
             dead = np.flatnonzero(~plan.live)[: pi - n].tolist()
-            fresh = list(range(engines, engines + pi - n - len(dead)))
-            engines += len(fresh)
+            fresh = list(range(slots, slots + pi - n - len(dead)))
+            slots += len(fresh)
             live = np.concatenate([live, np.ones(len(fresh), dtype=bool)])
             live[dead] = True
             ids += dead + fresh
@@ -302,9 +302,9 @@ class _Prepared:
         if pi < n:
             order = np.argsort(eng, kind="stable")
             removing[order[: n - pi]] = True
-            live[slots[order[: n - pi]]] = False
-            removed = sorted(slots[order[: n - pi]].tolist())
-        return cls(ids, live, engines, eng, removing, added, removed)
+            live[live_ids[order[: n - pi]]] = False
+            removed = sorted(live_ids[order[: n - pi]].tolist())
+        return cls(ids, live, slots, eng, removing, added, removed)
 
 
 def _identify(*, engine_of: np.ndarray, loads: np.ndarray, eng: np.ndarray, over: np.ndarray,

@@ -24,7 +24,7 @@ def match_to_plan(labels: np.ndarray, subsets: int, plan: Plan, state: np.ndarra
     slots = plan.live_engines
     if subsets > slots.size:
         raise ValueError(f"{subsets} subsets for {slots.size} live engines")
-    dense = np.full(plan.engines, -1, dtype=np.int64)
+    dense = np.full(plan.slots, -1, dtype=np.int64)
     dense[slots] = np.arange(slots.size)
     here = dense[plan.assignment]
     state = np.asarray(state, dtype=np.float64)

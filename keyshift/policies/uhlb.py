@@ -101,7 +101,7 @@ class UniversalHashing(Policy):
         if self.rehash == "all":
             groups = np.arange(plan.groups)
         else:
-            hot_slot = np.zeros(plan.engines, dtype=bool)
+            hot_slot = np.zeros(plan.slots, dtype=bool)
             hot_slot[slots[hot]] = True
             groups = np.flatnonzero(hot_slot[plan.assignment])
         assignment = plan.assignment.copy()

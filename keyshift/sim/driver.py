@@ -153,7 +153,7 @@ class SimulatorDriver:
     def follow(self, batch_id: int) -> None:
         """Adopt a plan the simulator switched outside the loop after ``batch_id``."""
         current, plan = self.loop.plan_for(batch_id + 1), self.sim.plan
-        if plan is current or (plan.version == current.version and plan.engines == current.engines
+        if plan is current or (plan.version == current.version and plan.slots == current.slots
                                and np.array_equal(plan.assignment, current.assignment)
                                and np.array_equal(plan.live, current.live)):
             return

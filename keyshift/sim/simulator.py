@@ -201,8 +201,8 @@ class Simulator:
         cfg = self.config
         self._rates = cfg.rates()
         self._default_rate = float(self._rates.mean())
-        self._grow_rates(self.plan.engines)
-        self._queues = CohortQueues(self.plan.engines, cfg.ages)
+        self._grow_rates(self.plan.slots)
+        self._queues = CohortQueues(self.plan.slots, cfg.ages)
         self._batch_of_group = np.full(p, -1, dtype=np.int64)
         self._migrations: dict[int, _Migration] = {}
         self._next_batch = 0
@@ -230,7 +230,7 @@ class Simulator:
 
     def _capacity(self, t: float, dt: float) -> np.ndarray:
         """Tuples each slot can serve this tick: rate, minus external load and migrations."""
-        n = self.plan.engines
+        n = self.plan.slots
         cap = self._rates[:n] * dt
         for ext in self.config.external:
             if ext.engine < n and ext.start_s <= t < ext.stop_s:
@@ -250,7 +250,7 @@ class Simulator:
         cfg = self.config
         dt = cfg.tick_s
         t = self.now
-        n = self.plan.engines
+        n = self.plan.slots
         arrivals = self.workload.arrivals(t, dt, self.rng)
         if arrivals.shape != (self.workload.groups,):
             raise SimError("workload", "arrivals must have one count per group")
@@ -328,7 +328,7 @@ class Simulator:
         """Simulate one statistic window, then let the hook and the control loop act."""
         cfg = self.config
         p = self.workload.groups
-        n = self.plan.engines
+        n = self.plan.slots
         acc: dict[str, Any] = {
             "generated": 0.0,
             "not_generated": 0.0,
@@ -341,8 +341,8 @@ class Simulator:
         }
         start = self.now
         for _ in range(cfg.ticks_per_window):
-            if acc["engine_in"].size < self.plan.engines:
-                grow = self.plan.engines - acc["engine_in"].size
+            if acc["engine_in"].size < self.plan.slots:
+                grow = self.plan.slots - acc["engine_in"].size
                 acc["engine_in"] = np.concatenate([acc["engine_in"], np.zeros(grow)])
                 acc["engine_served"] = np.concatenate([acc["engine_served"], np.zeros(grow)])
             self._tick(acc)
@@ -420,8 +420,8 @@ class Simulator:
         self, new: Plan, moved: np.ndarray, old_assignment: np.ndarray, pause: bool = True
     ) -> None:
         cfg = self.config
-        self._grow_rates(new.engines)
-        self._queues.grow(new.engines)
+        self._grow_rates(new.slots)
+        self._queues.grow(new.slots)
         self.plan = new
         if moved.size == 0:
             return
@@ -433,15 +433,15 @@ class Simulator:
         pause_s = cfg.pause_fixed_s + cfg.pause_s_per_state * moved_state
         src = old_assignment[moved]
         dst = new.assignment[moved]
-        work = np.bincount(src, weights=state, minlength=new.engines) + np.bincount(
-            dst, weights=state, minlength=new.engines
+        work = np.bincount(src, weights=state, minlength=new.slots) + np.bincount(
+            dst, weights=state, minlength=new.slots
         )
-        work_rate = cfg.transfer_cost * work / pause_s if pause_s > 0 else np.zeros(new.engines)
+        work_rate = cfg.transfer_cost * work / pause_s if pause_s > 0 else np.zeros(new.slots)
         bid = self._next_batch
         self._next_batch += 1
         self._migrations[bid] = _Migration(
             end_s=self.now + pause_s,
-            buffer=CohortQueues(new.engines, cfg.ages),
+            buffer=CohortQueues(new.slots, cfg.ages),
             work_rate=work_rate,
         )
         self._batch_of_group[moved] = bid
@@ -480,7 +480,7 @@ class Simulator:
         if int(n) == self.plan.parallelism:
             return self.plan
         new = scale_plan(self.plan, int(n), self._recent[-1])[0]
-        self.switch_plan(Plan(new.assignment, new.engines, self.plan.version + 1, new.live),
+        self.switch_plan(Plan(new.assignment, new.slots, self.plan.version + 1, new.live),
                          reason)
         return self.plan
 
@@ -539,7 +539,7 @@ def _split_routing(
         raise SimError("routing", "groups, engines and share must have the same length")
     if g.size == 0:
         return None
-    if g.min() < 0 or g.max() >= plan.groups or dest.min() < 0 or dest.max() >= plan.engines:
+    if g.min() < 0 or g.max() >= plan.groups or dest.min() < 0 or dest.max() >= plan.slots:
         raise SimError("routing", "group or engine out of range")
     if not plan.live[dest].all():
         raise SimError("routing", "routes tuples to an engine that is not live")

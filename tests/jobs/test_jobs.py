@@ -121,7 +121,7 @@ def test_lptf_baseline_beats_kg_on_a_skewed_history() -> None:
     kg, plans = compute_baselines(_history(loads), engines=4, policies=["lptf"])
     (lptf,) = plans
     assert lptf.policy == "lptf"
-    assert lptf.plan.groups == 64 and lptf.plan.engines == 4
+    assert lptf.plan.groups == 64 and lptf.plan.slots == 4
     assert lptf.expected["rstd_total"] < kg["rstd_total"]
     assert lptf.moved_groups == int((lptf.plan.assignment != np.arange(64) % 4).sum())
 

@@ -67,7 +67,7 @@ def test_plan_validation_and_loads():
         Plan(np.array([0, 3]), 3)
     with pytest.raises(ValueError, match="not live"):
         Plan(np.array([0, 1]), 2, live=np.array([True, False]))
-    with pytest.raises(ValueError, match="engines must be"):
+    with pytest.raises(ValueError, match="slots must be"):
         Plan(np.array([0]), 0)
     with pytest.raises(ValueError):
         p.assignment[0] = 2  # plans are immutable
@@ -77,3 +77,12 @@ def test_moved_state_is_psi():
     old = np.array([0, 0, 1, 1])
     new = np.array([0, 1, 1, 0])
     assert moved_state(old, new, np.array([5.0, 6.0, 7.0, 8.0])) == 14.0
+
+
+def test_a_policy_reading_plan_engines_still_runs_and_is_told_the_new_name() -> None:
+    """``Plan.engines`` was the slot count under another name (docs/policies.md's policy
+    API named it): it still answers, with a warning that says slots or parallelism."""
+    plan = Plan(np.array([0, 2, 2]), 3, live=np.array([True, False, True]))
+    with pytest.warns(DeprecationWarning, match="use slots, or parallelism"):
+        assert plan.engines == plan.slots == 3
+    assert plan.parallelism == 2

@@ -25,7 +25,7 @@ def test_plan_row_round_trips_a_plan_with_a_dead_slot() -> None:
     assert all(type(x) is bool for x in row["live"])
     assert type(row["expected_rstd"]) is float and row["expected_var"] is None
     back = plan_of(row)
-    assert back.version == 7 and back.engines == 3
+    assert back.version == 7 and back.slots == 3
     assert back.assignment.tolist() == [0, 2, 2, 0, 2]
     assert back.live.tolist() == [True, False, True]
 

@@ -67,7 +67,7 @@ def test_engines_one_task_each_migrate_through_delta_and_match_reference(
     owners: dict[int, int] = {}
     last = job.controller.plan_for(t.last_batch)  # the plan the last batch ran with
     durable = DurableState(job.state_uri)
-    for e in range(max(last.engines, job.controller.plan_for(t.last_batch + 1).engines)):
+    for e in range(max(last.slots, job.controller.plan_for(t.last_batch + 1).slots)):
         for g in durable.read(e, t.last_batch):
             assert g not in owners, f"group {g} owned by engines {owners[g]} and {e}"
             owners[g] = e

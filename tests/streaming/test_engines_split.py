@@ -79,7 +79,7 @@ def test_dc_splits_the_hot_word_and_its_counts_equal_key_grouping(spark, platfor
     durable = DurableState(dc.state_uri)
     plan = dc.controller.plan_for(dc.totals.last_batch)
     owners: dict[int, int] = {}
-    for e in range(plan.engines):
+    for e in range(plan.slots):
         for g in durable.read(e, dc.totals.last_batch):
             assert g not in owners
             owners[g] = e

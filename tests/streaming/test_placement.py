@@ -56,7 +56,7 @@ def test_the_jobs_route_sends_each_group_to_its_plans_engine_and_follows_a_new_p
     groups, slots = 64, 5
     rng = np.random.default_rng(7)
     first = Plan(rng.integers(0, 4, groups), 4)
-    moved = first.with_assignment(rng.integers(0, slots, groups), engines=slots)
+    moved = first.with_assignment(rng.integers(0, slots, groups), slots=slots)
     rows = [(g, None) for g in range(groups)] + [(None, "malformed json"), (3, "oversized")]
     batch = spark.createDataFrame(rows, "`group` INT, reason STRING")
     frames = BatchFrames("wordcount", ["id", "key", "ts", "word"], groups, "run", "t")

@@ -164,7 +164,7 @@ def test_scale_in_moves_only_the_removed_engines_groups() -> None:
     loads = np.full(60, 100.0)
     loads[plan.assignment == 2] = 50.0
     new, _ = realize(plan, 3, loads)
-    assert new.parallelism == 3 and not new.live[2] and new.engines == 4
+    assert new.parallelism == 3 and not new.live[2] and new.slots == 4
     moved = np.flatnonzero(plan.assignment != new.assignment)
     assert set(moved.tolist()) == set(np.flatnonzero(plan.assignment == 2).tolist())
 

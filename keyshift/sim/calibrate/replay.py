@@ -141,7 +141,7 @@ def evolve(run: Run, policy: str, engines: int, scale: float = 1.0,
         cur = loop.plan_for(b.batch_id) if loop is not None else plan
         moved = np.flatnonzero(prev.assignment != cur.assignment) \
             if prev.assignment.shape == cur.assignment.shape else np.arange(p)
-        slots = max(cur.engines, prev.engines)
+        slots = max(cur.slots, prev.slots)
         carried = moved[seen[moved]]
         restored = np.bincount(cur.assignment[carried], minlength=slots).astype(float)
         ev = np.bincount(cur.assignment, weights=loads, minlength=slots)

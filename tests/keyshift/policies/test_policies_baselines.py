@@ -167,7 +167,7 @@ def test_pkg_conserves_load_and_beats_kg_on_skew():
 def _routed_loads(d, loads):
     """Engine loads when tuples follow the plan, except ``share`` of each routed group."""
     r = d.info.routing
-    eng = np.bincount(d.plan.assignment, weights=loads, minlength=d.plan.engines)
+    eng = np.bincount(d.plan.assignment, weights=loads, minlength=d.plan.slots)
     moved = loads[r.groups] * r.share
     np.subtract.at(eng, d.plan.assignment[r.groups], moved)
     np.add.at(eng, r.engines, moved)

@@ -62,7 +62,7 @@ def test_elb_scales_out_into_dead_slots_first_then_new_slots():
     loads = np.ones(120)  # w = 120, band [15, 25] -> pi = ceil(240/40) = 6
     plan = Plan(np.arange(120) % 2 * 2, 3, live=[True, False, True])
     d = make_policy("elb", band=[15, 25]).decide(plan, Window(loads))
-    assert d.plan.parallelism == 6 and d.plan.engines == 6
+    assert d.plan.parallelism == 6 and d.plan.slots == 6
     assert d.info.details["added"] == [1, 3, 4, 5]
     after = d.plan.engine_loads(loads)[d.plan.live]
     assert ((after >= 15) & (after <= 25)).all()

@@ -45,7 +45,7 @@ class MyPolicy(Policy):
         self.theta = theta
 
     def _decide(self, plan, window):
-        engines = np.bincount(plan.assignment, weights=window.loads, minlength=plan.engines)
+        engines = np.bincount(plan.assignment, weights=window.loads, minlength=plan.slots)
         live = plan.live_engines
         group = int(np.argmax(window.loads))
         to = int(live[np.argmin(engines[live])])

@@ -57,7 +57,7 @@ def replay_run(sim: Simulator, cfg) -> Run:
     for w in sim.result.windows:
         loads = sim.driver.loop.store.loads.get(w.index)
         groups = np.flatnonzero(loads)
-        batches.append(Batch(w.index, 1.0, 1.0, 1.0, 0.0, sim.plan.engines, 0, 0, groups,
+        batches.append(Batch(w.index, 1.0, 1.0, 1.0, 0.0, sim.plan.slots, 0, 0, groups,
                              loads[groups], ()))
     controller = {k: getattr(cfg.controller, k) for k in ("window_s", "theta", "min_gain",
                                                           "mode")}
