@@ -161,10 +161,10 @@ def run_engine(spec: BatchSpec, engine: int, batches: Iterable[Any]) -> Iterator
 
     ``batches`` are Arrow record batches of :data:`ENGINE_INPUT` (:func:`input_batch` builds
     one from rows); records that failed validation (``reason`` set) ride along to engine 0
-    so that the whole batch is one Spark job. Yields tagged records: OUT complex events, DEAD rejected records, LOAD
-    per-group load and state size, and one TASK record (task identity, timings, the cache id
-    for the next batch). The steps: the arriving groups' state, the input, the touched
-    groups' state, the operator, the state saved, then the records.
+    so that the whole batch is one Spark job. Yields tagged records: OUT complex events,
+    DEAD rejected records, LOAD per-group load and state size, and one TASK record (task
+    identity, timings, the cache id for the next batch). The steps: the arriving groups'
+    state, the input, the touched groups' state, the operator, the state saved, the records.
     """
     if spec.ingest_only:
         yield from _count_only(engine, batches)
@@ -355,7 +355,8 @@ def _set_events(got: _TaskInput, table: Any) -> None:
     event = table["event"]
     keys = pa.table({"ts": pc.struct_field(event, "ts"), "partition": table["partition"],
                      "offset": table["offset"], "id": pc.struct_field(event, "id")})
-    table = table.take(pc.sort_indices(keys, sort_keys=[(k, "ascending") for k in keys.column_names]))
+    order = [(k, "ascending") for k in keys.column_names]
+    table = table.take(pc.sort_indices(keys, sort_keys=order))
     got.rows = table
     got.groups = table["grp"].to_pylist()
     got.kafka_ts = table["kafka_ts"].to_pylist()
