@@ -50,7 +50,8 @@ class Plan:
     @property
     def engines(self) -> int:
         """The slots, by their name before 2026-12-06: a policy written against it still
-        runs, warned once to say which of the two counts it means."""
+        runs, and a DeprecationWarning (shown under pytest and ``python -W``) names the two
+        counts it may have meant."""
         warnings.warn("Plan.engines is Plan.slots (engine ids, live or not); use slots, or "
                       "parallelism for the live engines", DeprecationWarning, stacklevel=2)
         return self.slots

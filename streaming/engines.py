@@ -305,9 +305,8 @@ def _read_input(batches: Iterable[Any]) -> Generator[tuple, None, _TaskInput]:
     table = _input_table(batches)
     if table is None:
         return got
-    yield from _dead_letters(table)
-    got.dead = table.num_rows - table["reason"].null_count
-    table = table.filter(pc.is_null(table["reason"])) if got.dead else table
+    valid = yield from _without_dead(table)
+    got.dead, table = table.num_rows - valid.num_rows, valid
     if table["summary"].null_count < table.num_rows:
         parts = table.filter(pc.is_valid(table["summary"]))
         for group, text in zip(parts["grp"].to_pylist(), parts["summary"].to_pylist(),
@@ -331,16 +330,18 @@ def _input_table(batches: Iterable[Any]) -> Any:
     return pa.Table.from_batches(got) if got else None
 
 
-def _dead_letters(table: Any) -> Iterator[tuple]:
-    """The records that failed validation, as DEAD records (engine 0 receives them)."""
+def _without_dead(table: Any) -> Generator[tuple, None, Any]:
+    """Yield the records that failed validation as DEAD records (engine 0 receives them);
+    return the other rows."""
     import pyarrow.compute as pc
 
     if table["reason"].null_count == table.num_rows:
-        return
+        return table
     dead = table.filter(pc.is_valid(table["reason"]))
     for rec in zip(*(dead[c].to_pylist() for c in ("partition", "offset", "kafka_ts", "raw",
                                                    "reason")), strict=True):
         yield (DEAD, rec)
+    return table.filter(pc.is_null(table["reason"]))
 
 
 def _set_events(got: _TaskInput, table: Any) -> None:
@@ -460,10 +461,8 @@ def _count_only(engine: int, batches: Iterable[Any]) -> Iterator[tuple]:
     dead = events = 0
     span: dict[str, Any] = {"min": None, "max": None}
     if table is not None:
-        yield from _dead_letters(table)
-        dead = table.num_rows - table["reason"].null_count
-        valid = table.filter(pc.is_null(table["reason"]))
-        events = valid.num_rows
+        valid = yield from _without_dead(table)
+        dead, events = table.num_rows - valid.num_rows, valid.num_rows
         for count in pc.value_counts(valid["grp"]).to_pylist():
             yield (LOAD, (count["values"], engine, count["counts"], 0))
         span = pc.min_max(valid["kafka_ts"]).as_py()
@@ -508,12 +507,11 @@ def run_split(spec: BatchSpec, part: int, batches: Iterable[Any]) -> Iterator[tu
     table = _input_table(batches)
     if table is not None:
         _set_events(got, table)
-    raw = got.rows["raw"].to_pylist() if got.events else []
-    # each key's events, in processing order (the input's)
-    by_key: dict[tuple[int, str], list[tuple[dict[str, Any], float, str]]] = {}
-    for group, e, kafka_ts, text in zip(got.groups, got.events, got.kafka_ts, raw,
-                                        strict=True):
-        by_key.setdefault((group, str(e.get("key"))), []).append((e, kafka_ts, text))
+    # each key's events, in processing order (the input's), with their positions there
+    by_key: dict[tuple[int, str], list[tuple[dict[str, Any], float, int]]] = {}
+    for i, (group, e, kafka_ts) in enumerate(zip(got.groups, got.events, got.kafka_ts,
+                                                 strict=True)):
+        by_key.setdefault((group, str(e.get("key"))), []).append((e, kafka_ts, i))
     per_group = Counter(got.groups)
     n = len(got.events)
     dead = 0
@@ -521,9 +519,9 @@ def run_split(spec: BatchSpec, part: int, batches: Iterable[Any]) -> Iterator[tu
         refused: dict[int, str] = {}
         summary = op.summarize((x[0] for x in events), partial(_refuse, refused))
         for i, why in refused.items():
-            e, kafka_ts, text = events[i]
-            yield (g, e["partition"], e["offset"], None, f"rejected by operator: {why}", text,
-                   kafka_ts, spec.engine0_pkey, None)
+            e, kafka_ts, at = events[i]
+            yield (g, e["partition"], e["offset"], None, f"rejected by operator: {why}",
+                   got.rows["raw"][at].as_py(), kafka_ts, spec.engine0_pkey, None)
         dead += len(refused)
         kept = len(events) - len(refused)
         if kept:
@@ -643,6 +641,7 @@ def input_batch(app: str, rows: Iterable[tuple]) -> Any:
              "pkey": pa.int64(), "summary": pa.string()}
     cols = list(zip(*rows, strict=True)) or [()] * 8
     names = [n for n in ENGINE_INPUT if n != "pkey"]
+
     def typed(e: dict[str, Any]) -> dict[str, Any]:
         return {c: float(e[c]) if c in floats and e.get(c) is not None else e.get(c)
                 for c in fields}
@@ -717,7 +716,7 @@ class _OutputColumns:
     def batch(self) -> Any:
         import pyarrow as pa
 
-        schema = _arrow_schema(ENGINE_OUTPUT)
+        schema = _arrow_schema()
         cols: dict[str, list] = {name: [] for name in schema.names}
         for tag, recs in self._recs.items():
             if not recs:
@@ -732,11 +731,12 @@ class _OutputColumns:
 
 
 @cache
-def _arrow_schema(ddl: str = ENGINE_OUTPUT) -> Any:
+def _arrow_schema() -> Any:
     """The engine stage's output DDL (:data:`ENGINE_OUTPUT`) as an Arrow schema,
     so each column's name and type are written once."""
     import pyarrow as pa
 
     from .staging import arrow_type
 
-    return pa.schema([(n, arrow_type(t)) for n, t in (c.split() for c in ddl.split(", "))])
+    return pa.schema([(n, arrow_type(t))
+                      for n, t in (c.split() for c in ENGINE_OUTPUT.split(", "))])
