@@ -18,7 +18,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from keyshift.config import Config
 from keyshift.control.resources import (
@@ -27,6 +27,9 @@ from keyshift.control.resources import (
     ExecutorScaler,
     ScaleAction,
 )
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 
@@ -265,5 +268,20 @@ def local_cores(master: str) -> int:
     return (os.cpu_count() or 1) if m.group(1) == "*" else int(m.group(1))
 
 
+def task_cores(spark: SparkSession) -> int:
+    """Cores the engine stage's tasks share: N of local[N], else the executors' total as
+    the scheduler counts them (a run's ``job.json`` keeps it for the simulator's replay)."""
+    from keyshift.lakehouse.session import is_local
+
+    sc = spark.sparkContext
+    if is_local(sc.master):
+        return local_cores(sc.master)
+    try:
+        return int(sc._jsc.sc().maxNumConcurrentTasks(
+            sc._jsc.sc().resourceProfileManager().defaultResourceProfile()))
+    except Exception:  # noqa: BLE001 -- an older or remote API: Spark's own default
+        return int(sc.defaultParallelism)
+
+
 __all__ = ["ResourcesError", "RunResources", "SparkExecutors", "budget_from_config",
-           "executor_of", "local_cores", "master_cores", "resources_mode"]
+           "executor_of", "local_cores", "master_cores", "resources_mode", "task_cores"]

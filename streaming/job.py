@@ -25,6 +25,10 @@ Recovery: Kafka offsets and the query's checkpoint replay an unfinished batch wi
 offsets; Delta appends are idempotent per batch; engine state is read as of the batch
 before; the controller rebuilds its state from Delta. So a crash anywhere, mid-migration
 included, followed by a restart gives the output of an uninterrupted run.
+
+When batches run at all (the query's start and watches, the gate a stopping job closes, a
+warehouse outage ridden out by a restart in place, the stop) is
+:mod:`keyshift.streaming.query_lifecycle`'s; this module sets a run up and runs its batches.
 """
 
 from __future__ import annotations
@@ -64,15 +68,16 @@ from .code_shipping import prepare_executors
 from .controller import Controller, ControlLog, progress_lag
 from .batch_frames import BatchFrames
 from .engines import LOAD, TASK, BatchSpec, work_seconds
-from .executors import RunResources, local_cores
+from .executors import RunResources, task_cores
 from .faults import NO_FAULTS, Phases
 from .flush import Flush
 from .heartbeat import Heartbeat
 from .migration import Migration, PauseMeter, record
 from .placement import placement_keys
+from .query_lifecycle import QueryLifecycle, QueryShape, kafka_stream
 from .split_windows import SplitWindows
 from .staging import StagedAppends
-from .storage_watch import StorageWatch, storage_failure
+from .storage_watch import StorageWatch
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -80,10 +85,6 @@ if TYPE_CHECKING:
 
 TABLES_WRITTEN = ("events_out", "metrics", "key_loads", "dead_letter", "plans", "decisions",
                   "state_snapshots", "migrations", "control_state", "migration_costs")
-
-
-class JobStopping(RuntimeError):
-    """A micro-batch refused because :meth:`StreamJob.stop` was called; it is not committed."""
 
 
 @dataclass
@@ -224,7 +225,8 @@ class EngineRun:
 
 
 class StreamJob:
-    """Builds and runs the query; ``process_batch`` is the whole per-batch logic."""
+    """Sets a run up and runs its batches; ``process_batch`` is the whole per-batch logic,
+    its query's life is :class:`QueryLifecycle`'s."""
 
     def __init__(self, spark: SparkSession, cfg: Config, options: JobOptions,
                  on_batch: Callable[[BatchReport], None] | None = None) -> None:
@@ -255,16 +257,13 @@ class StreamJob:
         self.on_batch = on_batch
         self.run_uri = cfg.runs_uri(self.run_id)  # the run's files by Delta
         self._lock = threading.Lock()
-        self._batch_lock = threading.Lock()
-        self._stopping = threading.Event()
-        self.query: StreamingQuery | None = None
-        # waits out a warehouse that refuses writes, and says so (streaming/storage_watch.py)
-        self.storage_watch = StorageWatch(cfg.warehouse_uri, cfg.warehouse.outage_s)
-        # says when the job waits for a broker that went away, and when it is back
-        self.broker_watch = BrokerWatch(cfg.kafka.bootstrap)
-        # says the job is alive (keyshift status) until it stops; streaming/heartbeat.py
-        self.heartbeat = Heartbeat(self.run_uri, self.trigger_s)
-        self._watching = False
+        # when batches run at all: the query's start, stop and outages
+        # (streaming/query_lifecycle.py)
+        self.lifecycle = QueryLifecycle(
+            QueryShape(f"keyshift-{self.run_id}", self.checkpoint, self.trigger_s,
+                       options.available_now),
+            StorageWatch(cfg.warehouse_uri, cfg.warehouse.outage_s),
+            BrokerWatch(cfg.kafka.bootstrap), Heartbeat(self.run_uri, self.trigger_s))
         # the batch's frames: parse, route, engine stage, outputs (streaming/batch_frames.py)
         self.frames = BatchFrames(self.app, self.event_schema.names, self.groups,
                                   self.run_id, self.topic)
@@ -285,10 +284,11 @@ class StreamJob:
         self.appends = RunAppends(spark, cfg, self.run_id)
         # the run's bookkeeping rows (metrics, the control store's, migrations) wait here
         # for one commit per interval: the job flushes them (StagedAppends.commit_behind)
+        watch = self.lifecycle.storage_watch
         self.staging = StagedAppends(spark, f"{self.run_uri}/staged", self.appends,
-                                     cfg.warehouse.commit_interval_s, watch=self.storage_watch)
+                                     cfg.warehouse.commit_interval_s, watch=watch)
         # ... which it commits behind the stream, when the input pauses and at stop
-        self.flushes = Flush(self.staging, self.storage_watch, self._batch_lock,
+        self.flushes = Flush(self.staging, watch, self.lifecycle.batch_lock,
                              self.trigger_s + 0.5)
         self.log = ControlLog(spark, cfg, self.run_id, stager=self.staging)
         self.controller = Controller(cfg, self.run_id, options.policy, self.groups,
@@ -305,30 +305,14 @@ class StreamJob:
         self._recovered = False
 
     # -- query ------------------------------------------------------------------------
-    def source(self) -> DataFrame:
-        from keyshift.streaming.kafka_client import spark_options
-
-        reader = self.spark.readStream.format("kafka")
-        if self.splitter is not None:
-            # a hot key's events all sit in one Kafka partition (producers partition by
-            # key); cut large partitions' offset ranges into at least one input task per
-            # engine, so the tasks that summarize a split key share its events
-            reader = reader.option("minPartitions", str(self.initial_engines))
-        return (
-            reader
-            .option("kafka.bootstrap.servers", self.cfg.kafka.bootstrap)
-            .option("subscribe", self.topic)
-            .option("startingOffsets", self.opt.starting_offsets)
-            # records deleted before they were read stop the query (keyshift.streaming.commands.run
-            # says so in one line); kafka.fail_on_data_loss = false skips them
-            .option("failOnDataLoss", str(self.cfg.kafka.fail_on_data_loss).lower())
-            .option("maxOffsetsPerTrigger",
-                    self.opt.max_offsets_per_trigger or self.cfg.spark.max_offsets_per_trigger)
-            .options(**spark_options(self.cfg.kafka))  # SASL / TLS (docs/kafka.md)
-            .load()
-        )
+    @property
+    def query(self) -> StreamingQuery | None:
+        """The running attempt's query (None before :meth:`start`)."""
+        return self.lifecycle.query
 
     def start(self) -> StreamingQuery:
+        """Set the run up (tables, resume checks, the controller or what a predecessor
+        staged) and start the query (:meth:`QueryLifecycle.start`)."""
         from keyshift.lakehouse.delta import align_stats_columns, ensure_tables
 
         # the warehouse first: a warehouse that cannot be made is the first thing said
@@ -362,126 +346,64 @@ class StreamJob:
             # what a predecessor staged goes to Delta before anything reads it (the
             # controller reads the open window's key loads, plans and control state)
             self.staging.recover()
+        self._write_job_description()
+        source = kafka_stream(
+            self.spark, self.cfg, self.topic, starting_offsets=self.opt.starting_offsets,
+            max_offsets=(self.opt.max_offsets_per_trigger
+                         or self.cfg.spark.max_offsets_per_trigger),
+            min_partitions=None if self.splitter is None else self.initial_engines)
+        # parsed in the query itself, so the batch function holds only what changes per batch
+        # (the projections are still planned per batch, by Spark: 0.09 s left keyshift's
+        # `prepare` and about as much came to `spark`; bench/results/floor.md)
+        return self.lifecycle.start(self.frames.parse(source), self.process_batch)
+
+    def _write_job_description(self) -> None:
+        """``job.json`` in the run folder: what the run is, for ``keyshift status`` and a
+        replay of how its plan evolved (``keyshift simulate --calibrate``)."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "job.json").write_text(json.dumps(
             {"run_id": self.run_id, "app": self.app, "policy": self.opt.policy,
              "groups": self.groups, "engines": self.initial_engines, "topic": self.topic,
              "trigger_s": self.trigger_s, "app_params": self.opt.app_params,
              "checkpoint": self.checkpoint, "engine_state": self.state_uri,
-             # how the plan evolved, for a replay (keyshift simulate --calibrate)
              "per_window": self.per_window, "policy_params": self.opt.policy_params,
              "controller": self.cfg.controller.model_dump(),
-             "planner": bool(self.cfg.planner.enabled), "cores": self._cores()}, indent=2))
-        trigger = ({"availableNow": True} if self.opt.available_now
-                   else {"processingTime": f"{self.trigger_s} seconds"})
-        self.query = (
-            # parsed in the query itself, so the batch function holds only what changes per
-            # batch (the projections are still planned per batch, by Spark: 0.09 s left
-            # keyshift's `prepare` and about as much came to `spark`; bench/results/floor.md)
-            self.frames.parse(self.source()).writeStream.queryName(f"keyshift-{self.run_id}")
-            .foreachBatch(self.process_batch)
-            .option("checkpointLocation", self.checkpoint)
-            .trigger(**trigger)
-            .start()
-        )
-        if not self._watching:  # a restart in place keeps the watches it has
-            self._watching = True
-            self.broker_watch.start()
-            self.heartbeat.start()
-        return self.query
+             "planner": bool(self.cfg.planner.enabled), "cores": task_cores(self.spark)},
+            indent=2))
 
     def ride_out(self, error: BaseException | str,
                  stop: threading.Event | None = None) -> BaseException | str | None:
-        """After the query failed with ``error``: while it is the warehouse's and the outage
-        is younger than ``warehouse.outage_s``, wait and start the query again in place
-        (None: it runs again). A restart in place is exactly a restarted process's recovery
-        (:mod:`keyshift.streaming.storage_watch` says why); it fails fast while the
-        warehouse still refuses writes (the start marker), and tries again after a backoff.
-        Otherwise returns the failure to report: the query's (the first cause) when the
-        outage outlasted ``outage_s``, a restart's own when it failed for another reason."""
-        first = error
-        while self.storage_watch.failed(error):
-            self.storage_watch.pause(stop)
-            if stop is not None and stop.is_set():
-                return first
-            self._abandon()
-            try:
-                self._new_attempt()
-                self.start()
-                return None
-            except Exception as exc:  # noqa: BLE001 -- the outage goes on, or a new cause
-                error = exc
-        return first if storage_failure(error) is not None else error
+        """After the query failed with ``error``: a warehouse outage shorter than
+        ``warehouse.outage_s`` is waited out and the query started again in place, as a
+        restarted process would (None: it runs again); else the failure to report
+        (:meth:`QueryLifecycle.ride_out`)."""
+        return self.lifecycle.ride_out(error, self._restart, stop)
+
+    def _restart(self) -> None:
+        """Let go of the failed attempt and start a new one, in this process."""
+        self._abandon()
+        self._new_attempt()
+        self.start()
 
     def _abandon(self) -> None:
         """Let go of a failed attempt: its idle commit, its commit behind the stream (the
         files stay staged; the next attempt commits them by row key), its query."""
         self.flushes.abandon()
-        try:
-            if self.query is not None and self.query.isActive:
-                self.query.stop()
-        except Exception:  # noqa: BLE001 -- a query that failed may be half gone
-            pass
+        self.lifecycle.stop_query()
         try:
             self.controller.close()  # its buffered scaling events; the next attempt has its own
         except Exception:  # noqa: BLE001 -- events are a courtesy, the outage is the news
             pass
 
     def stop(self, timeout_s: float = 300.0) -> None:
-        """Stop between micro-batches: let the running batch finish, refuse the next one.
-
-        ``query.stop()`` alone interrupts a batch wherever it is (mid Delta commit, mid
-        engine task): recovery makes that safe, but it fills the log with the interrupted
-        jobs' errors. The batch lock is only waited for, never held across ``query.stop()``:
-        the JVM's stop waits for a Python callback in flight, so holding it would deadlock.
-        """
-        self._stopping.set()
+        """Stop between micro-batches (:meth:`QueryLifecycle.stop`): the running batch
+        finishes, the next is refused, Spark's progress is kept, the staged rows commit."""
         try:
-            self.broker_watch.stop()
-            if self._batch_lock.acquire(timeout=timeout_s):
-                self._batch_lock.release()
-            if self.query is not None and self.query.isActive:
-                self.query.stop()
-            self._write_progress()
-            # last: a failed commit (the warehouse gone read-only) raises, and its caller
-            # reports it after the query's own failure, if any (commands/run.py stop_job)
-            self.flush()
+            self.lifecycle.stop(timeout_s, self.run_dir / "progress.jsonl", self.flush)
         finally:
-            self.heartbeat.stop()  # stopped (even if its JVM went first): no longer alive
             controller = getattr(self, "controller", None)  # none before the first attempt
             if controller is not None:
                 controller.close()  # sends the scaling events still buffered (events.py)
-
-    def _cores(self) -> int:
-        """Cores the engine stage's tasks share: N of local[N], else the executors' total."""
-        from keyshift.lakehouse.session import is_local
-
-        master = self.spark.sparkContext.master
-        if is_local(master):
-            return local_cores(master)
-        try:  # the executors' cores, as the scheduler counts them
-            return int(self.spark.sparkContext._jsc.sc().maxNumConcurrentTasks(
-                self.spark.sparkContext._jsc.sc().resourceProfileManager()
-                .defaultResourceProfile()))
-        except Exception:  # noqa: BLE001 -- an older or remote API: Spark's own default
-            return int(self.spark.sparkContext.defaultParallelism)
-
-    def _write_progress(self) -> None:
-        """Spark's own account of the batches (``triggerExecution`` covers offsets, the
-        foreachBatch and the commit), beside ours in the run folder: the measure the plain
-        Spark peers of ``bench/bench_stream.py`` are timed by."""
-        if self.query is None:
-            return
-        try:
-            progress = self.query.recentProgress
-        except Exception:  # the query is gone with its session: nothing to add
-            return
-        with open(self.run_dir / "progress.jsonl", "a") as f:
-            for p in progress:
-                f.write(json.dumps({
-                    "batch_id": p["batchId"], "input_rows": p["numInputRows"],
-                    "trigger_s": p["durationMs"].get("triggerExecution", 0) / 1000,
-                    "add_batch_s": p["durationMs"].get("addBatch", 0) / 1000}) + "\n")
 
     def flush(self) -> None:
         """Commit the staged bookkeeping now (it normally waits for its interval)."""
@@ -492,12 +414,8 @@ class StreamJob:
     def process_batch(self, df: DataFrame, batch_id: int) -> None:
         """One micro-batch of the parsed stream (:meth:`BatchFrames.parse` of the Kafka
         source), unless the job is stopping (then the batch stays for a restart)."""
-        with self._batch_lock:
-            if self._stopping.is_set():
-                raise JobStopping(f"batch {batch_id} not started: the job is stopping; "
-                                  "a restart with the same run id takes it")
+        with self.lifecycle.batch(batch_id):
             self._process_batch(df, batch_id)
-            self.storage_watch.resumed()  # a batch went through: an outage is over
             self.opt.phases.reached("after_batch", batch_id)
 
     # -- one micro-batch --------------------------------------------------------------

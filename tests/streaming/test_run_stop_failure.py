@@ -18,6 +18,7 @@ from keyshift.streaming.commands import run as run_cmd
 from keyshift.streaming.executors import RunResources
 from keyshift.streaming.flush import Flush
 from keyshift.streaming.job import JobOptions, StreamJob, Totals
+from keyshift.streaming.query_lifecycle import QueryLifecycle, QueryShape
 from keyshift.streaming.storage_watch import StorageWatch
 
 QUERY_ERROR = (
@@ -83,14 +84,15 @@ def fake_job(tmp_path: Path, query_error: str | None, commit_fails: bool) -> Str
     job.checkpoint = str(tmp_path / "checkpoint")
     job.totals = Totals(batches=3, records=300, events_in=300, processed=300,
                         durations=[0.5, 0.6, 0.7])
-    job.query = _Query(query_error)
     job.staging = _Staging(commit_fails)
-    job.broker_watch, job.heartbeat, job.controller = _Stoppable(), _Stoppable(), _Stoppable()
-    job._lock, job._batch_lock = threading.Lock(), threading.Lock()
-    job._stopping = threading.Event()
+    job.controller = _Stoppable()
+    job._lock = threading.Lock()
     # warehouse.outage_s = 0: these runs stop at the first refused write, as before
-    job.storage_watch = StorageWatch("/wh", 0.0)
-    job.flushes = Flush(job.staging, job.storage_watch, job._batch_lock, 1.0)
+    job.lifecycle = QueryLifecycle(QueryShape("keyshift-ro", job.checkpoint, 1.0, True),
+                                   StorageWatch("/wh", 0.0), _Stoppable(), _Stoppable())
+    job.lifecycle.query = _Query(query_error)
+    job.flushes = Flush(job.staging, job.lifecycle.storage_watch, job.lifecycle.batch_lock,
+                        1.0)
     job.resources = RunResources("fixed", None, None, executor_cores=1, local_cores=2)
     job.skipped_offsets = {}  # a resume's records kafka.fail_on_data_loss=false skipped
     job.groups, job.per_window = 64, 2  # what the run's cost reads (no batches.jsonl here)
@@ -117,7 +119,8 @@ def test_the_query_failure_wins_over_the_failed_stop_commit(tmp_path, monkeypatc
     job = fake_job(tmp_path, QUERY_ERROR, commit_fails=True)
     code, summary, line = run_with(job, monkeypatch, tmp_path, capsys)
     assert code == 1
-    assert job.staging.commits == 1 and job.heartbeat.stopped  # the stop was tried, once
+    # the stop was tried, once
+    assert job.staging.commits == 1 and job.lifecycle.heartbeat.stopped
     # first cause first, with the advice; the stop's failure as the second clause
     assert line.startswith("keyshift run: the streaming query failed: OSError: [Errno 30] "
                            "Read-only file system"), line
@@ -159,7 +162,7 @@ def test_a_query_that_fails_as_the_loop_ends_is_a_failure(tmp_path):
             return None if self.calls == 1 else QUERY_ERROR
 
     job = fake_job(tmp_path, None, commit_fails=False)
-    job.query = Racy(None)
+    job.lifecycle.query = Racy(None)
     ending = run_cmd.wait_and_stop(job, None, lambda *a: None)
     assert ending.failed == QUERY_ERROR and ending.stop_failed is None
 
@@ -177,7 +180,8 @@ def test_a_storage_outage_shorter_than_outage_s_is_ridden_out(tmp_path, monkeypa
     refuses the start, and goes on when it answers; the run ends clean."""
     said: list[str] = []
     job = fake_job(tmp_path, QUERY_ERROR, commit_fails=False)
-    job.storage_watch = StorageWatch("/wh", 60.0, say=said.append, first_pause_s=0.0)
+    job.lifecycle.storage_watch = StorageWatch("/wh", 60.0, say=said.append,
+                                               first_pause_s=0.0)
     attempts: list[int] = []
     monkeypatch.setattr(job, "_new_attempt", lambda: None)
 
@@ -185,8 +189,8 @@ def test_a_storage_outage_shorter_than_outage_s_is_ridden_out(tmp_path, monkeypa
         attempts.append(1)
         if len(attempts) < 3:  # the start marker's write is refused twice
             raise OSError(30, "Read-only file system", "/wh/_runs/ro/started")
-        job.query = _Query(None)  # this attempt runs to its end (availableNow)
-        job.storage_watch.resumed()  # what its first batch does
+        job.lifecycle.query = _Query(None)  # this attempt runs to its end (availableNow)
+        job.lifecycle.storage_watch.resumed()  # what its first batch does
 
     monkeypatch.setattr(job, "start", start)
     ending = run_cmd.wait_and_stop(job, None, lambda *a: None)
@@ -198,7 +202,7 @@ def test_a_storage_outage_shorter_than_outage_s_is_ridden_out(tmp_path, monkeypa
 
 def test_a_logic_error_is_not_ridden_out(tmp_path, monkeypatch):
     job = fake_job(tmp_path, "ValueError: a bug in the operator", commit_fails=False)
-    job.storage_watch = StorageWatch("/wh", 60.0, say=lambda s: pytest.fail(s))
+    job.lifecycle.storage_watch = StorageWatch("/wh", 60.0, say=lambda s: pytest.fail(s))
     monkeypatch.setattr(job, "start", lambda: pytest.fail("restarted on a logic error"))
     ending = run_cmd.wait_and_stop(job, None, lambda *a: None)
     assert ending.failed == "ValueError: a bug in the operator"
