@@ -31,6 +31,48 @@ FILE_SYSTEM_CHECKPOINTS = ("org.apache.spark.sql.execution.streaming.checkpointi
 PYTHON_DAEMON = "keyshift.lakehouse.python_daemon"  # the executors' (spark.python.daemon.module)
 
 
+# What keyshift changes from Spark's and Delta's defaults for its micro-batches, each with the
+# measurement behind it; the same on every session (session_settings).
+TUNING: dict[str, str] = {
+    # No adaptive query execution: the engine stage's shuffle has exactly one partition
+    # per slot by design, so AQE has nothing to coalesce or split there, yet it runs the
+    # shuffle's map stage as a job of its own and re-plans the rest after it: 0.09 s of
+    # every micro-batch's `collect` stage here (0.18 -> 0.09 s, paired runs at 300
+    # events/s, bench/results/floor.md). The batch layer's jobs are small reads.
+    "spark.sql.adaptive.enabled": "false",
+    # Delta's .crc checksum after each commit stays on (its default, computed
+    # incrementally): a process's first commit to a table then reads the table's state
+    # from it instead of replaying the log in Spark jobs, 0.4 s against 1.1 s here, and
+    # with bookkeeping staged (streaming/staging.py) each table sees a commit per
+    # interval, not per batch, so the few ms it adds to a warm commit do not matter.
+    # Tables the job appends to every micro-batch would write a log checkpoint (7 Spark
+    # jobs here) every 10th commit; every 100th keeps that off most batches, and readers
+    # (recovery, reports) replay at most 100 small JSON commits.
+    "spark.databricks.delta.properties.defaults.checkpointInterval": "100",
+    # A commit of staged bookkeeping reads a few dozen small files by name: listed on
+    # the driver, not by a Spark job per read (its default above 32 paths), which
+    # halved the commit of a run's key loads (streaming/staging.py).
+    "spark.sql.sources.parallelPartitionDiscovery.threshold": "1024",
+    # ... and none of those listings is kept: Spark's FileStatusCache (250 MB by default)
+    # holds the status of every file a read by path has listed, and each staged file is
+    # read once and then deleted, so over hours the cache filled the driver's heap with
+    # statuses of files long gone (soak run 4, bench/results/soak.md). No keyshift table is a
+    # partitioned catalog table, the case that cache serves.
+    "spark.sql.hive.filesourcePartitionFileCacheSize": "0",
+    # Small local batches: Arrow keeps the pandas operators of the engines cheap.
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    # The executors' Python daemon imports the installed pyspark, byte-compiled, not the
+    # zip Spark puts first on its path (keyshift.lakehouse.python_daemon): 0.8 s less
+    # before a run's first Python task, 70-80 ms less per new worker.
+    "spark.python.daemon.module": PYTHON_DAEMON,
+    # ... started without the current folder first on its path (python -m puts it there):
+    # on a local master that is the driver's, and a msgpack.py lying in it was imported
+    # by the workers in place of the installed package (a user's code is shipped to them:
+    # streaming/code_shipping.py)
+    "spark.executorEnv.PYTHONSAFEPATH": "1",
+}
+
+
 def session_settings(cfg: Config, app_name: str | None, on_cluster: bool,
                      extra_conf: dict[str, str] | None = None) -> dict[str, str]:
     """The Spark settings of a keyshift session, each with why (jars cached on first use)."""
@@ -46,12 +88,6 @@ def session_settings(cfg: Config, app_name: str | None, on_cluster: bool,
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
         "spark.sql.shuffle.partitions": str(cfg.spark.shuffle_partitions),
-        # No adaptive query execution: the engine stage's shuffle has exactly one partition
-        # per slot by design, so AQE has nothing to coalesce or split there, yet it runs the
-        # shuffle's map stage as a job of its own and re-plans the rest after it: 0.09 s of
-        # every micro-batch's `collect` stage here (0.18 -> 0.09 s, paired runs at 300
-        # events/s, bench/results/floor.md). The batch layer's jobs are small reads.
-        "spark.sql.adaptive.enabled": "false",
         "spark.default.parallelism": str(cfg.spark.shuffle_partitions),
         "spark.driver.memory": cfg.spark.driver_memory,
         "spark.ui.enabled": str(cfg.spark.ui).lower(),
@@ -64,35 +100,7 @@ def session_settings(cfg: Config, app_name: str | None, on_cluster: bool,
         "spark.sql.session.timeZone": "UTC",
         "spark.databricks.delta.snapshotPartitions": "2",
         "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
-        # Delta's .crc checksum after each commit stays on (its default, computed
-        # incrementally): a process's first commit to a table then reads the table's state
-        # from it instead of replaying the log in Spark jobs, 0.4 s against 1.1 s here, and
-        # with bookkeeping staged (streaming/staging.py) each table sees a commit per
-        # interval, not per batch, so the few ms it adds to a warm commit do not matter.
-        # Tables the job appends to every micro-batch would write a log checkpoint (7 Spark
-        # jobs here) every 10th commit; every 100th keeps that off most batches, and readers
-        # (recovery, reports) replay at most 100 small JSON commits.
-        "spark.databricks.delta.properties.defaults.checkpointInterval": "100",
-        # A commit of staged bookkeeping reads a few dozen small files by name: listed on
-        # the driver, not by a Spark job per read (its default above 32 paths), which
-        # halved the commit of a run's key loads (streaming/staging.py).
-        "spark.sql.sources.parallelPartitionDiscovery.threshold": "1024",
-        # ... and none of those listings is kept: Spark's FileStatusCache (250 MB by default)
-        # holds the status of every file a read by path has listed, and each staged file is
-        # read once and then deleted, so over hours the cache filled the driver's heap with
-        # statuses of files long gone (soak run 4, bench/results/soak.md). No keyshift table is a
-        # partitioned catalog table, the case that cache serves.
-        "spark.sql.hive.filesourcePartitionFileCacheSize": "0",
-        # Small local batches: Arrow keeps the pandas operators of the engines cheap.
-        "spark.sql.execution.arrow.pyspark.enabled": "true",
-        # The executors' Python daemon imports the installed pyspark, byte-compiled, not the
-        # zip Spark puts first on its path (keyshift.lakehouse.python_daemon): 0.8 s less
-        # before a run's first Python task, 70-80 ms less per new worker.
-        "spark.python.daemon.module": PYTHON_DAEMON,
-        # ... started without the current folder first on its path (python -m puts it there):
-        # on a local master that is the driver's, and a msgpack.py lying in it was imported
-        # by the workers in place of the installed package; a user's code is shipped
-        "spark.executorEnv.PYTHONSAFEPATH": "1",
+        **TUNING,
         **local_warehouse_conf(cfg),
         **(cluster_conf(cfg) if on_cluster else {}),
         **(extra_conf or {}),

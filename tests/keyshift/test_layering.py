@@ -243,3 +243,37 @@ def test_the_checker_catches_an_import_back_up_and_a_circle(tmp_path: Path) -> N
     ]
     assert circles(graph) == [["keyshift.control", "keyshift.control.loop",
                                "keyshift.elastic.replay"]]
+
+
+# --- small functions where the runtime lives (issue 43 item 4) ------------------------------
+MAX_FUNCTION_LINES = 60
+SMALL_FUNCTION_TREES = ("streaming", "lakehouse", "keyshift/control")
+
+
+def long_functions(root: Path, trees=SMALL_FUNCTION_TREES,
+                   limit: int = MAX_FUNCTION_LINES) -> list[str]:
+    """``path:name lines`` of every function (methods and nested ones too) longer than
+    ``limit`` lines, its decorators and docstring included."""
+    found = []
+    for tree in trees:
+        for path in sorted((root / tree).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                    lines = node.end_lineno - node.lineno + 1
+                    if lines > limit:
+                        found.append(f"{path.relative_to(root)}:{node.name} {lines}")
+    return found
+
+
+def test_no_function_of_the_runtime_is_over_60_lines() -> None:
+    """A function that needs more than a screen does more than one thing: the streaming job,
+    the lakehouse gateway and the control loop keep theirs under 60 lines."""
+    assert long_functions(Path(__file__).resolve().parents[2]) == []
+
+
+def test_the_length_check_finds_a_long_method(tmp_path: Path) -> None:
+    body = "\n".join(f"        x{i} = {i}" for i in range(60))
+    (tmp_path / "streaming").mkdir()
+    (tmp_path / "streaming" / "long.py").write_text(
+        f"class A:\n    def short(self):\n        return 1\n\n    def long(self):\n{body}\n")
+    assert long_functions(tmp_path, ("streaming",)) == ["streaming/long.py:long 61"]
