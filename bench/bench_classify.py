@@ -90,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--batch", type=int, default=100_000,
                     help="events a batch, for the strictness's seconds a batch")
+    ap.add_argument("--cores", type=int, default=2, help="local[N]: the stream bench's")
     args = ap.parse_args(argv)
 
     from pyspark.sql import SparkSession
@@ -98,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     from keyshift.apps import event_schema
     from keyshift.streaming.ingest import Classifier
 
-    cores = 2
+    cores = args.cores
     spark = (SparkSession.builder.master(f"local[{cores}]").appName("bench_classify")
              .config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false").getOrCreate())
