@@ -32,7 +32,8 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist worksteal -m "" $(PYTEST_ARGS)
 
-## The fast tier (a bare pytest runs it too): no broker, Spark subprocess or kill; ~4 min here.
+## The fast tier (a bare pytest runs it too): no broker, Spark subprocess or kill; on two
+## workers (tests/conftest.py), ~2.5 min here.
 test-fast: $(STAMP)
 	$(VENV)/bin/python -m pytest -m "not integration and not slow" $(PYTEST_ARGS)
 
