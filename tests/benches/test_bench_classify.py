@@ -4,30 +4,17 @@ bench reports its speed beside the classifier's, which means nothing if it decid
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.integration
 
 
-def _bench():
-    spec = importlib.util.spec_from_file_location("bench_classify",
-                                                  ROOT / "bench" / "bench_classify.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["bench_classify"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_one_parse_refuses_and_reads_as_the_classifier_does(spark):
+    import bench.bench_classify as bench
     from keyshift.streaming.ingest import Classifier
 
-    bench = _bench()
     values = [b'{"id":"a","key":"k","ts":1,"word":"w"}',
               b'{"id":"b","key":"k","ts":"1","word":"w"}',  # a string where BIGINT is declared
               b'{"id":"c","key":"k","ts":1.5,"word":"w"}',
