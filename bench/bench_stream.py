@@ -485,6 +485,17 @@ def read_batches(run_dir: Path) -> tuple[list[int], list[float]]:
     return rows, durations
 
 
+def read_beside_commit(run_dir: Path) -> list[bool]:
+    """Per batch of ``batches.jsonl`` (:func:`read_batches`' order): whether the commit of
+    the run's staged bookkeeping ran behind the stream when the batch's engine stage began
+    (False in records written before the job said so)."""
+    path = Path(run_dir) / "batches.jsonl"
+    if not path.is_file():
+        return []
+    return [bool(json.loads(line).get("beside_commit"))
+            for line in path.read_text().splitlines() if line.strip()]
+
+
 def spark_durations(run_dir: Path) -> list[float]:
     """Spark's ``triggerExecution`` of each keyshift batch that read input (the job writes
     ``progress.jsonl`` when it stops): the same measure as the peers', offsets and commit
@@ -554,6 +565,7 @@ def run_keyshift(overrides: dict[str, Any], topic: str, system: str, batch_size:
         reference is None or sum(rows) < reference.events)
     if bounded:
         rows, durations = rows[:max_batches], durations[:max_batches]
+    beside = read_beside_commit(Path(out.get("run_dir", run_dir)))[:len(durations)]
     if reference is None:
         check = "skipped (no reference)"
     elif bounded:
@@ -569,10 +581,11 @@ def run_keyshift(overrides: dict[str, Any], topic: str, system: str, batch_size:
                      wall_s=wall, bounded=bounded, check=check,
                      outputs=int(out.get("complex_events", 0)),
                      tail_s=float(out.get("stop_commit_s", 0.0)),
-                     extra={k: out.get(k) for k in ("run_id", "migrations", "moved_groups",
-                                                    "moved_bytes", "dead_letter",
-                                                    "events_per_s", "batch_p50_s",
-                                                    "batch_p95_s", "stages")})
+                     extra={**{k: out.get(k) for k in ("run_id", "migrations", "moved_groups",
+                                                       "moved_bytes", "dead_letter",
+                                                       "events_per_s", "batch_p50_s",
+                                                       "batch_p95_s", "stages")},
+                            "beside_commit": beside})
 
 
 # --- the report --------------------------------------------------------------------------
@@ -694,6 +707,50 @@ def stage_lines(samples: Sequence[RunSample]) -> list[str]:
         parts = ", ".join(f"{k} {statistics.median(float(x[k]) for x in stages):.3f}"
                           for k in names)
         lines.append(f"STAGES {size:>7,}/batch {system} (median s a batch): {parts}")
+    return lines
+
+
+def bookkeeping_lines(samples: Sequence[RunSample],
+                      warm: dict[tuple[int, str], dict[str, Any]]) -> list[str]:
+    """BOUND lines: keyshift's events/s over the batches after its first that no commit of
+    its staged bookkeeping ran beside, against the native peer's without its first batch.
+
+    The native peer writes one table; keyshift's control plane also appends ``metrics``,
+    ``decisions`` and ``key_loads`` (and ``plans`` at start), one Delta commit per table
+    every ``warehouse.commit_interval_s``, behind the stream, on the same cores. The ratio
+    here is what keyshift's data path reaches on its own; the seconds after it are what the
+    commits beside the stream took from the batches they overlapped (their time beyond the
+    other batches' events/s) and what the stop's commit adds (counted in events/s too)."""
+    lines = []
+    for (size, system), runs in sorted(by_system(samples).items()):
+        native = warm.get((size, NATIVE), {}).get("events_per_s")
+        if system not in POLICY_OF or not native:
+            continue
+        rates, lost, tails, counts = [], [], [], []
+        for s in runs:
+            flags = s.extra.get("beside_commit") or []
+            if len(flags) < len(s.durations_s):
+                continue
+            later = range(1, len(s.durations_s))
+            alone = [i for i in later if not flags[i]]
+            busy = sum(s.durations_s[i] for i in alone)
+            if not busy:
+                continue
+            rate = sum(s.rows[i] for i in alone) / busy
+            beside = [i for i in later if flags[i]]
+            rates.append(rate)
+            lost.append(sum(s.durations_s[i] - s.rows[i] / rate for i in beside))
+            tails.append(s.tail_s)
+            counts.append(f"{len(alone)}/{len(later)}")
+        if not rates:
+            continue
+        rate = statistics.median(rates)
+        lines.append(
+            f"BOUND {size:>7,}/batch {system} (w/o 1st batch): {rate:,.0f} events/s over "
+            f"the batches no bookkeeping commit ran beside ({', '.join(counts)} a run), "
+            f"{rate / native:.2f}x native; the commits beside the stream took "
+            f"{statistics.median(lost):.2f} s a run more, the stop's commit "
+            f"{statistics.median(tails):.2f} s")
     return lines
 
 
@@ -908,7 +965,7 @@ def main(argv: list[str] | None = None) -> int:
                  + ratio_lines(warm, sizes, "w/o 1st batch",
                                paired=paired_ratios(samples, warm=True))):
         console.print(line)
-    for line in stage_lines(samples):
+    for line in stage_lines(samples) + bookkeeping_lines(samples, warm):
         console.print(line)
     for f in failures:
         console.print(f"[red]FAILED run, not in the table[/]: {f}")

@@ -165,6 +165,9 @@ class _BatchClock:
     controller_s: float = 0.0
     writes_s: float = 0.0
     metrics_s: float = 0.0
+    # the staged bookkeeping's commit ran behind the stream when the engine stage started:
+    # the batch shared the cores with it (bench stream's bound leaves such batches out)
+    beside_commit: bool = False
 
 
 @dataclass(frozen=True)
@@ -469,6 +472,7 @@ class StreamJob:
         committed behind the stream when due. Returns the run and the commit that ended."""
         self.opt.phases.reached("before_engines", batch_id)
         t_engines, clock.engines_started_at = time.perf_counter(), time.time()
+        clock.beside_commit = self.staging.running
         clock.prep_s = t_engines - clock.t0  # recovery, plan, building the engine stage
         self._outputs_committed_at = None
         result = self.frames.engine_stage(b.routed, b.slots, b.spec)
@@ -544,6 +548,7 @@ class StreamJob:
             "metrics_s": clock.metrics_s, "controller_s": clock.controller_s,
             "writes_s": clock.writes_s,
             "committed_staged": committed,  # the last commit behind the stream, if it ended
+            "beside_commit": clock.beside_commit,
             "duration_s": duration, "moved_groups": len(b.migration),
             "moved_bytes": ran.moved,
             "ended_at": time.time(),  # wall clock: a bench's lag over time

@@ -207,3 +207,31 @@ def test_the_bench_says_where_keyshift_batches_go_and_the_one_pass_target() -> N
     (stages,) = bs.stage_lines(samples)
     assert stages == ("STAGES  20,000/batch keyshift-kg (median s a batch): "
                       "input 1.000, commit 0.300")
+
+
+def test_the_bound_leaves_out_the_batches_a_bookkeeping_commit_ran_beside(tmp_path) -> None:
+    """keyshift's events/s over its later batches that no commit of its staged bookkeeping
+    overlapped, against the native peer's: what its data path reaches; the overlapped
+    batches' time beyond that rate and the stop's commit are said after it. A run whose
+    records do not say (before the job wrote ``beside_commit``) gives no line."""
+    bs = _bench()
+    # batch 0 is cold and left out; batch 2 ran beside a commit: 1.5 s where 1.0 s would do
+    kg = bs.RunSample(system=bs.KG, batch_size=20_000, rows=[20_000] * 4,
+                      durations_s=[5.0, 1.0, 1.5, 1.0], wall_s=30.0, bounded=False,
+                      check="ok", tail_s=0.7,
+                      extra={"beside_commit": [True, False, True, False]})
+    native = bs.RunSample(system=bs.NATIVE, batch_size=20_000, rows=[20_000] * 4,
+                          durations_s=[5.0, 1.25, 1.25, 1.25], wall_s=30.0, bounded=False,
+                          check="ok")
+    (line,) = bs.bookkeeping_lines([kg, native], bs.medians([kg, native], warm=True))
+    assert line == ("BOUND  20,000/batch keyshift-kg (w/o 1st batch): 20,000 events/s over "
+                    "the batches no bookkeeping commit ran beside (2/3 a run), 1.25x native; "
+                    "the commits beside the stream took 0.50 s a run more, the stop's commit "
+                    "0.70 s")
+    unknown = bs.RunSample(**{**kg.__dict__, "extra": {}})
+    assert bs.bookkeeping_lines([unknown, native], bs.medians([unknown, native], True)) == []
+    # the flags as the job writes them, in read_batches' order
+    (tmp_path / "batches.jsonl").write_text(
+        '{"batch_id": 0, "beside_commit": true}\n\n{"batch_id": 1}\n')
+    assert bs.read_beside_commit(tmp_path) == [True, False]
+    assert bs.read_beside_commit(tmp_path / "missing") == []

@@ -86,6 +86,10 @@ def test_demo_json_summary_and_report(tmp_path: Path) -> None:
     assert 0 < summary["e2e_p50_s"] <= summary["e2e_p95_s"] < 600
     assert summary["balancer"]["verdict"] and summary["balancer"]["policy"] == "dlb-h"
     assert "stages.png" in page and "Where a batch&#x27;s time goes" in page
+    # each batch says whether the staged bookkeeping's commit ran beside it (bench stream's
+    # bound on the native peer leaves those batches out)
+    records = [json.loads(x) for x in (run_dir / "batches.jsonl").read_text().splitlines()]
+    assert records and all(isinstance(r["beside_commit"], bool) for r in records)
 
 
 def _port_open(port: int) -> bool:
