@@ -24,11 +24,12 @@ in Delta once: a commit that includes batches a predecessor process may have com
 
 Each file carries an xxHash64 of its rows' values in its Parquet metadata
 (``keyshift.xxh64.columns``, :func:`rows_digest`, column by column; issue 26 item 2 wrote
-``keyshift.xxh64``, value by value, which is still checked in a file that has it). A commit reads every file it is about to hand to Spark
-with :func:`read_staged` first, so a torn, truncated or altered file, or one gone between the
-listing and the read, stops the commit with one line naming run, table, batch and file
-(:class:`StagedFileError`): its rows are never silently left out. A file staged by a keyshift
-before that has no checksum and is read as before.
+``keyshift.xxh64``, value by value, which is still checked in a file that has it). A commit
+reads every file it is about to hand to Spark with :func:`read_staged` first, so a torn,
+truncated or altered file, or one gone between the listing and the read, stops the commit
+with one line naming run, table, batch and file (:class:`StagedFileError`): its rows are
+never silently left out. A file staged by a keyshift before that has no checksum and is
+read as before.
 
 A file belongs to the run whose folder it is in: its rows' run (the first column of
 :data:`ROW_KEY`) must be that run. A commit that finds another run's file there (copied in by
