@@ -3,9 +3,9 @@
 Every keyshift batch starts with ``streaming.ingest.Classifier``: the strict VARIANT parse
 decides whether a record is one JSON object (no NaN, no duplicate names, no text after it,
 ...), ``from_json`` gives the typed values. The native peer of ``bench stream`` parses with
-``from_json`` and drops what it cannot type, without a trace. This bench runs, on the same Kafka-shaped
-rows (the shipped wordcount generator's events as the producer writes them, cached in
-memory, ``local[2]``), each projection to Spark's ``noop`` sink:
+``from_json`` and drops what it cannot type, without a trace. This bench runs, on the same
+Kafka-shaped rows (the shipped wordcount generator's events as the producer writes them,
+cached in memory, ``local[2]``), each projection to Spark's ``noop`` sink:
 
 * **floor**: the Kafka columns and the value as text: what any consumer pays;
 * **native** (the baseline): the native peer's parse as ``bench stream`` runs it

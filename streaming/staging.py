@@ -190,10 +190,9 @@ def _feed_array(h: Any, arr: pa.Array) -> None:
         h.update(np.where(np.isnan(x), np.nan, x).astype("<f8").tobytes())
     elif pa.types.is_string(kind) or pa.types.is_binary(kind):
         full = pc.fill_null(arr, "" if pa.types.is_string(kind) else b"")
-        lengths = pc.binary_length(full).to_numpy(zero_copy_only=False).astype("<i8")
-        h.update(lengths.tobytes())
         offsets = np.frombuffer(full.buffers()[1], dtype="<i4")[
             full.offset:full.offset + len(full) + 1]
+        h.update(np.diff(offsets).astype("<i8").tobytes())  # the lengths
         data = full.buffers()[2]
         if len(full) and data is not None:
             h.update(memoryview(data)[int(offsets[0]):int(offsets[-1])])
