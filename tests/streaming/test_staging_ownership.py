@@ -79,7 +79,7 @@ def test_a_restart_commits_only_its_own_runs_staged_files(tmp_path, capsys) -> N
 
     st = StagedAppends(None, b_root, SimpleNamespace(run_id="B"), interval_s=0)
     appended: list[tuple[str, dict]] = []
-    st._append = lambda name, batches: appended.append((name, dict(batches)))
+    st._append = lambda name, batches, rows: appended.append((name, dict(batches)))
     st.recover()
 
     assert appended == [("metrics", {3: [stage_uri(b_root, "metrics", 3, "driver")]})]
