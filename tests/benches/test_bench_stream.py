@@ -85,6 +85,34 @@ def test_stats_are_events_over_the_sum_of_batch_durations() -> None:
     warm = s.stats(warm=True)
     assert warm["batches"] == 3 and warm["events_per_s"] == pytest.approx(75.0)
     assert s.first_batch_s == 4.0
+    steady = s.stats(steady=True)  # the second half: batches 3 and 4
+    assert steady["batches"] == 2 and steady["events_per_s"] == pytest.approx(200 / 3)
+    odd = bs.RunSample(**{**s.__dict__, "rows": [100] * 5, "durations_s": [4, 3, 1, 1, 2],
+                          "tail_s": 1.0})  # the middle batch goes with the first half
+    assert odd.stats(steady=True) == {"events": 300, "batches": 3, "busy_s": 5.0,
+                                      "events_per_s": 60.0, "batch_p50_s": 1.0,
+                                      "batch_p95_s": pytest.approx(1.9)}
+
+
+def test_a_saved_bench_is_read_again_with_every_ratio(tmp_path, capsys) -> None:
+    """``bench_stream.py report out.json`` prints the ratios of the runs a bench saved, the
+    steady state's (the second half of each run) among them; a missing file is refused."""
+    bs = _bench()
+
+    def run(system: str, durations: list[float]) -> object:
+        return bs.RunSample(system=system, batch_size=1000, rows=[1000] * 4,
+                            durations_s=durations, wall_s=9.0, bounded=False, check="ok")
+
+    samples = [run(bs.NATIVE, [6.0, 4.0, 1.0, 1.0]), run(bs.KG, [7.0, 1.0, 1.0, 1.0])]
+    saved = tmp_path / "out.json"
+    saved.write_text(json.dumps({"samples": [x.as_dict() for x in samples]}))
+    assert bs.main(["report", str(saved)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert any(x.startswith("RATIO (w/o 1st batch)  1,000/batch keyshift-kg/native: "
+                            "events/s 2.00x") for x in out), out
+    assert any(x.startswith("RATIO (2nd half)  1,000/batch keyshift-kg/native: "
+                            "events/s 1.00x") for x in out), out
+    assert bs.main(["report", str(tmp_path / "none.json")]) == 2
 
 
 @pytest.mark.integration
