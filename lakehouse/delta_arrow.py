@@ -12,12 +12,14 @@ every ``checkpointInterval`` commits, and the columns a later schema version add
 
 One write comes through here too: :func:`append_arrow`, the append of rows a running job has
 already read and checked on its driver (its staged bookkeeping,
-:mod:`keyshift.streaming.staging`). Through Spark that append is a read job, a write job and a
-log commit in the JVM, 2.4-2.6 s and 4.5-5.0 CPU s of the 2 cores for the three tables of 8
-batches, while the stream runs beside it; delta-rs writes the Parquet files and log entries
-in 0.11-0.12 s and 0.14-0.15 CPU s (``python -m bench staged_commit``). Spark and delta-rs commit to the same log safely: each version is one file
-created only if absent (a rename that does not replace, on both), and a writer that loses
-the race reads the winner's entry and tries the next version. Every other write stays with
+:mod:`keyshift.streaming.staging`). Through Spark that append is a read job, a write job and
+a log commit in the JVM, 2.4-2.6 s and 4.5-5.0 CPU s of the 2 cores for the three tables of
+8 batches, while the stream runs beside it; delta-rs writes the Parquet files and log
+entries in 0.11-0.12 s and 0.14-0.15 CPU s (``python -m bench staged_commit``). Spark and
+delta-rs commit to the same log as two writers: each version is one file, created only where
+none exists (delta-rs by a rename that cannot replace, Spark's log store by a check before
+its rename), and a writer that finds the version taken reads the winner's entry and tries
+the next one. Within a run one commit per table runs at a time. Every other write stays with
 Spark in :mod:`keyshift.lakehouse.delta`, and both hand out exactly the contract's columns
 (:mod:`keyshift.schemas`).
 
@@ -100,13 +102,7 @@ def read_arrow(cfg: Config, name: str, run_id: str | None = None,
     folder = local_table(cfg, name)
     if not (folder / "_delta_log").is_dir():
         return target.empty_table()
-    try:
-        from deltalake import DeltaTable
-        from deltalake.exceptions import DeltaError
-    except ImportError:
-        raise FastReadUnavailable("the deltalake package is not installed (pip install "
-                                  "'keyshift[spark]')") from None
-
+    DeltaTable, DeltaError = _deltalake()
     try:
         dt = DeltaTable(str(folder))
         have = set(dt.schema().to_arrow().names)
@@ -140,12 +136,7 @@ def first_values(cfg: Config, name: str, column: str, run_ids: Iterable[str]) ->
     folder = local_table(cfg, name)
     if not wanted or not (folder / "_delta_log").is_dir():
         return {}
-    try:
-        from deltalake import DeltaTable
-        from deltalake.exceptions import DeltaError
-    except ImportError:
-        raise FastReadUnavailable("the deltalake package is not installed (pip install "
-                                  "'keyshift[spark]')") from None
+    DeltaTable, DeltaError = _deltalake()
     try:
         files = pa.table(DeltaTable(str(folder)).get_add_actions(flatten=True)).to_pylist()
     except DeltaError as exc:
@@ -199,12 +190,9 @@ def append_arrow(cfg: Config, name: str, rows: pa.Table) -> None:
         raise FastWriteUnavailable(str(exc)) from None
     if not (folder / "_delta_log").is_dir():
         raise FastWriteUnavailable(f"{name}: no table at {folder} yet")
-    try:
-        from deltalake import DeltaTable, write_deltalake
-        from deltalake.exceptions import DeltaError
-    except ImportError:
-        raise FastWriteUnavailable("the deltalake package is not installed (pip install "
-                                   "'keyshift[spark]')") from None
+    DeltaTable, DeltaError = _deltalake(FastWriteUnavailable)
+    from deltalake import write_deltalake
+
     try:
         dt = DeltaTable(str(folder))
     except DeltaError as exc:
@@ -224,6 +212,18 @@ def append_arrow(cfg: Config, name: str, rows: pa.Table) -> None:
     except (DeltaError, OSError) as exc:
         raise TableWriteError(f"cannot append to table {name} at {folder}: "
                               f"{_first_line(exc)}") from exc
+
+
+def _deltalake(unavailable: type[FastReadUnavailable] = FastReadUnavailable) -> tuple[Any, Any]:
+    """delta-rs's ``DeltaTable`` and ``DeltaError``, or ``unavailable`` saying how to get them
+    (``deltalake`` comes with the ``spark`` extra)."""
+    try:
+        from deltalake import DeltaTable
+        from deltalake.exceptions import DeltaError
+    except ImportError:
+        raise unavailable("the deltalake package is not installed (pip install "
+                          "'keyshift[spark]')") from None
+    return DeltaTable, DeltaError
 
 
 def _first_line(exc: BaseException) -> str:
