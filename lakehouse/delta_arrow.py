@@ -33,6 +33,8 @@ evolves it), or an installation without ``deltalake``.
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -210,8 +212,27 @@ def append_arrow(cfg: Config, name: str, rows: pa.Table) -> None:
     try:
         write_deltalake(dt, rows.select(have), mode="append")
     except (DeltaError, OSError) as exc:
+        cause = _os_error(exc, folder)
         raise TableWriteError(f"cannot append to table {name} at {folder}: "
-                              f"{_first_line(exc)}") from exc
+                              f"{cause.strerror if cause else _first_line(exc)}") from (
+                                  cause or exc)
+
+
+def _os_error(exc: BaseException, folder: Path) -> OSError | None:
+    """The filesystem's refusal inside a delta-rs error, as the ``OSError`` it was: delta-rs
+    says it deep in one long line (``Failed to parse parquet: External: Generic
+    LocalFileSystem error: Unable to open file <path>: Read-only file system (os error
+    30)``), and a one-line report of the failure (the storage watch's waiting line) must
+    still name it."""
+    if isinstance(exc, OSError):
+        return exc
+    found = re.findall(r"\(os error (\d+)\)", str(exc))
+    if not found:
+        return None
+    code = int(found[-1])
+    cause = OSError(code, os.strerror(code), str(folder))
+    cause.__cause__ = exc
+    return cause
 
 
 def _deltalake(unavailable: type[FastReadUnavailable] = FastReadUnavailable) -> tuple[Any, Any]:

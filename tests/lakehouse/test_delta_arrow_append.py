@@ -225,7 +225,24 @@ def test_a_read_only_warehouse_is_the_storages_failure(tmp_path) -> None:
         subprocess.run(["mount", "-o", "remount,ro", str(wh)], check=True)
         with pytest.raises(TableWriteError, match="key_loads") as err:
             append_arrow(cfg, "key_loads", _rows("key_loads"))
-        assert "Read-only file system (os error 30)" in str(err.value)
-        assert storage_failure(err.value) is not None
+        assert str(err.value).endswith("/wh/key_loads: Read-only file system")
+        # the job's waiting line names the refusal, however long delta-rs's own text is
+        assert storage_failure(err.value).startswith("OSError: [Errno 30] Read-only file "
+                                                     "system")
+        assert "(os error 30)" in str(err.value.__cause__.__cause__)  # delta-rs's, kept
     finally:
         subprocess.run(["umount", "-l", str(wh)], capture_output=True)
+
+
+def test_the_refusal_inside_a_delta_rs_error_is_its_os_error(tmp_path) -> None:
+    from keyshift.lakehouse.delta_arrow import _os_error
+
+    long = Exception("Failed to parse parquet: External: Generic LocalFileSystem error: Unable "
+                     f"to copy data to file {'x' * 300}: No space left on device (os error 28)")
+    got = _os_error(long, tmp_path)
+    assert (got.errno, got.strerror, got.filename) == (28, "No space left on device",
+                                                       str(tmp_path))
+    assert got.__cause__ is long
+    assert _os_error(Exception("Schema mismatch"), tmp_path) is None
+    mine = OSError(13, "Permission denied")
+    assert _os_error(mine, tmp_path) is mine
