@@ -764,11 +764,13 @@ def bookkeeping_lines(samples: Sequence[RunSample],
 OWN_STAGES = ("engine_other", "collect")
 
 
-def steady_bound_lines(samples: Sequence[RunSample], want: float = 1.2) -> list[str]:
-    """BOUND lines of the steady state (each run's second half): KG's ratio to the native
-    peer, how much shorter its warm batch must be for ``want`` (the issue's 1.2x), and the
-    seconds a batch of the stages only keyshift has, the work that gap must come out of."""
-    steady = medians(samples, steady=True)
+def steady_bound_lines(samples: Sequence[RunSample],
+                       steady: dict[tuple[int, str], dict[str, Any]],
+                       want: float = 1.2) -> list[str]:
+    """BOUND lines of the steady state (``steady``: the medians of each run's second half):
+    KG's ratio to the native peer, how much shorter its warm batch must be for ``want`` (the
+    issue's 1.2x), and the seconds a batch of the stages only keyshift has, the work that
+    gap must come out of."""
     lines = []
     for (size, system), runs in sorted(by_system(samples).items()):
         native = steady.get((size, NATIVE), {}).get("events_per_s")
@@ -792,14 +794,14 @@ def steady_bound_lines(samples: Sequence[RunSample], want: float = 1.2) -> list[
 def report_lines(samples: Sequence[RunSample], sizes: Sequence[int]) -> list[str]:
     """The ratios over all batches, without each run's first and over its second half (the
     steady state), then where keyshift's batches go and the bound of its bookkeeping."""
-    warm = medians(samples, warm=True)
+    warm, steady = medians(samples, warm=True), medians(samples, steady=True)
     return (ratio_lines(medians(samples), sizes, paired=paired_ratios(samples))
             + ratio_lines(warm, sizes, "w/o 1st batch",
                           paired=paired_ratios(samples, warm=True))
-            + ratio_lines(medians(samples, steady=True), sizes, "2nd half",
+            + ratio_lines(steady, sizes, "2nd half",
                           paired=paired_ratios(samples, steady=True))
             + stage_lines(samples) + bookkeeping_lines(samples, warm)
-            + steady_bound_lines(samples))
+            + steady_bound_lines(samples, steady))
 
 
 def report_saved(path: Path) -> list[str]:

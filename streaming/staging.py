@@ -544,40 +544,48 @@ class StagedAppends:
         """One append of the files' rows to ``name``, then the files deleted.
 
         The rows the check has just read go to Delta from this process through delta-rs
-        (:func:`keyshift.lakehouse.delta_arrow.append_arrow`): a commit here runs beside the
-        stream on the same cores, and Spark's read, write job and log commit of a round of 8
-        batches took 2.4-2.6 s and 4.5-5.0 CPU s of them, delta-rs 0.11-0.12 s and 0.14-0.15
-        (``python -m bench staged_commit``).
-        Spark appends instead where rows may be in the table already and only the missing
-        ones go in (a key anti-join), where delta-rs cannot write the table, and where the
-        rows are more than the driver should hold (a migration's moved state)."""
-        import pyarrow as pa
-
-        from keyshift.lakehouse.delta import append_frame, run_keys
-        from keyshift.lakehouse.delta_arrow import FastWriteUnavailable, append_arrow
-
-        cfg = self.appends.cfg
+        (:meth:`_append_arrow`): a commit here runs beside the stream on the same cores, and
+        Spark's read, write job and log commit of a round of 8 batches took 2.4-2.6 s and
+        4.5-5.0 CPU s of them, delta-rs 0.11-0.12 s and 0.14-0.15 (``python -m bench
+        staged_commit``). Spark appends instead where rows may be in the table already and
+        only the missing ones go in (a key anti-join), where delta-rs cannot write the
+        table, and where the rows are more than the driver should hold (a migration's moved
+        state)."""
         uris = [u for _, us in sorted(batches.items()) for u in us]
         # a predecessor may have committed some of these rows (it died before deleting
         # their files, or a batch it began is running again), or a commit of this process
         # that failed did before its delete failed: append only the others
         by_key = name in self._unsure or any(self.appends.may_exist(b) for b in batches)
-        if not by_key and all(rows[u] is not None for u in uris):
-            try:
-                append_arrow(cfg, name, pa.concat_tables(as_contract(name, rows[u])
-                                                         for u in uris))
-            except FastWriteUnavailable:
-                pass  # Spark's append, below
-            else:
-                self._delete(uris)
-                return
+        held = [rows[u] for u in uris]
+        if by_key or any(t is None for t in held) or not self._append_arrow(name, held):
+            self._append_spark(name, uris, by_key)
+        self._delete(uris)
+
+    def _append_arrow(self, name: str, held: Sequence[pa.Table]) -> bool:
+        """The rows appended by delta-rs in one commit; False where it cannot write the table."""
+        import pyarrow as pa
+
+        from keyshift.lakehouse.delta_arrow import FastWriteUnavailable, append_arrow
+
+        try:
+            append_arrow(self.appends.cfg, name,
+                         pa.concat_tables(as_contract(name, t) for t in held))
+        except FastWriteUnavailable:
+            return False
+        return True
+
+    def _append_spark(self, name: str, uris: Sequence[str], by_key: bool) -> None:
+        """The files read again and appended by Spark; ``by_key``: only the rows whose key
+        (:data:`ROW_KEY`) this run's rows in the table lack."""
+        from keyshift.lakehouse.delta import append_frame, run_keys
+
+        cfg = self.appends.cfg
         df = self.spark.read.schema(table(name).ddl()).parquet(*uris)
         if by_key:
             key = list(ROW_KEY[name])
             have = run_keys(self.spark, cfg, name, key, self.appends.run_id)
             df = df.join(have, key, "left_anti")
         append_frame(df.coalesce(1), cfg, name)
-        self._delete(uris)
 
     def check(self, uris: Sequence[str]) -> dict[str, pa.Table | None]:
         """The files of ``uris`` that hold this run's rows, with their rows (None past

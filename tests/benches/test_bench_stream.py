@@ -277,14 +277,15 @@ def test_the_steady_bound_says_how_much_shorter_a_warm_batch_must_be() -> None:
     native = bs.RunSample(system=bs.NATIVE, batch_size=1000, rows=[1000] * 4,
                           durations_s=[6.0, 4.0, 1.1, 1.1], wall_s=9.0, bounded=False,
                           check="ok")
-    (line,) = bs.steady_bound_lines([kg, native])
+    (line,) = bs.steady_bound_lines([kg, native], bs.medians([kg, native], steady=True))
     # 2,000 events in 2.0 s against 2.2 s: 1.10x; 1.2x needs 1 - 1.1/1.2 of its 1.0 s batch
     assert line == ("BOUND   1,000/batch keyshift-kg (2nd half): 1.10x native; 1.2x needs a "
                     "warm batch 0.08 s (8%) shorter than its 1.00 s; keyshift's own stages a "
                     "batch: engine_other 0.200, collect 0.050")
     fast = bs.RunSample(**{**kg.__dict__, "durations_s": [5.0, 2.0, 0.5, 0.5], "extra": {}})
-    assert bs.steady_bound_lines([fast, native]) == [
+    assert bs.steady_bound_lines([fast, native],
+                                 bs.medians([fast, native], steady=True)) == [
         "BOUND   1,000/batch keyshift-kg (2nd half): 2.20x native; 1.2x needs a warm batch "
         "0.00 s (0%) shorter than its 0.50 s"]
-    assert bs.steady_bound_lines([kg]) == []
+    assert bs.steady_bound_lines([kg], bs.medians([kg], steady=True)) == []
 
