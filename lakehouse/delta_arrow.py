@@ -80,6 +80,19 @@ def arrow_schema(name: str) -> pa.Schema:
     return pa.schema([(c.name, arrow_type(c.type)) for c in table(name).columns])
 
 
+def contract_table(name: str, tab: pa.Table) -> pa.Table:
+    """Rows of table ``name`` in its contract's Arrow schema (:func:`arrow_schema`): the
+    columns in order, the types Spark reads back, and null for a column the rows lack (a
+    staged file of an older version, written before the column was added)."""
+    import pyarrow as pa
+
+    schema = arrow_schema(name)
+    for f in schema:
+        if f.name not in tab.column_names:
+            tab = tab.append_column(f, pa.nulls(tab.num_rows, f.type))
+    return tab.select(schema.names).cast(schema)
+
+
 def local_table(cfg: Config, name: str) -> Path:
     """Table ``name``'s folder on this machine's disk; a remote warehouse cannot be read here."""
     try:

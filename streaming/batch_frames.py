@@ -16,13 +16,27 @@ from keyshift.groups import spark_group_expr_sql
 from keyshift.plan import Plan
 from keyshift.schemas import SCHEMA_VERSION
 
-from .engines import DEAD, ENGINE_OUTPUT, OUT, BatchSpec, arrow_engine, arrow_split
+from .engines import (
+    DEAD,
+    ENGINE_OUTPUT,
+    OUT,
+    OUT_FETCHED,
+    BatchSpec,
+    arrow_engine,
+    arrow_split,
+)
 from .ingest import Classifier
 from .placement import placement_keys
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import StructType
+
+# ``events_out``'s columns from the engine stage's (ENGINE_OUTPUT), after the run's own:
+# one list for the executors' append and the driver's (:func:`events_out_rows`)
+EVENTS_OUT_FROM = (("engine", "engine"), ("group", "grp"), ("key", "key"), ("ts", "ts"),
+                   ("kind", "kind"), ("detail", "detail"), ("event_id", "event_id"))
 
 
 @dataclass(frozen=True)
@@ -140,13 +154,30 @@ class BatchFrames:
         head = [lit(SCHEMA_VERSION).alias("schema_version"), lit(self.run_id).alias("run_id"),
                 lit(batch_id).cast("bigint").alias("batch_id")]
         frames = {
-            "events_out": (outs > 0, OUT, [
-                *head, lit(self.app).alias("app"), "engine", F.col("grp").alias("group"),
-                "key", "ts", "kind", "detail", "event_id"]),
-            "dead_letter": (dead > 0, DEAD, [
+            "events_out": (outs > 0, (OUT, OUT_FETCHED), [
+                *head, lit(self.app).alias("app"),
+                *[F.col(src).alias(name) for name, src in EVENTS_OUT_FROM]]),
+            "dead_letter": (dead > 0, (DEAD,), [
                 *head, lit(self.topic).alias("topic"), "partition", "offset",
                 F.timestamp_seconds("kafka_ts").alias("kafka_ts"), F.substring("raw", 1, 4096)
                 .alias("raw"), "reason"]),
         }
-        return {name: result.where(F.col("tag") == tag).select(*cols).coalesce(1)
-                for name, (any_rows, tag, cols) in frames.items() if any_rows}
+        return {name: result.where(F.col("tag").isin(*tags)).select(*cols).coalesce(1)
+                for name, (any_rows, tags, cols) in frames.items() if any_rows}
+
+
+def events_out_rows(rows: pa.Table, run_id: str, app: str, batch_id: int) -> pa.Table:
+    """The batch's ``events_out`` rows from the outputs the driver fetched from the engine
+    stage (its ``OUT_FETCHED`` rows, :data:`ENGINE_OUTPUT` columns), exactly as the
+    executors' append of :meth:`BatchFrames.outputs` would write them."""
+    import pyarrow as pa
+
+    from keyshift.lakehouse.delta_arrow import contract_table
+
+    n = rows.num_rows
+    head = {"schema_version": pa.array([SCHEMA_VERSION] * n, pa.int32()),
+            "run_id": pa.array([run_id] * n, pa.string()),
+            "batch_id": pa.array([batch_id] * n, pa.int64()),
+            "app": pa.array([app] * n, pa.string())}
+    return contract_table("events_out", pa.table(
+        {**head, **{name: rows[src] for name, src in EVENTS_OUT_FROM}}))

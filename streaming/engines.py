@@ -51,6 +51,9 @@ from .engine_state import DurableState, cache_root, open_store, read_moved
 
 # Record tags of what an engine task yields.
 OUT, LOAD, TASK, DEAD = "out", "load", "task", "dead"
+# a complex event the driver fetches with the small rows and commits itself
+# (keyshift.streaming.output_appends): a task's outputs no heavier than BatchSpec.fetch_bytes
+OUT_FETCHED = "out-fetched"
 
 # The engine stage as Spark sees it (``mapInArrow``): rows in and out travel as Arrow batches,
 # so neither side pickles a row, and the outputs are JVM rows that the executors write to
@@ -66,6 +69,7 @@ ENGINE_OUTPUT = ("tag STRING, engine INT, grp INT, key STRING, ts BIGINT, kind S
                  "detail STRING, event_id STRING, n BIGINT, size BIGINT, partition INT, "
                  "offset BIGINT, kafka_ts DOUBLE, raw STRING, reason STRING, task STRING")
 _OUT_BATCH = 8192  # rows per Arrow batch handed back to the JVM
+OUT_ROW_BYTES = 96  # an output row's fixed columns and the run's, about (its strings apart)
 
 
 class _InputClock:
@@ -118,6 +122,7 @@ class BatchSpec:
     migration_id: str | None = None  # the plan change this batch realizes, if any
     split_homes: dict[int, int] = field(default_factory=dict)  # split group → home's pkey
     engine0_pkey: int = 0  # where dead letters and the split tasks' records go
+    fetch_bytes: int = 0  # a task's outputs up to this weight are OUT_FETCHED (0: all OUT)
 
     @cached_property
     def sources(self) -> dict[int, int]:
@@ -189,13 +194,16 @@ def run_engine(spec: BatchSpec, engine: int, batches: Iterable[Any]) -> Iterator
             snapshots = {g: op.snapshot(g) for g in sorted(set(touched) | set(arrived))}
             compacted = _save_state(spec, engine, store,
                                     {**{g: None for g in leaving}, **snapshots})
+        weight = output_weight(outs)
+        tag = OUT_FETCHED if outs and weight <= spec.fetch_bytes else OUT
         for g, ce in outs:
-            yield (OUT, (engine, g, ce.key, ce.ts, ce.kind, ce.detail, ce.event_id))
+            yield (tag, (engine, g, ce.key, ce.ts, ce.kind, ce.detail, ce.event_id))
         yield from _load_records(engine, got, snapshots)
         yield (TASK, {
             **_task_identity(engine),
             "cache_id": store.cache_id, "rebuilt": rebuilt, "compacted": compacted,
             **_task_counts(got, outs, leaving, arrived, snapshots),
+            "output_bytes": weight, "outputs_fetched": tag == OUT_FETCHED,
             **tm.seconds, "input_wait_s": clock.wait_s, "started_at": tm.started_at,
             "worker_forked_at": worker_forked_at(),
             # the Kafka times of the events that made complex events: the batch's
@@ -237,6 +245,14 @@ def _task_counts(got: _TaskInput, outs: list, leaving: list[int],
         "restored_bytes": sum(len(s or b"") for s in arrived.values()),
         "state_bytes": sum(len(s) for s in snapshots.values()),
     }
+
+
+def output_weight(outs: list) -> int:
+    """What a task's complex events weigh as rows, about (their strings' characters and
+    :data:`OUT_ROW_BYTES` a row): the driver fetches a task's outputs only when they are
+    light, so a batch never brings it more than it can hold."""
+    return sum(OUT_ROW_BYTES + len(str(ce.key)) + len(str(ce.kind)) + len(str(ce.detail))
+               + len(str(ce.event_id)) for _, ce in outs)
 
 
 def _producing_kafka_times(got: _TaskInput, outs: list) -> list[float]:
@@ -697,6 +713,7 @@ class _OutputColumns:
     # the ENGINE_OUTPUT columns a tag's record fills, in the record's order
     FIELDS: dict[str, tuple[str, ...]] = {
         OUT: ("engine", "grp", "key", "ts", "kind", "detail", "event_id"),
+        OUT_FETCHED: ("engine", "grp", "key", "ts", "kind", "detail", "event_id"),
         LOAD: ("grp", "engine", "n", "size"),
         DEAD: ("partition", "offset", "kafka_ts", "raw", "reason"),
         TASK: ("task",),
@@ -736,7 +753,7 @@ def _arrow_schema() -> Any:
     so each column's name and type are written once."""
     import pyarrow as pa
 
-    from .staging import arrow_type
+    from keyshift.lakehouse.delta_arrow import arrow_type
 
     return pa.schema([(n, arrow_type(t))
                       for n, t in (c.split() for c in ENGINE_OUTPUT.split(", "))])

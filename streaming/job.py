@@ -66,13 +66,14 @@ from .broker_watch import BrokerWatch
 from .source_resume import resume_source
 from .code_shipping import prepare_executors
 from .controller import Controller, ControlLog, progress_lag
-from .batch_frames import BatchFrames
-from .engines import LOAD, TASK, BatchSpec, work_seconds
+from .batch_frames import EVENTS_OUT_FROM, BatchFrames, events_out_rows
+from .engines import LOAD, OUT_FETCHED, TASK, BatchSpec, work_seconds
 from .executors import RunResources, task_cores
 from .faults import NO_FAULTS, Phases
 from .flush import Flush
 from .heartbeat import Heartbeat
 from .migration import Migration, PauseMeter, record
+from .output_appends import OutputAppends
 from .placement import placement_keys
 from .query_lifecycle import QueryLifecycle, QueryShape, kafka_stream
 from .split_windows import SplitWindows
@@ -80,6 +81,7 @@ from .staging import StagedAppends
 from .storage_watch import StorageWatch
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
@@ -202,17 +204,25 @@ class EngineRun:
     arrival_span_s: float
     # the Kafka append times of the batch's first and last event (None: no event)
     kafka_span: tuple[float, float] | None = None
+    # every output of the batch, fetched with the small rows (None: the executors hold some)
+    fetched: pa.Table | None = None
 
     @classmethod
-    def of(cls, small: list, groups: int) -> EngineRun:
-        records = [json.loads(r["task"]) for r in small if r["tag"] == TASK]
+    def of(cls, small: pa.Table, groups: int) -> EngineRun:
+        """From the engine stage's small rows (``tag``, ``grp``, ``n``, ``size``, ``task``)
+        as Arrow: a batch brings up to one row per group, summed here by column, and the
+        outputs of the tasks that had them fetched (:data:`OUT_FETCHED`)."""
+        import pyarrow.compute as pc
+
+        records = [json.loads(t) for t in
+                   small.filter(pc.equal(small["tag"], TASK))["task"].to_pylist()]
         tasks = [t for t in records if not t.get("split")]
-        loads = np.zeros(groups)
+        load_rows = small.filter(pc.equal(small["tag"], LOAD))
+        grp = load_rows["grp"].to_numpy(zero_copy_only=False).astype(np.int64)
+        loads = np.bincount(grp, weights=load_rows["n"].to_numpy(zero_copy_only=False),
+                            minlength=groups).astype(float)
         state = np.zeros(groups)
-        for r in small:
-            if r["tag"] == LOAD:
-                loads[r["grp"]] += r["n"]
-                state[r["grp"]] = max(state[r["grp"]], r["size"])
+        np.maximum.at(state, grp, load_rows["size"].to_numpy(zero_copy_only=False))
         arrived = [(t["kafka_ts_first"], t["kafka_ts_last"]) for t in records
                    if t.get("kafka_ts_first") is not None]
         kafka_span = ((min(a for a, _ in arrived), max(b for _, b in arrived)) if arrived
@@ -220,6 +230,9 @@ class EngineRun:
         span = kafka_span[1] - kafka_span[0] if kafka_span else 0.0
         return cls(tasks=tasks, split_tasks=[t for t in records if t.get("split")],
                    loads=loads, state=state, outs=sum(t["outputs"] for t in tasks),
+                   fetched=(small.filter(pc.equal(small["tag"], OUT_FETCHED))
+                            if all(t.get("outputs_fetched") for t in tasks if t["outputs"])
+                            else None),
                    moved=sum(t.get("restored_bytes", 0) for t in tasks),
                    dead=sum(t["dead"] for t in records),
                    valid=sum(t["events"] for t in records),
@@ -285,6 +298,7 @@ class StreamJob:
         and the per-window caches."""
         spark, cfg, options = self.spark, self.cfg, self.opt
         self.appends = RunAppends(spark, cfg, self.run_id)
+        self.outputs = OutputAppends(cfg, self.appends)
         # the run's bookkeeping rows (metrics, the control store's, migrations) wait here
         # for one commit per interval: the job flushes them (StagedAppends.commit_behind)
         watch = self.lifecycle.storage_watch
@@ -474,7 +488,7 @@ class StreamJob:
         t_engines, clock.engines_started_at = time.perf_counter(), time.time()
         clock.beside_commit = self.staging.running
         clock.prep_s = t_engines - clock.t0  # recovery, plan, building the engine stage
-        self._outputs_committed_at = None
+        self._outputs_committed_at, self._outputs_by = None, {}
         result = self.frames.engine_stage(b.routed, b.slots, b.spec)
         try:
             ran = self._collect_engines(result, batch_id, b.migration)
@@ -543,6 +557,7 @@ class StreamJob:
             "started_at": clock.start_wall.timestamp(),
             "engines_started_at": clock.engines_started_at,
             "outputs_committed_at": self._outputs_committed_at, "e2e": e2e,
+            "outputs_by": self._outputs_by,  # table → who appended it (OutputAppends)
             "e2e_p50_s": e2e_q[0], "e2e_p95_s": e2e_q[1],
             "engines": b.plan.parallelism, "engine_loads": engine_loads,
             "metrics_s": clock.metrics_s, "controller_s": clock.controller_s,
@@ -591,7 +606,7 @@ class StreamJob:
             staging=self.staging.root, started=started, plan_version=plan.version,
             migration_id=migration.migration_id if len(migration) else None,
             split_homes={g: salts[int(plan.assignment[g])] for g in split},
-            engine0_pkey=salts[0])
+            engine0_pkey=salts[0], fetch_bytes=self.outputs.fetch_bytes(batch_id, slots))
 
     def _collect_engines(self, result: DataFrame, batch_id: int,
                          migration: Migration) -> EngineRun:
@@ -600,8 +615,9 @@ class StreamJob:
         from pyspark.sql import functions as F
 
         with self.opt.phases.during("migration" if len(migration) else "engines", batch_id):
-            small = (result.where(F.col("tag").isin(LOAD, TASK))
-                     .select("tag", "grp", "engine", "n", "size", "task").collect())
+            small = (result.where(F.col("tag").isin(LOAD, TASK, OUT_FETCHED))
+                     .select("tag", "grp", "n", "size", "task",
+                             *{src for _, src in EVENTS_OUT_FROM} - {"grp"}).toArrow())
         return EngineRun.of(small, self.groups)
 
     def _commit_writes(self, result: DataFrame, batch_id: int, ran: EngineRun,
@@ -625,7 +641,7 @@ class StreamJob:
             controller_s = time.perf_counter() - t_ctl
             self.opt.phases.reached("controller", batch_id)
 
-        writes = [*self._output_writes(result, batch_id, ran.outs, ran.dead), control]
+        writes = [*self._output_writes(result, batch_id, ran), control]
         if len(migration):
             record(self.staging, migration, ran.moved, started, ended)
         with self.opt.phases.during("writes", batch_id, after_s=0.05):
@@ -701,17 +717,24 @@ class StreamJob:
             t.last_batch = batch_id
             t.durations.append(duration)
 
-    def _output_writes(self, result: DataFrame, batch_id: int, outs: int,
-                       dead: int) -> list[Callable[[], None]]:
-        """The batch's appends to ``events_out`` and ``dead_letter`` as calls, each a Spark
-        job in which the executors write the cached engine result's rows (its key loads the
-        engine tasks staged themselves)."""
-        return [lambda name=name, frame=frame: self._append_output(name, frame, batch_id)
-                for name, frame in self.frames.outputs(result, batch_id, outs, dead).items()]
+    def _output_writes(self, result: DataFrame, batch_id: int,
+                       ran: EngineRun) -> list[Callable[[], None]]:
+        """The batch's appends to ``events_out`` and ``dead_letter`` as calls, of the cached
+        engine result's rows (:class:`OutputAppends`: the driver's delta-rs commit when they
+        are light, Spark's executors otherwise; the key loads the engine tasks staged
+        themselves)."""
+        fetched = ({"events_out": events_out_rows(ran.fetched, self.run_id, self.app,
+                                                  batch_id)}
+                   if ran.fetched is not None else {})
+        return [lambda name=name, frame=frame: self._append_output(name, frame, batch_id,
+                                                                   fetched.get(name))
+                for name, frame in self.frames.outputs(result, batch_id, ran.outs,
+                                                       ran.dead).items()]
 
-    def _append_output(self, name: str, frame: DataFrame, batch_id: int) -> None:
+    def _append_output(self, name: str, frame: DataFrame, batch_id: int,
+                       rows: pa.Table | None) -> None:
         """One output append; the complex events' commit time ends their events' wait."""
-        self.appends.append(name, frame, batch_id)
+        self._outputs_by[name] = self.outputs.append(name, frame, batch_id, rows)
         if name == "events_out":
             self._outputs_committed_at = time.time()
 

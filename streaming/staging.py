@@ -53,7 +53,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from keyshift.lakehouse.delta_arrow import arrow_schema, arrow_type  # noqa: F401 (staging's names)
+from keyshift.lakehouse.delta_arrow import arrow_schema, contract_table
 from keyshift.lakehouse.logs import say
 from keyshift.lakehouse.storage import filesystem, write_atomically
 from keyshift.schemas import SCHEMA_VERSION, table
@@ -346,20 +346,8 @@ def read_for_display(name: str, paths: Iterable[str], fs: Any) -> pa.Table | Non
             say(f"staged file left out: {describe(path)}: holds rows of run "
                 f"{', '.join(others)}, not of run {run} (its next commit moves it aside)")
             continue
-        parts.append(as_contract(name, got))
+        parts.append(contract_table(name, got))
     return pa.concat_tables(parts) if parts else None
-
-
-def as_contract(name: str, tab: pa.Table) -> pa.Table:
-    """A staged file's rows in table ``name``'s contract Arrow schema: a file staged by an
-    older version lacks the columns added since, which are null."""
-    import pyarrow as pa
-
-    schema = arrow_schema(name)
-    for field in schema:
-        if field.name not in tab.column_names:
-            tab = tab.append_column(field, pa.nulls(tab.num_rows, field.type))
-    return tab.select(schema.names).cast(schema)
 
 
 class StagedAppends:
@@ -569,7 +557,7 @@ class StagedAppends:
 
         try:
             append_arrow(self.appends.cfg, name,
-                         pa.concat_tables(as_contract(name, t) for t in held))
+                         pa.concat_tables(contract_table(name, t) for t in held))
         except FastWriteUnavailable:
             return False
         return True

@@ -50,8 +50,15 @@ def test_engines_one_task_each_migrate_through_delta_and_match_reference(
         assert sorted(x["engine"] for x in tasks) == list(range(b["slots"]))
         assert all(x["partition"] == x["engine"] for x in tasks)
         assert len({x["stage"] for x in tasks}) == 1
-        # the engine stage's outputs reached Delta through the executors, counted per task
+        # the engine stage's outputs, counted per task, reached Delta in one commit a batch:
+        # handed to the driver and committed by delta-rs (a fresh run: no batch can have
+        # been written before), the dead letters by Spark's executors
         assert all(x["outputs"] >= 0 and x["cache_id"] for x in tasks)
+        if any(x["outputs"] for x in tasks):
+            assert all(x["outputs_fetched"] for x in tasks if x["outputs"])
+            assert b["outputs_by"]["events_out"] == "delta-rs"
+        assert b["outputs_by"].get("dead_letter", "spark") == "spark"
+    assert any("dead_letter" in b["outputs_by"] for b in lines)
 
     # DLB-H moved groups under the skew, each migration is started and completed in Delta
     assert t.migrations >= 1 and t.moved_groups >= 1
@@ -100,3 +107,26 @@ def test_engines_one_task_each_migrate_through_delta_and_match_reference(
         assert m.floor_rstd == pytest.approx(floor.rstd)
         assert (m.hot_group, m.hot_group_share) == (floor.hot_group,
                                                     pytest.approx(floor.hot_group_share))
+
+
+def test_outputs_a_task_cannot_hand_over_are_appended_by_spark_once(
+    spark, platform_config, monkeypatch
+) -> None:
+    """With the driver's share at 1 byte no task hands its outputs over: Spark's executors
+    append every batch's rows from the engine stage's cached result, and the complex
+    events equal the reference, none twice."""
+    import keyshift.streaming.output_appends as output_appends
+
+    monkeypatch.setattr(output_appends, "HELD_BYTES", 1)
+    cfg = job_config(platform_config)
+    topic = new_topic(cfg.kafka.bootstrap)
+    events = produce_events(cfg.kafka.bootstrap, topic, "wordcount", 600, skew="zipf:1.0",
+                            keys=100)
+    job = run_job(spark, cfg, "wordcount", "kg", topic, records=600, params=PARAMS,
+                  engines=2, max_offsets=200)
+    lines = [json.loads(x) for x in (job.run_dir / "batches.jsonl").read_text().splitlines()]
+    with_outputs = [b for b in lines if any(x["outputs"] for x in b["tasks"])]
+    assert with_outputs and all(b["outputs_by"]["events_out"] == "spark"
+                                for b in with_outputs)
+    assert not any(x["outputs_fetched"] for b in lines for x in b["tasks"])
+    assert outputs(spark, cfg, job.run_id) == reference("wordcount", events, 64, PARAMS)

@@ -46,6 +46,17 @@ def test_during_arms_a_timer_only_for_its_phase(monkeypatch) -> None:
         assert fired.wait(2.0)
 
 
+def test_a_phase_that_ends_before_its_delay_is_killed_as_it_ends(monkeypatch) -> None:
+    """A write faster than ``after_s`` (delta-rs's 0.02 s commit) is still killed inside its
+    phase, once."""
+    killed: list[int] = []
+    hook = KillAt("writes@0")
+    monkeypatch.setattr(hook, "_kill", lambda: killed.append(1))
+    with hook.during("writes", 5, after_s=30.0):
+        assert killed == []
+    assert killed == [1]
+
+
 @pytest.mark.parametrize("spec", ["nowhere@1", "engines", "engines@x"])
 def test_a_bad_value_is_refused(spec: str) -> None:
     with pytest.raises(ValueError, match=f"{ENV}=.*expected PHASE@BATCH"):

@@ -8,10 +8,10 @@ from datetime import UTC, datetime
 
 import pytest
 
+from keyshift.lakehouse.delta_arrow import arrow_type
 from keyshift.streaming.staging import (
     BOOKKEEPING,
     StagedAppends,
-    arrow_type,
     stage_uri,
     write_staged,
 )

@@ -115,7 +115,7 @@ def test_rows_staged_by_an_older_version_read_with_null_floors(tmp_path: Path) -
 
     cfg = load_config(env={"KEYSHIFT_HOME": str(tmp_path)})
     old = [c for c in TABLES["decisions"].columns if c.since == 1]
-    from keyshift.streaming.staging import arrow_type
+    from keyshift.lakehouse.delta_arrow import arrow_type
 
     row = {"schema_version": 1, "run_id": "r", "batch_id": 3,
            "decided_at": datetime(2026, 1, 1, tzinfo=UTC), "component": "balancer",
