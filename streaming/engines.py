@@ -26,9 +26,12 @@ Why this shape (numbers in docs/engines.md, "Benchmarks", and bench/results/):
   which combines them and applies them to the key's state in the same batch, so the
   outputs, the state and its one owner are those of key grouping.
 * Everything a task produces goes back into Spark as rows (complex events, dead letters, key
-  loads, one task record); the executors write them to Delta, and the driver collects only
-  the key loads and the task records (O(groups + engines) per batch). The task also stages
-  its key loads for the run's next bookkeeping commit (:mod:`keyshift.streaming.staging`).
+  loads, one task record). The driver collects the key loads and the task records
+  (O(groups + engines) per batch) and, when a task's complex events weigh at most
+  ``BatchSpec.fetch_bytes`` (``OUT_FETCHED``), those too, committing them itself
+  (:mod:`keyshift.streaming.output_appends`); the executors write the rest to Delta. The
+  task also stages its key loads for the run's next bookkeeping commit
+  (:mod:`keyshift.streaming.staging`).
 """
 
 from __future__ import annotations
@@ -57,12 +60,12 @@ OUT_FETCHED = "out-fetched"
 
 # The engine stage as Spark sees it (``mapInArrow``): rows in and out travel as Arrow batches,
 # so neither side pickles a row, and the outputs are JVM rows that the executors write to
-# Delta without another trip through Python. The input's columns, in this order; ``event`` is
-# the operator's typed event (a STRUCT of its event schema's columns, parsed once in the JVM,
-# NULL on a rejected record or a summary), ``pkey`` places a row in partition = engine, and
-# ``summary`` (JSON) is set only on rows :func:`arrow_split` makes: a key's summary {"k", "s",
-# "n", "e"} for its home engine, or {"task": record} (an input task's split record, which
-# engine 0 passes on).
+# Delta (or the driver fetches as Arrow, OUT_FETCHED) without another trip through Python.
+# The input's columns, in this order; ``event`` is the operator's typed event (a STRUCT of its
+# event schema's columns, parsed once in the JVM, NULL on a rejected record or a summary),
+# ``pkey`` places a row in partition = engine, and ``summary`` (JSON) is set only on rows
+# :func:`arrow_split` makes: a key's summary {"k", "s", "n", "e"} for its home engine, or
+# {"task": record} (an input task's split record, which engine 0 passes on).
 ENGINE_INPUT = ("grp", "partition", "offset", "event", "reason", "raw", "kafka_ts", "pkey",
                 "summary")
 ENGINE_OUTPUT = ("tag STRING, engine INT, grp INT, key STRING, ts BIGINT, kind STRING, "

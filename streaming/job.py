@@ -11,15 +11,17 @@ One ``foreachBatch`` function composes the speed layer for micro-batch b:
    (:mod:`keyshift.streaming.engines`);
 4. engines: one task per engine slot (:func:`keyshift.streaming.engines.run_engine`), state durable
    off the executor (:mod:`keyshift.streaming.engine_state`);
-5. the executors append ``events_out`` and ``dead_letter`` straight from the engine stage's
-   result and stage ``key_loads`` (and a migration's ``state_snapshots``); the driver
-   collects only per-group loads and one record per task, stages ``metrics``, and runs the
-   controller (collect, and at a window's end evaluate, decide, realize, record). The staged
-   bookkeeping is committed once per ``warehouse.commit_interval_s``
-   (:mod:`keyshift.streaming.staging`).
+5. the driver collects per-group loads, one record per task and, in the same job, the
+   complex events of tasks whose outputs are light, which it commits to ``events_out``
+   through delta-rs (:mod:`keyshift.streaming.output_appends`); the executors append
+   ``dead_letter`` (and ``events_out`` when a task kept its rows) from the engine stage's
+   cached result and stage ``key_loads`` (and a migration's ``state_snapshots``); the
+   driver stages ``metrics`` and runs the controller (collect, and at a window's end
+   evaluate, decide, realize, record). The staged bookkeeping is committed once per
+   ``warehouse.commit_interval_s`` (:mod:`keyshift.streaming.staging`).
 
-No driver in the data path: the driver handles O(groups + engines) numbers per batch, never
-an event, an output or a byte of state.
+The driver handles O(groups + engines) numbers per batch and a light batch's complex events
+(at most ``staging.HELD_BYTES`` in all), never an event or a byte of state.
 
 Recovery: Kafka offsets and the query's checkpoint replay an unfinished batch with the same
 offsets; Delta appends are idempotent per batch; engine state is read as of the batch
