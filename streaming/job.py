@@ -613,13 +613,14 @@ class StreamJob:
     def _collect_engines(self, result: DataFrame, batch_id: int,
                          migration: Migration) -> EngineRun:
         """Run the engine stage and bring its small rows (per-group loads, one record per
-        task) to the driver."""
+        task) to the driver as Arrow, with the complex events the tasks handed over
+        (``OUT_FETCHED``: :mod:`keyshift.streaming.output_appends`)."""
         from pyspark.sql import functions as F
 
         with self.opt.phases.during("migration" if len(migration) else "engines", batch_id):
             small = (result.where(F.col("tag").isin(LOAD, TASK, OUT_FETCHED))
                      .select("tag", "grp", "n", "size", "task",
-                             *{src for _, src in EVENTS_OUT_FROM} - {"grp"}).toArrow())
+                             *[src for _, src in EVENTS_OUT_FROM if src != "grp"]).toArrow())
         return EngineRun.of(small, self.groups)
 
     def _commit_writes(self, result: DataFrame, batch_id: int, ran: EngineRun,
