@@ -19,8 +19,9 @@ Spark is imported inside the functions that need a session, so the plan codec is
 (and testable) without one. The commands a person waits on (``keyshift status``, ``report``,
 ``dead-letters``) read the same tables without a JVM through
 :mod:`keyshift.lakehouse.delta_arrow` (delta-rs), which checks the same contract, and a
-running job's staged bookkeeping is appended there too (``append_arrow``), Spark's append
-below taking over where delta-rs cannot write a table as Spark would.
+running job's staged bookkeeping and a light batch's complex events are appended there too
+(``append_arrow``), Spark's append below taking over where delta-rs cannot write a table as
+Spark would.
 """
 
 from __future__ import annotations

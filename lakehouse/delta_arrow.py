@@ -10,9 +10,10 @@ reads what delta-spark 4.4 writes here: reader version 1 (no reader features), c
 every ``checkpointInterval`` commits, and the columns a later schema version added
 (``mergeSchema``), which are read as nulls in older files.
 
-One write comes through here too: :func:`append_arrow`, the append of rows a running job has
-already read and checked on its driver (its staged bookkeeping,
-:mod:`keyshift.streaming.staging`). Through Spark that append is a read job, a write job and
+One write comes through here too: :func:`append_arrow`, the append of rows a running job
+holds on its driver (its staged bookkeeping, read and checked,
+:mod:`keyshift.streaming.staging`, and a light batch's complex events,
+:mod:`keyshift.streaming.output_appends`). Through Spark the bookkeeping's append is a read job, a write job and
 a log commit in the JVM, 2.4-2.6 s and 4.5-5.0 CPU s of the 2 cores for the three tables of
 8 batches, while the stream runs beside it; delta-rs writes the Parquet files and log
 entries in 0.11-0.12 s and 0.14-0.15 CPU s (``python -m bench staged_commit``). Spark and

@@ -49,7 +49,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 DELTA_RS, SPARK = "delta-rs", "spark"
-FETCHED = ("events_out",)  # the tables whose rows the driver may commit itself
 
 
 class OutputAppends:
@@ -64,7 +63,7 @@ class OutputAppends:
     def fetch_bytes(self, batch_id: int, slots: int) -> int:
         """What one engine task of batch ``batch_id`` may hand the driver (its outputs'
         weight at most; 0: the executors keep them all)."""
-        if self.appends.may_exist(batch_id) or all(t in self.spark_only for t in FETCHED):
+        if self.appends.may_exist(batch_id) or "events_out" in self.spark_only:
             return 0
         return self.held_bytes // max(slots, 1)
 
@@ -74,6 +73,7 @@ class OutputAppends:
         fetched by the driver, in the contract's schema) through delta-rs, else ``frame``
         (the executors' view of the same rows) through Spark. Returns who wrote them
         (:data:`DELTA_RS` or :data:`SPARK`)."""
+        # may_exist again: rows a task fetched must still never skip the look-first path
         if rows is not None and name not in self.spark_only \
                 and not self.appends.may_exist(batch_id):
             try:
