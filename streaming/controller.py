@@ -2,9 +2,9 @@
 
 The job calls, per micro-batch: :meth:`Controller.plan_for` (which plan routes the batch),
 :meth:`Controller.collect` (the batch's group loads, state sizes, engine seconds and start),
-and :meth:`Controller.end_of_batch`; when the batch closes a statistic window
-(``batches_per_window`` consecutive batches, round(Δ / trigger)) that is one
-:meth:`keyshift.control.ControlLoop.step`. A realized decision is a new plan version in Delta
+and :meth:`Controller.end_of_batch`; when the batch closes a statistic window (the job's
+windows are timed: the first batch to end Δ or more after the window opened closes it,
+:mod:`keyshift.control.window_clock`) that is one :meth:`keyshift.control.ControlLoop.step`. A realized decision is a new plan version in Delta
 ``plans``; the engines migrate in the next batch (:mod:`keyshift.streaming.migration`).
 
 State lives in Delta behind :class:`~keyshift.streaming.control_store.ControlLog` (plans, the typed
@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from keyshift.config import Config
+from keyshift.control.window_clock import BatchWindows, Close, WindowClock
 from keyshift.control import (
     ControlDecision,
     ControlStore,
@@ -55,11 +56,15 @@ class Controller:
 
     def __init__(
         self, cfg: Config, run_id: str, policy: str, groups: int, initial_engines: int,
-        batches_per_window: int, log: ControlStore, params: dict[str, Any] | None = None,
+        windows: WindowClock | int, log: ControlStore, params: dict[str, Any] | None = None,
         forecaster: Forecaster | None = None, clock=time.time,
     ) -> None:
-        if batches_per_window < 1:
-            raise ControllerError(f"controller.window_s: gives {batches_per_window} batches")
+        # an int is a count of batches a window (tests, replays); the job's are timed
+        if isinstance(windows, int):
+            if windows < 1:
+                raise ControllerError(f"controller.window_s: gives {windows} batches")
+            windows = BatchWindows(windows)
+        self.windows = windows
         self.cfg = cfg
         self.run_id = run_id
         self.policy_name = policy
@@ -69,7 +74,6 @@ class Controller:
             raise ControllerError(f"controller.{exc}") from None
         self.groups = groups
         self.initial_engines = initial_engines
-        self.batches_per_window = batches_per_window
         self.log = log
         self.params = dict(params or {})
         self.forecaster = forecaster
@@ -85,6 +89,8 @@ class Controller:
         self._window_end: float | None = None  # wall time the last window closed
         self.decide_s = 0.0
         self.last_decision: ControlDecision | None = None
+        # the last close: how many windows its batch spanned (a batch longer than Δ)
+        self.last_close: Close | None = None
         # every decision also as a JSON event on [events] topic (off when ""); a broker
         # that is away never stops the job (keyshift.streaming.events)
         self.events = publisher_for(cfg, say=_say)
@@ -99,8 +105,14 @@ class Controller:
         if load is not None:
             load()
         self.loop.start(self._initial_plan(), batch_id)
-        start = batch_id - batch_id % self.batches_per_window
-        self._window = WindowStats.empty(start // self.batches_per_window, self.groups, start)
+        last = self.loop.last_closed
+        self.windows.replay(self.loop.recorded_closes())
+        start = self.windows.first_batch(batch_id, None if last is None else last.batch_id)
+        if isinstance(self.windows, BatchWindows):
+            index = start // self.windows.per_window
+        else:
+            index = 0 if last is None else last.window + 1
+        self._window = WindowStats.empty(index, self.groups, start)
         if start < batch_id:
             self._window.reopen(*self.log.window_loads(start, batch_id, self.groups))
 
@@ -130,6 +142,11 @@ class Controller:
         window_s = float(self.cfg.controller.window_s)
         return max(now - start, window_s) if start is not None else window_s
 
+    @property
+    def window_index(self) -> int:
+        """The open window's number (0 before :meth:`recover`)."""
+        return self._window.index if self._window is not None else 0
+
     def plan_for(self, batch_id: int) -> Plan:
         """The plan that routes batch ``batch_id``."""
         return self.loop.plan_for(batch_id)
@@ -148,6 +165,9 @@ class Controller:
         engine tasks ran, the batch's start (the window's time for the forecasters) and the
         Kafka append times of its first and last event (the producers' rate)."""
         assert self._window is not None, "recover() first"
+        if started is not None:
+            self.windows.opened(batch_id, started.timestamp()
+                                if isinstance(started, datetime) else float(started))
         self._window.add_batch(batch_id, loads, state, engine_s, started, kafka_span)
 
     def end_of_batch(self, batch_id: int, lag: float | None = None) -> ControlDecision | None:
@@ -155,12 +175,15 @@ class Controller:
         its decision, also kept as :attr:`last_decision`. None inside a window. ``lag``:
         records of the topic not read yet (:func:`progress_lag`), which the guardrails
         judge a scale-out on besides the busiest engine's share."""
-        if (batch_id + 1) % self.batches_per_window:
+        close = self.windows.close_at(batch_id, self._clock())
+        if close is None:
             return None
         assert self._window is not None
         t0 = time.perf_counter()
+        self.last_close = close
         w = self._window
         w.last_batch = batch_id
+        w.spanned = close.spanned
         w.span_s = self._span(w)
         w.lag = lag
         self._window = WindowStats.empty(w.index + 1, self.groups, batch_id + 1)

@@ -51,6 +51,7 @@ from keyshift.apps import event_schema, make_operator, resolve_operator
 from keyshift.config import Config
 from keyshift.control import policy_from_config
 from keyshift.control.batch_cost import batch_e2e, run_cost
+from keyshift.control.window_clock import TimedWindows
 from keyshift.lakehouse.delta import RunAppends, concurrently
 from keyshift.lakehouse.logs import say
 from keyshift.lakehouse.storage import read_if_exists, write_atomically
@@ -172,6 +173,7 @@ class _BatchClock:
     # the staged bookkeeping's commit ran behind the stream when the engine stage started:
     # the batch shared the cores with it (bench stream's bound leaves such batches out)
     beside_commit: bool = False
+    window: int = 0  # the statistic window the batch counted in
 
 
 @dataclass(frozen=True)
@@ -310,8 +312,10 @@ class StreamJob:
         self.flushes = Flush(self.staging, watch, self.lifecycle.batch_lock,
                              self.trigger_s + 0.5)
         self.log = ControlLog(spark, cfg, self.run_id, stager=self.staging)
+        # statistic windows of controller.window_s seconds, however long the batches are
         self.controller = Controller(cfg, self.run_id, options.policy, self.groups,
-                                     self.initial_engines, self.per_window, self.log,
+                                     self.initial_engines,
+                                     TimedWindows(float(cfg.controller.window_s)), self.log,
                                      options.policy_params)
         # dc / wc: the groups each batch splits, from the last window's loads
         self.split_windows = SplitWindows(
@@ -497,6 +501,7 @@ class StreamJob:
             clock.engines_s = time.perf_counter() - t_engines
             self._caches = {t["engine"]: t["cache_id"] for t in ran.tasks}
             self.split_windows.count(batch_id, ran.loads)
+            clock.window = self.controller.window_index
             self.controller.collect(batch_id, ran.loads, ran.state, engine_s=ran.engine_s,
                                     started=clock.start_wall, kafka_span=ran.kafka_span)
             t_writes = time.perf_counter()
@@ -553,7 +558,7 @@ class StreamJob:
         return {
             "batch_id": batch_id, "slots": b.slots, "recover_s": clock.recover_s,
             "prep_s": clock.prep_s, "engines_s": clock.engines_s,
-            "window": batch_id // self.per_window,
+            "window": clock.window,  # the statistic window the batch counted in
             # the clocks of keyshift.control.batch_cost: where the batch's time went, how
             # long its events waited for their complex events' commit
             "started_at": clock.start_wall.timestamp(),

@@ -140,6 +140,8 @@ class ControlLoop:
         self._plans: dict[int, Plan] = {}
         self._changes: list[tuple[int, int]] = []  # (batch_id, plan_version), ascending
         self._recorded: dict[int, ControlRecord] = {}
+        # the last window a previous attempt closed before the restart's first batch
+        self.last_closed: ControlRecord | None = None
         self.last: ControlDecision | None = None
 
     # -- state ----------------------------------------------------------------------------
@@ -158,6 +160,7 @@ class ControlLoop:
         self._changes = [(r.batch_id, r.plan_version) for r in done
                          if r.plan_version is not None and r.plan_version in plans]
         self._recorded = {r.batch_id: r for r in records if r.batch_id >= batch_id}
+        self.last_closed = max(done, key=lambda r: r.batch_id) if done else None
         if self.scaler is not None:
             states = [r.scaler for r in done if r.scaler is not None]
             self.scaler.restart([r.sample for r in done if r.sample is not None],
@@ -167,6 +170,11 @@ class ControlLoop:
             self.guard.state = GuardState.from_json(guards[-1] if guards else None)
         if self.reconfiguration is not None:
             self.reconfiguration.observe(self.store.migration_costs())
+
+    def recorded_closes(self) -> list[int]:
+        """The batches at or after the restart's first one that closed a window in a crashed
+        attempt: a timed window clock closes there again (keyshift.control.window_clock)."""
+        return sorted(self._recorded)
 
     def measured_migration(self, m: MeasuredMigration) -> None:
         """A realized migration as the driver measured it: kept in the store, and with a
@@ -351,13 +359,14 @@ class ControlLoop:
         """Record (state first: a re-executed batch must find the scaler's decision) and
         realize the new plan version, then the audit rows."""
         b, version = d.batch_id, d.after.version if d.realized else None
-        if self.scaler is not None or version is not None:
-            scaler_state = None
-            if self.scaler is not None and scaler.scaling is not None:
-                scaler_state = self.scaler.state(scaler.scaling, d.rows[0]["reason"])
-            self.store.write_record(ControlRecord(
-                b, d.window, version, scaler.sample, scaler_state,
-                self.guard.state.to_json() if self.guard is not None else None))
+        # every window leaves a record, also one that changed nothing: a restarted driver
+        # finds where its last window closed (timed windows are not batch arithmetic)
+        scaler_state = None
+        if self.scaler is not None and scaler.scaling is not None:
+            scaler_state = self.scaler.state(scaler.scaling, d.rows[0]["reason"])
+        self.store.write_record(ControlRecord(
+            b, d.window, version, scaler.sample, scaler_state,
+            self.guard.state.to_json() if self.guard is not None else None))
         if version is not None:
             balanced = scaler.candidate is None
             who = self.policy_name if balanced else "scaler"
@@ -374,6 +383,10 @@ class ControlLoop:
         """The decision with its audit rows and the window's reason: its last row's, the
         scaler's when the guardrails held it; an ineffective scale-out gets its own row."""
         rows = self._rows(d, scaler=scaler, balancer=balancer, window=window, state=state)
+        if window.spanned > 1:  # one batch ran over several windows: the loop was late
+            note = (f"batch {window.last_batch} spanned {window.spanned} windows of "
+                    f"{self.settings.window_s:g} s, decided at its end; ")
+            rows = [{**r, "reason": note + r["reason"]} for r in rows]
         reason = rows[0 if d.action == "declined" and d.component == "scaler" else -1]["reason"]
         verdict, n = d.verdict, d.before.parallelism
         if verdict is not None and verdict.ineffective:  # its own row, after the window's

@@ -60,6 +60,9 @@ class WindowStats:
     # producers' own clock of the arrivals; None where no driver measures them
     kafka_first: float | None = None
     kafka_last: float | None = None
+    # window boundaries the closing batch crossed: > 1 when one batch ran longer than Δ
+    # (keyshift.control.window_clock); the decision's reason says so
+    spanned: int = 1
 
     @classmethod
     def empty(cls, index: int, groups: int, first_batch: int = 0) -> WindowStats:

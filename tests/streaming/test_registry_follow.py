@@ -72,7 +72,7 @@ def follower(tmp_path, registry: FakeRegistry, background: bool = False,
              **planner) -> Controller:
     cfg = config(tmp_path, registry_check_windows=K, **planner)
     forecaster = JobForecaster(cfg, registry.load, registry.versions, background=background)
-    c = Controller(cfg, "r", "kg", groups=24, initial_engines=2, batches_per_window=1,
+    c = Controller(cfg, "r", "kg", groups=24, initial_engines=2, windows=1,
                    log=MemoryControlLog(), forecaster=forecaster, clock=Clock())
     c.recover(0)
     return c
@@ -242,7 +242,7 @@ def test_a_path_restored_after_a_restart_names_the_models_of_its_later_windows(t
         if rec.batch_id < cut:
             log.write_record(rec)
     log.plans_written = list(first.log.plans_written)
-    again = Controller(first.cfg, "r", "kg", groups=24, initial_engines=2, batches_per_window=1,
+    again = Controller(first.cfg, "r", "kg", groups=24, initial_engines=2, windows=1,
                        log=log, forecaster=JobForecaster(first.cfg, reg.load, reg.versions,
                                                          background=False), clock=Clock())
     again.recover(cut)

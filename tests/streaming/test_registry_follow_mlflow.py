@@ -55,7 +55,7 @@ def point_alias(cfg, rate: str, latency: str) -> None:
 def controller(cfg) -> Controller:
     """The job's controller with its default forecaster (the real registry, checks on a
     thread), one batch per window, in memory."""
-    c = Controller(cfg, "r", "kg", groups=24, initial_engines=2, batches_per_window=1,
+    c = Controller(cfg, "r", "kg", groups=24, initial_engines=2, windows=1,
                    log=MemoryControlLog(), clock=Clock())
     c.recover(0)
     return c

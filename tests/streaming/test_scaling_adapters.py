@@ -82,7 +82,7 @@ class Clock:
 def controller(cfg, loader=None, log=None, policy: str = "kg", groups: int = 24,
                batch_id: int = 0) -> Controller:
     """The job's controller with one batch per window, in memory, on a test clock."""
-    c = Controller(cfg, "r", policy, groups=groups, initial_engines=2, batches_per_window=1,
+    c = Controller(cfg, "r", policy, groups=groups, initial_engines=2, windows=1,
                    log=log if log is not None else MemoryControlLog(),
                    forecaster=JobForecaster(cfg, loader), clock=Clock())
     c.recover(batch_id)

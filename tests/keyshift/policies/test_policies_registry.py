@@ -160,7 +160,7 @@ def test_an_entry_point_policy_reaches_every_consumer(tmp_path, monkeypatch) -> 
     cfg = load_config(env={"KEYSHIFT_CONTROLLER__POLICY": "mine"})
     assert cfg.controller.policy == "mine"
     # the job's controller decides with it every window: an online policy, not a fixed plan
-    c = Controller(cfg, "r", "mine", groups=4, initial_engines=2, batches_per_window=1,
+    c = Controller(cfg, "r", "mine", groups=4, initial_engines=2, windows=1,
                    log=MemoryControlLog())
     c.recover(0)
     on = c.plan_for(0).assignment

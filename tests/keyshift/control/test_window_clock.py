@@ -1,0 +1,69 @@
+"""Statistic windows in seconds: a window closes after Δ of input however long the batches
+are, a batch longer than Δ closes the windows it spans once, and a restart closes where the
+crashed attempt closed."""
+
+from __future__ import annotations
+
+import pytest
+
+from keyshift.control.window_clock import BatchWindows, Close, TimedWindows, window_clock
+
+
+def run(clock, batches: list[tuple[float, float]], first: int = 0) -> list[Close | None]:
+    """(start, end) of each batch from batch ``first`` on through the clock; their closes."""
+    out = []
+    for b, (start, end) in enumerate(batches, start=first):
+        clock.opened(b, start)
+        out.append(clock.close_at(b, end))
+    return out
+
+
+def test_short_batches_close_a_window_every_delta() -> None:
+    # a 2-s trigger, batches of 0.5 s: window boundaries at 10, 20, 30 from the first start
+    batches = [(100.0 + 2 * i, 100.5 + 2 * i) for i in range(15)]
+    closes = run(TimedWindows(10.0), batches)
+    assert [b for b, c in enumerate(closes) if c] == [5, 10]
+    assert all(c.spanned == 1 for c in closes if c)
+
+
+def test_boundaries_do_not_drift_with_each_windows_overrun() -> None:
+    # batches every 3 s: the closes are the first batch ends past 10, 20, 30, 40 ...
+    batches = [(3.0 * i, 3.0 * i + 2.9) for i in range(30)]
+    ends = [batches[b][1] for b, c in enumerate(run(TimedWindows(10.0), batches)) if c]
+    assert ends == pytest.approx([11.9, 20.9, 32.9, 41.9, 50.9, 62.9, 71.9, 80.9])
+
+
+def test_growing_batches_still_close_a_window_each_delta_of_input() -> None:
+    # the issue's spike: batches of 30 s, 110 s and 208 s; counting 5 batches a window would
+    # have decided after 350 s, the timed clock decides at the end of every batch
+    batches = [(0.0, 3.0), (3.0, 33.0), (33.0, 143.0), (143.0, 351.0)]
+    closes = run(TimedWindows(10.0), batches)
+    assert closes[0] is None
+    assert [c.spanned for c in closes[1:]] == [3, 11, 21]
+    assert BatchWindows(5).close_at(3, 351.0) is None
+
+
+def test_a_restart_closes_where_the_crashed_attempt_closed() -> None:
+    clock = TimedWindows(10.0)
+    clock.replay([4, 7])  # the crashed attempt closed windows at batches 4 and 7
+    batches = [(float(i), i + 30.0) for i in range(4, 9)] + [(9.0, 60.0)]
+    closes = run(clock, batches, first=4)
+    # batches 4..7 as recorded (5 and 6 do not close, though they are long), then by time,
+    # Δ on from the last replayed close (37 s): 38 does not close, 60 crosses 47 and 57
+    assert [c is not None for c in closes] == [True, False, False, True, False, True]
+    assert closes[0].replayed and closes[3].replayed
+    assert not closes[5].replayed and closes[5].spanned == 2
+    assert clock.first_batch(12, last_closed=9) == 10
+    assert clock.first_batch(12, last_closed=None) == 0
+
+
+def test_batch_windows_keep_the_count_and_bad_values_are_refused() -> None:
+    closes = run(BatchWindows(3), [(0.0, 500.0)] * 7)
+    assert [b for b, c in enumerate(closes) if c] == [2, 5]
+    assert BatchWindows(3).first_batch(7, None) == 6
+    assert isinstance(window_clock(10.0), TimedWindows)
+    assert isinstance(window_clock(10.0, per_window=2), BatchWindows)
+    with pytest.raises(ValueError, match="controller.window_s"):
+        TimedWindows(0.0)
+    with pytest.raises(ValueError, match="controller.window_s"):
+        BatchWindows(0)
