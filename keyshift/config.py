@@ -184,8 +184,18 @@ class SparkConfig(_Section):
         True, description="map the driver's class archive once built "
         "(python -m keyshift.lakehouse.class_sharing): ~4 s off each start")
     trigger_s: float = Field(2.0, gt=0, le=3600, description="micro-batch trigger interval")
-    max_offsets_per_trigger: int = Field(20000, ge=1,
-                                         description="most Kafka records per micro-batch")
+    max_offsets_per_trigger: int = Field(
+        20000, ge=1, description="most Kafka records per micro-batch (with admission on, the "
+        "ceiling of the bound it sets)")
+    admission: Literal["auto", "off"] = Field(
+        "auto", description="auto: a batch reads what the engines can do in about a window, "
+        "from the measured cost per event (keyshift.control.admission); off: always "
+        "max_offsets_per_trigger")
+    admission_initial: int = Field(
+        1000, ge=1, description="records the first batch of a new run may read, before any "
+        "cost is measured")
+    admission_fill: float = Field(
+        0.8, gt=0, le=1, description="share of a statistic window a batch may take")
     # delta-spark's PyPI patch releases can run ahead of its Maven jars (4.4.1 on PyPI, 4.4.0
     # on Central): the jar version is pinned here, same major.minor as the Python package.
     delta_version: str = Field("4.4.0", pattern=r"^\d+\.\d+\.\d+$",

@@ -50,6 +50,7 @@ import numpy as np
 from keyshift.apps import event_schema, make_operator, resolve_operator
 from keyshift.config import Config
 from keyshift.control import policy_from_config
+from keyshift.control.admission import Admission, AdmissionSettings, BatchLoad
 from keyshift.control.batch_cost import batch_e2e, run_cost
 from keyshift.control.window_clock import TimedWindows
 from keyshift.lakehouse.delta import RunAppends, concurrently
@@ -78,7 +79,7 @@ from .heartbeat import Heartbeat
 from .migration import Migration, PauseMeter, record
 from .output_appends import OutputAppends
 from .placement import placement_keys
-from .query_lifecycle import QueryLifecycle, QueryShape, kafka_stream
+from .query_lifecycle import QueryLifecycle, QueryShape, drop_planned_batches, kafka_stream
 from .split_windows import SplitWindows
 from .staging import StagedAppends
 from .storage_watch import StorageWatch
@@ -291,6 +292,10 @@ class StreamJob:
         # them follow the plan (streaming/executors.py); kept across restarts in place
         self.resources = RunResources.for_job(cfg, spark)
         self._actions_written: set[int] = set()
+        # how many records a batch reads: what the engines can do in about a window, the
+        # user's max_offsets_per_trigger the ceiling (keyshift.control.admission)
+        self.admission = admission_for(cfg, options, self.run_dir)
+        self.admission_restarts: list[dict[str, Any]] = []
         # offsets per partition Kafka deleted unread and the run skips (fail_on_data_loss
         # false), said in a warning line at start and kept for the summary
         self.skipped_offsets: dict[str, int] = {}
@@ -370,15 +375,56 @@ class StreamJob:
             # controller reads the open window's key loads, plans and control state)
             self.staging.recover()
         self._write_job_description()
+        return self.lifecycle.start(self._source(), self.process_batch)
+
+    def _source(self) -> DataFrame:
+        """The topic, parsed, read at most the admitted records a batch. Parsed in the query
+        itself, so the batch function holds only what changes per batch."""
         source = kafka_stream(
             self.spark, self.cfg, self.topic, starting_offsets=self.opt.starting_offsets,
-            max_offsets=(self.opt.max_offsets_per_trigger
-                         or self.cfg.spark.max_offsets_per_trigger),
+            max_offsets=self.read_limit,
             min_partitions=None if self.splitter is None else self.initial_engines)
-        # parsed in the query itself, so the batch function holds only what changes per batch
-        # (the projections are still planned per batch, by Spark: 0.09 s left keyshift's
-        # `prepare` and about as much came to `spark`; bench/results/floor.md)
-        return self.lifecycle.start(self.frames.parse(source), self.process_batch)
+        return self.frames.parse(source)
+
+    @property
+    def read_limit(self) -> int:
+        """Records a batch may read now: admission's bound, else the configured maximum."""
+        if self.admission is not None:
+            return self.admission.limit
+        return self.opt.max_offsets_per_trigger or self.cfg.spark.max_offsets_per_trigger
+
+    def _admit(self, batch_id: int, b: _PlannedBatch, ran: EngineRun, clock: _BatchClock,
+               duration: float) -> None:
+        """After a batch: a new read bound from its cost, and the query restarted with it
+        between batches, on a thread of its own (the batch function cannot stop its query)."""
+        if self.admission is None:
+            return
+        cores = int(self.resources.cores_held or 0)
+        now_live = b.plan.parallelism
+        next_live = self.controller.plan_for(batch_id + 1).parallelism
+        limit = self.admission.next_limit(
+            BatchLoad(events=ran.valid + ran.dead, critical_s=clock.engines_s,
+                      engines=min(now_live, cores) if cores else now_live,
+                      duration_s=duration, lag=progress_lag(self.query)),
+            min(next_live, cores) if cores else next_live, time.monotonic())
+        if limit is None:
+            return
+        say(f"keyshift: {self.run_id} batch {batch_id}: reading {self.admission.describe()}; "
+            "the query restarts in place with it")
+        write_atomically(str(self.run_dir / "admission.json"),
+                         json.dumps({"limit": limit, "batch_id": batch_id}).encode())
+
+        def swap() -> None:
+            t0 = time.perf_counter()
+            done = self.lifecycle.swap_source(
+                self._source, self.process_batch,
+                lambda: drop_planned_batches(self.spark, self.checkpoint, batch_id))
+            self.admission_restarts.append(
+                {"batch_id": batch_id, "limit": limit, "ok": done,
+                 "restart_s": round(time.perf_counter() - t0, 3)})
+
+        threading.Thread(target=swap, name=f"keyshift-admission-{batch_id}",
+                         daemon=True).start()
 
     def _write_job_description(self) -> None:
         """``job.json`` in the run folder: what the run is, for ``keyshift status`` and a
@@ -543,6 +589,7 @@ class StreamJob:
         clock.metrics_s = time.perf_counter() - t_metrics
         duration = time.perf_counter() - clock.t0
         self._add_to_totals(batch_id, ran, b.migration, duration)
+        self._admit(batch_id, b, ran, clock, duration)
         self._write_timing(self._timing_record(batch_id, b, ran, committed, clock, duration,
                                                e2e, e2e_q, metrics["engine_loads"]))
         if self.on_batch is not None:
@@ -756,8 +803,9 @@ class StreamJob:
         """Block until this process has taken ``records`` Kafka records through batches."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if self.query is not None and self.query.exception() is not None:
-                raise RuntimeError(f"streaming query failed: {self.query.exception()}")
+            failure = self.lifecycle.failure()
+            if failure is not None:
+                raise RuntimeError(f"streaming query failed: {failure}")
             with self._lock:
                 if self.totals.records >= records:
                     return True
@@ -778,12 +826,33 @@ class StreamJob:
             "batch_p50_s": _quantile(d, 0.5), "batch_p95_s": _quantile(d, 0.95),
             "run_dir": str(self.run_dir), "checkpoint": self.checkpoint,
             "skipped_offsets": self.skipped_offsets,
+            # the records a batch may read at the end, and each restart admission made
+            "read_limit": self.read_limit, "source_restarts": list(self.admission_restarts),
             **self.resources.summary(),
             # where a batch's time went, how long events waited, what balancing bought
             **run_cost(self.run_dir, self.groups, self.per_window, self.opt.policy,
                        self.controller.plan_for),
         })
         return out
+
+
+def admission_for(cfg: Config, options: JobOptions, run_dir: Path) -> Admission | None:
+    """The run's admission (None: ``spark.admission = "off"``, or a run that reads what the
+    topic holds and stops, whose end Spark fixes at its start). A resumed run starts from the
+    bound its last process had (``admission.json`` in the run folder)."""
+    if cfg.spark.admission == "off" or options.available_now:
+        return None
+    settings = AdmissionSettings(
+        window_s=float(cfg.controller.window_s),
+        ceiling=options.max_offsets_per_trigger or cfg.spark.max_offsets_per_trigger,
+        initial=cfg.spark.admission_initial, fill=cfg.spark.admission_fill)
+    limit = None
+    try:
+        saved = json.loads((run_dir / "admission.json").read_text())
+        limit = max(1, min(int(saved["limit"]), settings.ceiling))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # a new run, or a file it cannot trust: the settings' start
+    return Admission(settings, limit)
 
 
 def hot_key_splitter(cfg: Config, policy: str, app: str, app_params: dict[str, Any],

@@ -35,6 +35,12 @@ class JobStopping(RuntimeError):
     with the same run id takes it."""
 
 
+class SourceRestart(JobStopping):
+    """A micro-batch refused because the query is being restarted with a new read limit
+    (:meth:`QueryLifecycle.swap_source`); Spark planned it with the old limit and the swap
+    takes its entry out of the checkpoint, so the new query plans it again."""
+
+
 class Watch(Protocol):
     """A thread that watches the run while it lives: the broker watch, the heartbeat."""
 
@@ -65,6 +71,34 @@ def kafka_stream(spark: SparkSession, cfg: Config, topic: str, *, starting_offse
             .option("maxOffsetsPerTrigger", max_offsets)
             .options(**spark_options(cfg.kafka))
             .load())
+
+
+def drop_planned_batches(spark: SparkSession, checkpoint: str, done: int) -> list[int]:
+    """Take out of the query's checkpoint the offsets of batches after ``done`` that Spark
+    planned but never committed (``offsets/<id>`` without ``commits/<id>``); their ids.
+
+    Only for a query stopped by :meth:`QueryLifecycle.swap_source`: with the batch gate
+    closed, keyshift ran nothing of such a batch, so the new query may plan it again with
+    its new read limit. Without this Spark re-executes a planned batch with the offsets it
+    logged, the old limit's."""
+    jvm = spark.sparkContext._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    root = jvm.org.apache.hadoop.fs.Path(checkpoint)
+    fs = root.getFileSystem(conf)
+    offsets = jvm.org.apache.hadoop.fs.Path(root, "offsets")
+    if not fs.exists(offsets):
+        return []
+    dropped = []
+    for st in fs.listStatus(offsets):
+        name = st.getPath().getName()
+        if not name.isdigit() or int(name) <= done:
+            continue
+        commit = jvm.org.apache.hadoop.fs.Path(jvm.org.apache.hadoop.fs.Path(root, "commits"),
+                                               name)
+        if not fs.exists(commit):
+            fs.delete(st.getPath(), False)
+            dropped.append(int(name))
+    return sorted(dropped)
 
 
 @dataclass(frozen=True)
@@ -99,6 +133,12 @@ class QueryLifecycle:
         self.batch_lock = threading.Lock()
         self.stopping = threading.Event()
         self._watching = False
+        # a restart of the source with a new read limit (swap_source): batches that start
+        # meanwhile are refused, and the failure of the query it replaces is not the run's
+        self.swapping = threading.Event()
+        self._swap_lock = threading.Lock()
+        self.swap_error: BaseException | None = None
+        self.swaps = 0
 
     def start(self, frame: DataFrame,
               process: Callable[[DataFrame, int], None]) -> StreamingQuery:
@@ -123,8 +163,64 @@ class QueryLifecycle:
             if self.stopping.is_set():
                 raise JobStopping(f"batch {batch_id} not started: the job is stopping; "
                                   "a restart with the same run id takes it")
+            if self.swapping.is_set():
+                raise SourceRestart(f"batch {batch_id} not started: the source restarts "
+                                    "with a new read limit and plans it again")
             yield
             self.storage_watch.resumed()
+
+    def swap_source(self, frame: Callable[[], DataFrame],
+                    process: Callable[[DataFrame, int], None],
+                    drop_planned: Callable[[], list[int]]) -> bool:
+        """Restart the query in place over a new ``frame()`` (the source with another read
+        limit), between batches: Spark reads ``maxOffsetsPerTrigger`` once, when the query
+        starts. The running batch finishes; a batch Spark planned meanwhile is refused
+        before keyshift touches anything of it (:class:`SourceRestart`) and
+        ``drop_planned`` takes its offsets out of the checkpoint, so the new query plans it
+        with the new limit. False when the job is stopping (nothing started) or the new
+        query failed to start (:attr:`swap_error`, which :meth:`failure` reports)."""
+        with self._swap_lock:
+            if self.stopping.is_set() or self.query is None:
+                return False
+            self.swapping.set()
+            try:
+                with self.batch_lock:  # the running batch ends; none starts after it
+                    pass
+                self.stop_query()
+                drop_planned()
+                if self.stopping.is_set():
+                    return False
+                self.query = (frame().writeStream.queryName(self.shape.name)
+                              .foreachBatch(process)
+                              .option("checkpointLocation", self.shape.checkpoint)
+                              .trigger(**self.shape.trigger())
+                              .start())
+                self.swaps += 1
+                return True
+            except Exception as exc:  # noqa: BLE001 -- the run reports it as its failure
+                self.swap_error = exc
+                return False
+            finally:
+                self.swapping.clear()
+
+    def running(self) -> bool:
+        """The query runs, or is being restarted with a new read limit."""
+        if self.swapping.is_set():
+            return True
+        q = self.query
+        return q is not None and bool(q.isActive)
+
+    def failure(self) -> str | None:
+        """The run's failure as one string (None: none): the query's exception, unless the
+        query was stopped by a restart of its source; a restart that could not start the
+        new query."""
+        if self.swap_error is not None:
+            return f"restarting the Kafka source failed: {self.swap_error}"
+        if self.swapping.is_set():
+            return None
+        q = self.query
+        exc = q.exception() if q is not None else None
+        return None if exc is None else str(exc)
 
     def ride_out(self, error: BaseException | str, restart: Callable[[], None],
                  stop: threading.Event | None = None) -> BaseException | str | None:
@@ -168,6 +264,8 @@ class QueryLifecycle:
         caller reports it after the query's own failure, if any (commands/run.py stop_job).
         """
         self.stopping.set()
+        with self._swap_lock:  # a restart of the source under way ends first
+            pass
         try:
             self.broker_watch.stop()
             if self.batch_lock.acquire(timeout=timeout_s):

@@ -295,8 +295,9 @@ def _watch(job, thread: threading.Thread, duration: float, say, produced: dict) 
     prints one line per batch meanwhile); returns the query's failure, if it failed."""
     t0 = time.monotonic()
     while True:
-        if job.query.exception() is not None:
-            return str(job.query.exception())
+        failure = job.lifecycle.failure()
+        if failure is not None:
+            return failure
         t = job.totals
         if produced.get("done"):
             sent = produced.get("sent", 0)

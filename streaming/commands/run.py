@@ -328,20 +328,21 @@ def wait_and_stop(job, duration: float | None, say) -> Ending:
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     deadline = time.monotonic() + duration if duration else None
     failed = None
+    life = job.lifecycle  # the query across restarts of its source (query_lifecycle.py)
     try:
         while True:
-            query = job.query
             while not stop.wait(0.5):
-                if query.exception() is not None:
+                if life.failure() is not None:
                     break
-                if not query.isActive or (deadline is not None
+                if not life.running() or (deadline is not None
                                           and time.monotonic() >= deadline):
                     break
             # read after the loop too: a query that failed between the two checks above is
             # inactive with its exception set, and is a failure, not an end
-            if query.exception() is None:
+            failure = life.failure()
+            if failure is None:
                 break
-            left = job.ride_out(str(query.exception()), stop)
+            left = job.ride_out(failure, stop)
             if left is None:  # started again after a storage outage: wait on the new query
                 continue
             failed = str(left)

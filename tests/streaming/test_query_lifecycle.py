@@ -44,6 +44,9 @@ class Query:
         self.log.append("query stop")
         self.isActive = False
 
+    def exception(self):
+        return None
+
 
 class Frame:
     """A DataFrame's ``writeStream`` chain, recording what the query is started with."""
@@ -211,3 +214,61 @@ def test_a_stop_during_the_wait_returns_the_failure_without_restarting() -> None
     life = lifecycle([])
     assert life.ride_out(READ_ONLY, lambda: pytest.fail("restarted after stop"),
                          stop) is READ_ONLY
+
+
+def test_a_source_restart_waits_for_the_running_batch_and_refuses_the_next() -> None:
+    """Admission's new read limit: the query restarts in place between batches; a batch
+    Spark planned meanwhile is refused before it runs and its planned offsets dropped; the
+    replaced query's failure is not the run's."""
+    log: list[str] = []
+    life = lifecycle(log)
+    life.start(Frame(log), lambda df, b: None)
+    entered, release = threading.Event(), threading.Event()
+
+    def long_batch() -> None:
+        with life.batch(7):
+            entered.set()
+            release.wait(5)
+            log.append("batch 7 done")
+
+    t = threading.Thread(target=long_batch)
+    t.start()
+    entered.wait(5)
+    dropped: list[str] = []
+    swap = threading.Thread(target=lambda: life.swap_source(
+        lambda: Frame(log), lambda df, b: None, lambda: dropped.append("offsets/8") or [8]))
+    swap.start()
+    for _ in range(100):  # the swap waits for batch 7
+        if life.swapping.is_set():
+            break
+        threading.Event().wait(0.01)
+    assert life.swapping.is_set() and life.running() and life.failure() is None
+    assert "query stop" not in log
+    release.set()
+    t.join(5)
+    swap.join(5)
+    assert log[-3:] == ["batch 7 done", "query stop", "query start"]
+    assert dropped == ["offsets/8"] and life.swaps == 1
+    assert not life.swapping.is_set() and life.running() and life.failure() is None
+    with life.batch(8):  # the new query's batches run
+        log.append("batch 8 done")
+    life.swapping.set()  # a batch Spark plans while the swap runs is refused, unrun
+    with pytest.raises(JobStopping, match="new read limit"):
+        with life.batch(9):
+            log.append("batch 9 ran")
+    assert "batch 9 ran" not in log
+
+
+def test_a_source_restart_that_cannot_start_is_the_runs_failure() -> None:
+    log: list[str] = []
+    life = lifecycle(log)
+    life.start(Frame(log), lambda df, b: None)
+
+    def broken() -> Frame:
+        raise RuntimeError("broker unreachable")
+
+    assert not life.swap_source(broken, lambda df, b: None, lambda: [])
+    assert life.failure() == "restarting the Kafka source failed: broker unreachable"
+    stopped = lifecycle([])
+    stopped.stopping.set()  # a stopping job starts nothing new
+    assert not stopped.swap_source(lambda: Frame([]), lambda df, b: None, lambda: [])

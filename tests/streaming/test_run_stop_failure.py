@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from keyshift.config import load_config
 from keyshift.streaming.commands import run as run_cmd
 from keyshift.streaming.executors import RunResources
 from keyshift.streaming.flush import Flush
@@ -96,6 +97,8 @@ def fake_job(tmp_path: Path, query_error: str | None, commit_fails: bool) -> Str
     job.resources = RunResources("fixed", None, None, executor_cores=1, local_cores=2)
     job.skipped_offsets = {}  # a resume's records kafka.fail_on_data_loss=false skipped
     job.groups, job.per_window = 64, 2  # what the run's cost reads (no batches.jsonl here)
+    job.admission, job.admission_restarts = None, []  # max_offsets_per_trigger as given
+    job.cfg = load_config(env={})
     return job
 
 

@@ -1,0 +1,128 @@
+"""Admission: how many records a micro-batch may read, so that batches stay short under any
+load and the loop keeps deciding every window.
+
+A fixed ``maxOffsetsPerTrigger`` lets one batch of a heavy operator grow into minutes of
+engine work when a backlog builds (20,000 events at 8 ms each on one engine is 160 s), and
+while it runs nothing else happens: no window closes, no executor is asked for. DStreams had
+a PID rate estimator for this; Structured Streaming has none, and Flink's backpressure is
+built in. Here the bound follows the measured cost: a batch reads no more than the engines
+it runs on can do in about one window (``fill`` × Δ, less the batch's fixed cost), so a
+backlog is taken over several short batches and a decision comes at the end of each window.
+
+The cost is measured on the batch's critical engine task, the one the batch waits for:
+``critical_s`` seconds for a batch of ``events`` on ``engines`` engines is
+``k = critical_s · engines / events`` engine-seconds per event, skew included; a bound of
+``(fill·Δ − overhead) · engines / k`` then ends the critical task within the window on
+``engines`` engines. Both are smoothed (a batch's time is noisy), and the bound moves only by
+a factor of ``step`` or more: Spark reads the limit when the query starts, so a new bound is
+a restart of the query in place (``keyshift.streaming.query_lifecycle.swap_source``), about
+a second each; at most one a window. The user's ``max_offsets_per_trigger`` stays the
+ceiling.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class AdmissionSettings:
+    """``window_s``: Δ; ``ceiling``: the user's ``max_offsets_per_trigger``; ``initial``: the
+    first batch's bound while no cost is known; ``least``: the smallest bound it sets;
+    ``fill``: the share of a window a batch may take; ``step``: the factor a bound must move
+    by before the query restarts with it."""
+
+    window_s: float
+    ceiling: int
+    initial: int = 1000
+    least: int = 10
+    fill: float = 0.8
+    step: float = 2.0
+    smoothing: float = 0.5  # the weight of the newest batch in the smoothed cost
+
+    def __post_init__(self) -> None:
+        if not self.window_s > 0:
+            raise ValueError(f"controller.window_s: must be > 0, got {self.window_s}")
+        if self.ceiling < 1:
+            raise ValueError(f"spark.max_offsets_per_trigger: must be >= 1, got {self.ceiling}")
+        if not 0 < self.fill <= 1:
+            raise ValueError(f"spark.admission_fill: must be in (0, 1], got {self.fill}")
+        if self.step <= 1:
+            raise ValueError(f"admission step: must be > 1, got {self.step}")
+
+    @property
+    def start(self) -> int:
+        """The bound of a run's first query: ``initial`` under the ceiling."""
+        return max(1, min(self.initial, self.ceiling))
+
+
+@dataclass(frozen=True)
+class BatchLoad:
+    """What one batch read and cost: its events, the seconds its critical engine task worked,
+    the live engines it ran on, its whole duration and the records still unread after it
+    (None: unknown)."""
+
+    events: int
+    critical_s: float
+    engines: int
+    duration_s: float
+    lag: float | None = None
+
+
+class Admission:
+    """The read bound of a run's query, from the measured cost of its batches."""
+
+    def __init__(self, settings: AdmissionSettings, limit: int | None = None) -> None:
+        self.settings = settings
+        self.limit = limit if limit is not None else settings.start  # the bound in force
+        self.cost_s: float | None = None  # engine-seconds per event (k), smoothed
+        self.overhead_s: float | None = None  # a batch's time outside its critical task
+        self.last_change_at: float | None = None
+
+    def observe(self, b: BatchLoad) -> None:
+        """One finished batch's cost (a batch without events tells nothing of it)."""
+        if b.events <= 0 or b.critical_s <= 0 or b.engines < 1:
+            return
+        a = self.settings.smoothing
+        k = b.critical_s * b.engines / b.events
+        over = max(b.duration_s - b.critical_s, 0.0)
+        self.cost_s = k if self.cost_s is None else a * k + (1 - a) * self.cost_s
+        self.overhead_s = over if self.overhead_s is None else a * over + (1 - a) * self.overhead_s
+
+    def wanted(self, engines: int) -> int:
+        """The bound that ends a batch on ``engines`` engines within ``fill`` of a window."""
+        s = self.settings
+        if self.cost_s is None:
+            return self.limit
+        budget = s.fill * s.window_s - (self.overhead_s or 0.0)
+        # a batch's fixed cost near a window leaves little room: still read something
+        budget = max(budget, 0.25 * s.fill * s.window_s)
+        n = int(budget * max(engines, 1) / self.cost_s)
+        return max(s.least, min(n, s.ceiling))
+
+    def next_limit(self, b: BatchLoad, engines: int, now: float) -> int | None:
+        """After batch ``b``, with ``engines`` live for the next one: the new bound when the
+        query should restart with it, else None. Down when the wanted bound is a ``step``
+        below the one in force and the batch read more than it wants; up when it is a
+        ``step`` above and the bound held the batch back (it read all it could, or records
+        wait); at most once a window."""
+        self.observe(b)
+        s = self.settings
+        if self.last_change_at is not None and now - self.last_change_at < s.window_s:
+            return None
+        want = self.wanted(engines)
+        shrink = want * s.step <= self.limit and b.events > want
+        held = b.events >= 0.9 * self.limit or (b.lag is not None and b.lag > 0)
+        grow = want >= self.limit * s.step and held and self.limit < s.ceiling
+        if not (shrink or grow):
+            return None
+        self.limit, self.last_change_at = want, now
+        return want
+
+    def describe(self) -> str:
+        """The bound and what set it, for a line of the run's output."""
+        if self.cost_s is None:
+            return f"{self.limit} records a batch (no cost measured yet)"
+        return (f"{self.limit} records a batch ({self.cost_s * 1000:.3g} ms an event on one "
+                f"engine, {self.overhead_s or 0.0:.2g} s fixed a batch, "
+                f"{self.settings.fill:g} of a {self.settings.window_s:g}-s window)")

@@ -1,0 +1,76 @@
+"""Admission: batches that stay short under any load, from the measured cost per event."""
+
+from __future__ import annotations
+
+import pytest
+
+from keyshift.control.admission import Admission, AdmissionSettings, BatchLoad
+
+
+def spike(admission: Admission, rates: list[float], cost_s: float, engines: list[int],
+          overhead_s: float = 1.0, adapt: bool = True) -> list[dict]:
+    """A fluid job: each batch reads min(backlog, bound); its engine stage takes
+    events · cost / engines, plus a fixed overhead; input arrives at ``rates[i]`` a second
+    over the batch's duration. Returns each batch's events, duration and the bound."""
+    backlog, t, out = 0.0, 0.0, []
+    for i, rate in enumerate(rates):
+        backlog += rate * 2.0  # a 2-s trigger's worth arrives before the batch is planned
+        n = int(min(backlog, admission.limit))
+        engine_s = n * cost_s / engines[i]
+        duration = engine_s + overhead_s
+        backlog += rate * duration - n
+        t += duration
+        out.append({"events": n, "duration": duration, "limit": admission.limit})
+        if adapt:
+            admission.next_limit(BatchLoad(n, engine_s, engines[i], duration, lag=backlog),
+                                 engines[min(i + 1, len(engines) - 1)], t)
+    return out
+
+
+def test_a_spike_is_taken_in_batches_of_about_a_window() -> None:
+    # an 8-ms operator, 20 -> 200 -> 20 events/s: the fixed 20,000 gives a 160-s batch
+    fixed = Admission(AdmissionSettings(window_s=10.0, ceiling=20000, initial=20000))
+    rates = [20.0] * 5 + [200.0] * 40 + [20.0] * 40
+    worst = max(b["duration"] for b in spike(fixed, rates, 0.008, [1] * len(rates),
+                                             adapt=False))
+    assert worst > 60
+    auto = Admission(AdmissionSettings(window_s=10.0, ceiling=20000))
+    batches = spike(auto, rates, 0.008, [1] * len(rates))
+    assert max(b["duration"] for b in batches[1:]) <= 2 * 10.0
+    # ... and the bound follows the cost: about (0.8 · 10 − 1) s / 8 ms = 875 events
+    assert 400 <= auto.wanted(1) <= 1000
+    # with 2 engines the bound doubles
+    assert auto.wanted(2) == pytest.approx(2 * auto.wanted(1), rel=0.01)
+
+
+def test_a_light_operator_reads_up_to_the_users_ceiling() -> None:
+    a = Admission(AdmissionSettings(window_s=10.0, ceiling=20000))
+    assert a.limit == 1000
+    new = a.next_limit(BatchLoad(1000, 0.05, 2, 0.8, lag=50000.0), 2, 100.0)
+    assert new == 20000 and a.limit == 20000
+    # the ceiling is never passed, and a bound that moves little restarts nothing
+    assert a.next_limit(BatchLoad(20000, 1.0, 2, 1.8, lag=1e6), 2, 200.0) is None
+
+
+def test_at_most_one_restart_a_window_and_none_when_the_bound_does_not_hold_back() -> None:
+    a = Admission(AdmissionSettings(window_s=10.0, ceiling=20000, initial=5000))
+    assert a.next_limit(BatchLoad(5000, 40.0, 1, 41.0), 1, 0.0) is not None  # 41-s batch
+    shrunk = a.limit
+    assert shrunk < 5000
+    # cheap batches now, but within the window of the last restart: none
+    assert a.next_limit(BatchLoad(shrunk, 0.1, 1, 0.5, lag=1e5), 1, 5.0) is None
+    # a quiet topic (the batch read less than its bound, nothing waits) keeps the bound
+    quiet = Admission(AdmissionSettings(window_s=10.0, ceiling=20000))
+    assert quiet.next_limit(BatchLoad(30, 0.01, 1, 0.4, lag=0.0), 1, 50.0) is None
+
+
+def test_batches_without_events_tell_nothing_and_bad_settings_are_refused() -> None:
+    a = Admission(AdmissionSettings(window_s=10.0, ceiling=300))
+    assert a.limit == 300  # the initial bound under the user's ceiling
+    a.observe(BatchLoad(0, 0.0, 1, 0.2))
+    assert a.cost_s is None and a.wanted(1) == 300
+    assert "no cost measured" in a.describe()
+    with pytest.raises(ValueError, match="admission_fill"):
+        AdmissionSettings(window_s=10.0, ceiling=10, fill=0.0)
+    with pytest.raises(ValueError, match="max_offsets_per_trigger"):
+        AdmissionSettings(window_s=10.0, ceiling=0)
