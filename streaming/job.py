@@ -79,7 +79,13 @@ from .heartbeat import Heartbeat
 from .migration import Migration, PauseMeter, record
 from .output_appends import OutputAppends
 from .placement import placement_keys
-from .query_lifecycle import QueryLifecycle, QueryShape, drop_planned_batches, kafka_stream
+from .query_lifecycle import (
+    QueryLifecycle,
+    QueryShape,
+    drop_planned_batches,
+    kafka_stream,
+    wait_committed,
+)
 from .split_windows import SplitWindows
 from .staging import StagedAppends
 from .storage_watch import StorageWatch
@@ -418,7 +424,8 @@ class StreamJob:
             t0 = time.perf_counter()
             done = self.lifecycle.swap_source(
                 self._source, self.process_batch,
-                lambda: drop_planned_batches(self.spark, self.checkpoint, batch_id))
+                lambda: drop_planned_batches(self.spark, self.checkpoint, batch_id),
+                lambda: wait_committed(self.spark, self.checkpoint, batch_id))
             self.admission_restarts.append(
                 {"batch_id": batch_id, "limit": limit, "ok": done,
                  "restart_s": round(time.perf_counter() - t0, 3)})

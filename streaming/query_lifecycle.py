@@ -101,6 +101,23 @@ def drop_planned_batches(spark: SparkSession, checkpoint: str, done: int) -> lis
     return sorted(dropped)
 
 
+def wait_committed(spark: SparkSession, checkpoint: str, batch_id: int,
+                   timeout_s: float = 60.0, poll_s: float = 0.05) -> bool:
+    """Wait until the query's checkpoint holds ``commits/<batch_id>`` (False: it did not
+    come within ``timeout_s``)."""
+    import time
+
+    jvm = spark.sparkContext._jvm
+    path = jvm.org.apache.hadoop.fs.Path(f"{checkpoint.rstrip('/')}/commits/{batch_id}")
+    fs = path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    deadline = time.monotonic() + timeout_s
+    while not fs.exists(path):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll_s)
+    return True
+
+
 @dataclass(frozen=True)
 class QueryShape:
     """What the query is started with, the same for every attempt of a run."""
@@ -171,14 +188,18 @@ class QueryLifecycle:
 
     def swap_source(self, frame: Callable[[], DataFrame],
                     process: Callable[[DataFrame, int], None],
-                    drop_planned: Callable[[], list[int]]) -> bool:
+                    drop_planned: Callable[[], list[int]],
+                    committed: Callable[[], None] = lambda: None) -> bool:
         """Restart the query in place over a new ``frame()`` (the source with another read
         limit), between batches: Spark reads ``maxOffsetsPerTrigger`` once, when the query
         starts. The running batch finishes; a batch Spark planned meanwhile is refused
         before keyshift touches anything of it (:class:`SourceRestart`) and
         ``drop_planned`` takes its offsets out of the checkpoint, so the new query plans it
         with the new limit. False when the job is stopping (nothing started) or the new
-        query failed to start (:attr:`swap_error`, which :meth:`failure` reports)."""
+        query failed to start (:attr:`swap_error`, which :meth:`failure` reports).
+        ``committed`` waits for Spark to commit the batch that just ended: the batch
+        function returns before Spark writes its commit, and a query stopped in between
+        runs that batch again."""
         with self._swap_lock:
             if self.stopping.is_set() or self.query is None:
                 return False
@@ -186,6 +207,7 @@ class QueryLifecycle:
             try:
                 with self.batch_lock:  # the running batch ends; none starts after it
                     pass
+                committed()
                 self.stop_query()
                 drop_planned()
                 if self.stopping.is_set():

@@ -78,10 +78,16 @@ class Admission:
         self.cost_s: float | None = None  # engine-seconds per event (k), smoothed
         self.overhead_s: float | None = None  # a batch's time outside its critical task
         self.last_change_at: float | None = None
+        self._warm = False  # a process's first batch with events was seen
 
     def observe(self, b: BatchLoad) -> None:
-        """One finished batch's cost (a batch without events tells nothing of it)."""
+        """One finished batch's cost (a batch without events tells nothing of it). A
+        process's first batch is cold (Python workers forked, the operator imported, the
+        first Kafka read): its cost counts only when it ran over a window, to shrink."""
         if b.events <= 0 or b.critical_s <= 0 or b.engines < 1:
+            return
+        cold, self._warm = not self._warm, True
+        if cold and b.duration_s <= self.settings.window_s:
             return
         a = self.settings.smoothing
         k = b.critical_s * b.engines / b.events

@@ -109,8 +109,10 @@ class ScaleAction:
                 f" (executor_wait_s ran out; the engines share the {self.came} that came)")
             return f"executors {self.before} -> {self.asked} asked{got}{short}"
         gone = "" if self.ready_s is None else f", gone after {self.ready_s:.1f} s"
-        return (f"executors {self.before} -> {self.asked}: released "
-                f"{', '.join(self.released) or 'none'}{gone}")
+        # ids, named as such: "released 0" read as "released none"
+        ids = (f"executor{'s' if len(self.released) > 1 else ''} id "
+               f"{', '.join(self.released)}" if self.released else "none")
+        return f"executors {self.before} -> {self.asked}: released {ids}{gone}"
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "batch_id": self.batch_id, "before": self.before,

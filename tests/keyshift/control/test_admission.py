@@ -46,6 +46,8 @@ def test_a_spike_is_taken_in_batches_of_about_a_window() -> None:
 def test_a_light_operator_reads_up_to_the_users_ceiling() -> None:
     a = Admission(AdmissionSettings(window_s=10.0, ceiling=20000))
     assert a.limit == 1000
+    # a process's first batch is cold (workers forked, imports): it does not grow the bound
+    assert a.next_limit(BatchLoad(1000, 2.5, 2, 4.0, lag=50000.0), 2, 90.0) is None
     new = a.next_limit(BatchLoad(1000, 0.05, 2, 0.8, lag=50000.0), 2, 100.0)
     assert new == 20000 and a.limit == 20000
     # the ceiling is never passed, and a bound that moves little restarts nothing

@@ -173,7 +173,7 @@ def test_scale_in_releases_after_the_batch_and_measures_when_they_are_gone() -> 
     m.now += 4.0
     assert s.settle(1, 3, {"1": 1}) is None
     assert rel.ready_s == pytest.approx(7.0) and m.held() == ["1"]
-    assert "released 2, 0, gone after 7.0 s" in rel.text()
+    assert "released executors id 2, 0, gone after 7.0 s" in rel.text()
 
 
 def test_start_gives_back_what_the_first_plan_does_not_need() -> None:
