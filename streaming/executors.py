@@ -127,12 +127,18 @@ class RunResources:
 
     ``cores_held`` is what the cluster manager says when ``spark.master_ui`` is set (the
     standalone master's ``/json/``), else the scheduler's executors times
-    ``spark.executor_cores``; on ``local[N]`` it is N, held whatever the plan."""
+    ``spark.executor_cores``; on ``local[N]`` it is N, held whatever the plan.
+
+    Core-seconds are counted as the cluster manager bills them: from the application's
+    registration (``since``, Spark's start time), the cores given at start-up included, not
+    from the job's first batch. ``billed`` is False on a local master, where no cluster
+    billed anything and the count is of the cores the process may use."""
 
     def __init__(self, mode: str, client: ExecutorClient | None,
                  scaler: ExecutorScaler | None, executor_cores: int, local_cores: int = 0,
                  cores_of_master: Callable[[], int | None] | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, since: float | None = None,
+                 process: str = "") -> None:
         self.mode = mode
         self.client = client
         self.scaler = scaler
@@ -144,9 +150,17 @@ class RunResources:
         self.cores_held = local_cores if client is None else 0
         self.executors_seen: list[int] = []
         self.core_seconds = 0.0
-        self._t = clock()
+        self.billed = client is not None
+        self.process = process or f"pid-{os.getpid()}"  # the application id, on a cluster
         self.mismatches = 0  # samples where the master and the scheduler disagreed
         self._ahead = 0  # engines the scaler's path plans within the executors' lead
+        now = clock()
+        # billing starts at the application's registration; the cores held from then to
+        # this first reading are the ones read now (what start-up was given)
+        self.since = min(since, now) if since is not None else now
+        self._t = self.since
+        if client is not None:
+            self._read_cores()
 
     @classmethod
     def for_job(cls, cfg: Config, spark: Any) -> RunResources:
@@ -154,8 +168,10 @@ class RunResources:
 
         mode = resources_mode(cfg)
         sc = spark.sparkContext
+        since = sc.startTime / 1000.0  # the application's registration
         if is_local(cfg.spark.master):
-            return cls(mode, None, None, cfg.spark.executor_cores, local_cores(cfg.spark.master))
+            return cls(mode, None, None, cfg.spark.executor_cores,
+                       local_cores(cfg.spark.master), since=since, process=sc.applicationId)
         client = SparkExecutors(sc)
         scaler = None if mode != "executors" else ExecutorScaler(
             client, budget_from_config(cfg), cfg.planner.executor_wait_s,
@@ -164,7 +180,8 @@ class RunResources:
         if cfg.spark.master_ui:
             ui, app = cfg.spark.master_ui, sc.applicationId
             master = lambda: master_cores(ui, app)  # noqa: E731
-        return cls(mode, client, scaler, cfg.spark.executor_cores, 0, master)
+        return cls(mode, client, scaler, cfg.spark.executor_cores, 0, master, since=since,
+                   process=sc.applicationId)
 
     # -- the job's calls ---------------------------------------------------------------------
     def at_start(self, live_engines: int) -> ScaleAction | None:
@@ -221,8 +238,11 @@ class RunResources:
         now = self.clock()
         self.core_seconds += self.cores_held * max(now - self._t, 0.0)
         self._t = now
-        if self.client is None:
-            return
+        if self.client is not None:
+            self._read_cores()
+
+    def _read_cores(self) -> None:
+        """The executors and cores held now, from the master where it is configured."""
         self.executors = len(self.client.held())
         self.executors_seen.append(self.executors)
         scheduler = self.executors * self.executor_cores
@@ -248,14 +268,49 @@ class RunResources:
             "executors_min": min(seen) if seen else None,
             "executors_max": max(seen) if seen else None,
             "core_seconds": round(self.core_seconds, 1),
+            # since the application registered, as the cluster manager bills (False: a
+            # local master, nothing billed)
+            "core_seconds_billed": self.billed,
+            "core_seconds_since": round(self.since, 3),
             "scale_actions": [a.to_dict() for a in (self.scaler.actions if self.scaler else [])],
         }
         if self.client is None:
             out["resources_note"] = (f"local master: the engines share its {self.local_cores} "
-                                     "cores; nothing is requested or released")
+                                     "cores; nothing is requested, released or billed by a "
+                                     "cluster")
         if self.mismatches:
             out["cores_mismatches"] = self.mismatches
         return out
+
+
+def write_held(path: Path, process: str, summary: dict[str, Any]) -> None:
+    """This process's core-seconds into the run folder's ``resources.json`` (one entry per
+    application: a resumed run's processes add up), for the report and ``status`` to give
+    the number ``run --json`` gives."""
+    try:
+        held = json.loads(path.read_text())
+    except (OSError, ValueError):
+        held = {}
+    held[process] = {k: summary.get(k) for k in (
+        "core_seconds", "core_seconds_billed", "core_seconds_since", "executors_max")}
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(held, indent=1))
+    tmp.replace(path)
+
+
+def read_held(path: Path) -> dict[str, Any] | None:
+    """The run's core-seconds over its processes (``resources.json``), None without one."""
+    try:
+        held = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    entries = [v for v in held.values() if isinstance(v, dict)
+               and isinstance(v.get("core_seconds"), (int, float))]
+    if not entries:
+        return None
+    return {"core_seconds": round(sum(v["core_seconds"] for v in entries), 1),
+            "core_seconds_billed": all(v.get("core_seconds_billed") for v in entries),
+            "processes": len(entries)}
 
 
 def local_cores(master: str) -> int:

@@ -72,7 +72,7 @@ from .code_shipping import prepare_executors
 from .controller import Controller, ControlLog, progress_lag
 from .batch_frames import EVENTS_OUT_FROM, BatchFrames, events_out_rows
 from .engines import LOAD, OUT_FETCHED, TASK, BatchSpec, work_seconds
-from .executors import RunResources, task_cores
+from .executors import RunResources, task_cores, write_held
 from .faults import NO_FAULTS, Phases
 from .flush import Flush
 from .heartbeat import Heartbeat
@@ -597,6 +597,7 @@ class StreamJob:
         duration = time.perf_counter() - clock.t0
         self._add_to_totals(batch_id, ran, b.migration, duration)
         self._admit(batch_id, b, ran, clock, duration)
+        self._write_held()
         self._write_timing(self._timing_record(batch_id, b, ran, committed, clock, duration,
                                                e2e, e2e_q, metrics["engine_loads"]))
         if self.on_batch is not None:
@@ -800,6 +801,18 @@ class StreamJob:
         if name == "events_out":
             self._outputs_committed_at = time.time()
 
+    def _write_held(self) -> dict[str, Any]:
+        """What this process has held so far (core-seconds since the application
+        registered), into the run folder, where the report and ``status`` read it."""
+        held = self.resources.summary()
+        try:
+            write_held(self.run_dir / "resources.json", self.resources.process, held)
+        except OSError as exc:  # the report falls back to the metrics rows; said once
+            if not getattr(self, "_held_unwritten", False):
+                self._held_unwritten = True
+                say(f"keyshift: {self.run_id}: resources.json not written: {exc}")
+        return held
+
     def _write_timing(self, record: dict[str, Any]) -> None:
         """Per-batch task records (the 1:1 proof, timings) as JSON lines in the run folder."""
         with open(self.run_dir / "batches.jsonl", "a") as f:
@@ -835,7 +848,7 @@ class StreamJob:
             "skipped_offsets": self.skipped_offsets,
             # the records a batch may read at the end, and each restart admission made
             "read_limit": self.read_limit, "source_restarts": list(self.admission_restarts),
-            **self.resources.summary(),
+            **self._write_held(),
             # where a batch's time went, how long events waited, what balancing bought
             **run_cost(self.run_dir, self.groups, self.per_window, self.opt.policy,
                        self.controller.plan_for),

@@ -119,8 +119,9 @@ def summarize(tables: RunTables, cfg: Config, run_id: str, wall_s: float | None 
         "engines_min": int(m.engines.min()) if len(m) else 0,
         "engines_max": int(m.engines.max()) if len(m) else 0,
         "engines_final": int(m.engines.iloc[-1]) if len(m) else 0,
-        # what the run held for its engines (schema 4 on; None before, or on no row)
-        **_held(m),
+        # what the run held for its engines: core-seconds as the cluster bills them, from the
+        # run folder where this host has it, else from the metrics rows (schema 4 on)
+        **_held(m, cfg.run_dir(run_id) / "resources.json"),
         # changes of N the engine scaler realized (0 unless [planner] enabled)
         "scale_actions": len(scaled),
         # when the first of them was decided, in seconds after the first batch started
@@ -133,17 +134,33 @@ def summarize(tables: RunTables, cfg: Config, run_id: str, wall_s: float | None 
     }
 
 
-def _held(m: pd.DataFrame) -> dict[str, Any]:
-    """Cores held: the most, and core-seconds (each batch's cores held from its start to
-    the next batch's start; the last batch's for its own duration)."""
+def _held(m: pd.DataFrame, folder_held: Path | None = None) -> dict[str, Any]:
+    """Cores held: the most, and core-seconds. The run's own count
+    (``resources.json``: from each process's registration with the cluster manager, what
+    ``run --json`` said) where the run folder is on this host; else each batch's cores held
+    from its start to the next batch's start (the last batch's for its own duration), which
+    leaves out start-up."""
+    from .executors import read_held
+
+    own = read_held(folder_held) if folder_held is not None else None
     if not len(m) or "cores_held" not in m or not m.cores_held.notna().any():
-        return {"cores_held_max": None, "core_seconds": None}
+        if own is None:
+            return {"cores_held_max": None, "core_seconds": None}
+        return {"cores_held_max": None, "core_seconds": own["core_seconds"],
+                "core_seconds_billed": own["core_seconds_billed"]}
     rows = m[m.cores_held.notna()].sort_values("batch_id")
     starts = rows.window_start.map(lambda x: x.timestamp()).to_numpy(dtype=float)
     spans = np.append(np.diff(starts), float(rows.batch_duration_s.iloc[-1]))
-    return {"cores_held_max": int(rows.cores_held.max()),
-            "core_seconds": round(float((rows.cores_held.to_numpy(dtype=float)
-                                         * np.clip(spans, 0, None)).sum()), 1)}
+    from_rows = round(float((rows.cores_held.to_numpy(dtype=float)
+                             * np.clip(spans, 0, None)).sum()), 1)
+    out: dict[str, Any] = {"cores_held_max": int(rows.cores_held.max()),
+                           "core_seconds": from_rows if own is None else own["core_seconds"]}
+    if own is not None:
+        out["core_seconds_billed"] = own["core_seconds_billed"]
+        if not own["core_seconds_billed"]:
+            out["core_seconds_note"] = ("a local master: nothing was billed by a cluster; "
+                                        "these are the cores the process could use")
+    return out
 
 
 def report_run(rows: Rows, cfg: Config, run_id: str, folder: Path,

@@ -98,9 +98,10 @@ def test_a_run_reports_what_it_held_and_core_seconds() -> None:
     clock, client = Clock(), Client(["0", "1"])
     scaler = ExecutorScaler(client, ExecutorBudget(1, 1, 2), 10.0, clock=clock,
                             sleep=lambda s: None)
-    told = iter([2, 1, 1])
+    told = iter([2, 2, 1, 1])
+    # the application registered 3 s before the job built its resources
     res = RunResources("executors", client, scaler, executor_cores=1,
-                       cores_of_master=lambda: next(told), clock=clock)
+                       cores_of_master=lambda: next(told), clock=clock, since=clock.now - 3.0)
     clock.now += 5.0
     res.after_batch(2, 0, [{"events": 3, "workdir": "/w/app-1/0"},
                            {"events": 2, "workdir": "/w/app-1/1"}])
@@ -111,8 +112,10 @@ def test_a_run_reports_what_it_held_and_core_seconds() -> None:
     assert res.columns() == {"executors": 1, "cores_held": 1}
     clock.now += 10.0
     out = res.summary()
-    # 5 s at 0 (nothing sampled yet), 10 s at 2, 10 s at 1
-    assert out["core_seconds"] == pytest.approx(30.0)
+    # as the master bills: from registration, 3 + 5 s at the 2 cores start-up was given,
+    # 10 s at 2, 10 s at 1
+    assert out["core_seconds"] == pytest.approx(46.0)
+    assert out["core_seconds_billed"] is True
     assert out["executors_min"] == 1 and out["executors_max"] == 2
     assert [a["kind"] for a in out["scale_actions"]] == ["release"]
     assert "cores_mismatches" not in out
@@ -144,7 +147,7 @@ def test_the_cluster_managers_count_wins_and_a_disagreement_is_counted() -> None
                        clock=Clock())
     res.sample()
     assert res.columns() == {"executors": 2, "cores_held": 3}  # the master's, not 2 x 2
-    assert res.summary()["cores_mismatches"] == 2
+    assert res.summary()["cores_mismatches"] == 3  # at start, the sample, the summary
 
 
 def test_a_local_master_holds_its_cores_and_says_nothing_is_released() -> None:
@@ -177,6 +180,34 @@ def test_the_report_sums_what_a_run_held_from_its_metrics_rows() -> None:
     old = m.assign(cores_held=pd.array([None] * 4, dtype="Int32"))  # rows before schema 4
     assert _held(old) == {"cores_held_max": None, "core_seconds": None}
     assert _held(m.iloc[:0]) == {"cores_held_max": None, "core_seconds": None}
+
+
+def test_the_report_gives_the_core_seconds_the_runs_processes_counted(tmp_path) -> None:
+    """One number everywhere: the report reads what each process of the run counted from
+    its registration (what ``run --json`` said), start-up included, and sums the processes
+    of a resumed run; a local master's count is said not to be a cluster's bill."""
+    import pandas as pd
+
+    from keyshift.streaming.executors import read_held, write_held
+    from keyshift.streaming.report import _held
+
+    path = tmp_path / "resources.json"
+    t0 = pd.Timestamp("2026-12-05T10:00:00Z")
+    m = pd.DataFrame({"batch_id": [0, 1], "window_start": [t0, t0 + pd.Timedelta(seconds=10)],
+                      "batch_duration_s": [2.0, 2.0],
+                      "cores_held": pd.array([1, 1], dtype="Int32")})
+    write_held(path, "app-1", {"core_seconds": 120.5, "core_seconds_billed": True})
+    write_held(path, "app-1", {"core_seconds": 130.0, "core_seconds_billed": True})  # later
+    write_held(path, "app-2", {"core_seconds": 20.0, "core_seconds_billed": True})
+    assert read_held(path) == {"core_seconds": 150.0, "core_seconds_billed": True,
+                               "processes": 2}
+    assert _held(m, path) == {"cores_held_max": 1, "core_seconds": 150.0,
+                              "core_seconds_billed": True}
+    write_held(path, "local-1", {"core_seconds": 5.0, "core_seconds_billed": False})
+    assert "nothing was billed by a cluster" in _held(m, path)["core_seconds_note"]
+    assert _held(m, tmp_path / "none.json")["core_seconds"] == 12.0  # the rows' count
+    path.write_text("{not json")
+    assert read_held(path) is None
 
 
 def test_executors_are_asked_for_ahead_of_the_path_and_kept_until_it_passes() -> None:
