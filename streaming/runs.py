@@ -415,8 +415,11 @@ def recent(rows: Rows, cfg: Config, run_id: str, last: int) -> dict[str, list]:
     run_dir = cfg.run_dir(run_id)
     cost = folder_cost(run_dir, cfg.controller.window_s)  # the driver's host
     floor = _floor_of(rows, run_id, run_dir)
+    from .executors import read_held
+
+    held = read_held(run_dir / "resources.json")  # what run --json and the report say
     return {"batches": batches, "decisions": decisions, **({"cost": cost} if cost else {}),
-            **({"floor": floor} if floor else {})}
+            **({"floor": floor} if floor else {}), **({"held": held} if held else {})}
 
 
 def run_meta(run_dir: Path) -> dict[str, Any]:

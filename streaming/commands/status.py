@@ -163,6 +163,12 @@ def _print_run(result: dict[str, Any]) -> None:
         console.print(p(line))
     if result.get("floor"):
         console.print(p(f"the floor: {result['floor']}"))
+    if (held := result.get("held")):
+        billed = ("as the cluster bills them, from each process's registration"
+                  if held["core_seconds_billed"]
+                  else "a local master: nothing was billed by a cluster")
+        console.print(f"core-seconds held: {held['core_seconds']:,.1f} ({billed}; "
+                      f"{held['processes']} process{'es' if held['processes'] > 1 else ''})")
     d = Table(title=f"last {len(result['decisions'])} decisions")
     for col in ("batch", "component", "action", "RSTD before", "RSTD after", "moved groups",
                 "engines", "reason"):
