@@ -183,7 +183,7 @@ class Controller:
         self.last_close = close
         w = self._window
         w.last_batch = batch_id
-        w.spanned = close.spanned
+        w.spanned, w.spanned_window_s = close.spanned, close.window_s
         w.span_s = self._span(w)
         w.lag = lag
         self._window = WindowStats.empty(w.index + 1, self.groups, batch_id + 1)

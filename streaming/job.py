@@ -326,7 +326,8 @@ class StreamJob:
         # statistic windows of controller.window_s seconds, however long the batches are
         self.controller = Controller(cfg, self.run_id, options.policy, self.groups,
                                      self.initial_engines,
-                                     TimedWindows(float(cfg.controller.window_s)), self.log,
+                                     TimedWindows(float(cfg.controller.window_s),
+                                                  self.trigger_s), self.log,
                                      options.policy_params)
         # dc / wc: the groups each batch splits, from the last window's loads
         self.split_windows = SplitWindows(
@@ -863,7 +864,9 @@ def admission_for(cfg: Config, options: JobOptions, run_dir: Path) -> Admission 
     if cfg.spark.admission == "off" or options.available_now:
         return None
     settings = AdmissionSettings(
-        window_s=float(cfg.controller.window_s),
+        # a window is never shorter than the trigger (keyshift.control.window_clock)
+        window_s=max(float(cfg.controller.window_s), float(options.trigger_s
+                                                             or cfg.spark.trigger_s)),
         ceiling=options.max_offsets_per_trigger or cfg.spark.max_offsets_per_trigger,
         initial=cfg.spark.admission_initial, fill=cfg.spark.admission_fill)
     limit = None

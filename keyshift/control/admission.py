@@ -104,6 +104,10 @@ class Admission:
         # a batch's fixed cost near a window leaves little room: still read something
         budget = max(budget, 0.25 * s.fill * s.window_s)
         n = int(budget * max(engines, 1) / self.cost_s)
+        # never so few that the batch's fixed cost outweighs its records' work: below that
+        # a backlog drains at less than half the engines' speed and only grows (a window
+        # shorter than a batch's fixed cost cannot be met by reading less)
+        n = max(n, int((self.overhead_s or 0.0) * max(engines, 1) / self.cost_s))
         return max(s.least, min(n, s.ceiling))
 
     def next_limit(self, b: BatchLoad, engines: int, now: float) -> int | None:
@@ -117,7 +121,10 @@ class Admission:
         if self.last_change_at is not None and now - self.last_change_at < s.window_s:
             return None
         want = self.wanted(engines)
-        shrink = want * s.step <= self.limit and b.events > want
+        # only a batch longer than its window is shrunk: a shorter one is already what the
+        # loop needs, and under a fixed cost that dominates, fewer records shorten nothing
+        shrink = (want * s.step <= self.limit and b.events > want
+                  and b.duration_s > s.window_s)
         held = b.events >= 0.9 * self.limit or (b.lag is not None and b.lag > 0)
         grow = want >= self.limit * s.step and held and self.limit < s.ceiling
         if not (shrink or grow):

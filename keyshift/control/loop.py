@@ -384,9 +384,10 @@ class ControlLoop:
         scaler's when the guardrails held it; an ineffective scale-out gets its own row."""
         rows = self._rows(d, scaler=scaler, balancer=balancer, window=window, state=state)
         if window.spanned > 1:  # one batch ran over several windows: the loop was late
-            note = (f"batch {window.last_batch} spanned {window.spanned} windows of "
-                    f"{self.settings.window_s:g} s, decided at its end; ")
-            rows = [{**r, "reason": note + r["reason"]} for r in rows]
+            delta = window.spanned_window_s or self.settings.window_s
+            note = (f"; batch {window.last_batch} spanned {window.spanned} windows of "
+                    f"{delta:g} s, decided at its end")
+            rows = [{**r, "reason": r["reason"] + note} for r in rows]
         reason = rows[0 if d.action == "declined" and d.component == "scaler" else -1]["reason"]
         verdict, n = d.verdict, d.before.parallelism
         if verdict is not None and verdict.ineffective:  # its own row, after the window's

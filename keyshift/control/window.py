@@ -63,6 +63,7 @@ class WindowStats:
     # window boundaries the closing batch crossed: > 1 when one batch ran longer than Δ
     # (keyshift.control.window_clock); the decision's reason says so
     spanned: int = 1
+    spanned_window_s: float | None = None  # the length of those windows (None: Δ)
 
     @classmethod
     def empty(cls, index: int, groups: int, first_batch: int = 0) -> WindowStats:

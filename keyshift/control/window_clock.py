@@ -1,9 +1,9 @@
 """When a statistic window closes: after Δ seconds of input, or after a count of batches.
 
 The loop decides once per window. The Spark job's windows are **timed**
-(:class:`TimedWindows`): a window closes at the end of the first batch that ends Δ or more
-after the window opened, so a window lasts Δ (rounded up to a batch end) however long the
-batches are. Counting batches instead (round(Δ / trigger) of them) makes a "10-s" window last
+(:class:`TimedWindows`): a window holds the batches that start in it and closes at the end
+of the batch after which no more can, so a window lasts Δ (rounded to a batch end) however
+long the batches are. Counting batches instead (round(Δ / trigger) of them) makes a "10-s" window last
 minutes exactly when batches grow under load, and the loop falls silent when it is needed
 most. A batch that itself runs longer than Δ closes every window boundary it crossed; the
 loop decides once, at its end, on the rates measured during it, and the reason says how many
@@ -36,6 +36,7 @@ class Close:
 
     spanned: int = 1
     replayed: bool = False
+    window_s: float | None = None  # the window's length in the clock (None: a count)
 
 
 class WindowClock(Protocol):
@@ -97,22 +98,35 @@ class BatchWindows:
 
 @dataclass
 class TimedWindows:
-    """A window closes at the end of the first batch that ends ``window_s`` or more after it
-    opened; the boundaries are t0 + kΔ from the first batch's start in this process."""
+    """A window holds the batches that start in it: it closes at the end of a batch after
+    which the next can only start at or past the window's end (the batch ended there, or
+    its start plus the trigger is there). Boundaries are t0 + kΔ from the first batch's
+    start in this process; Δ is at least the trigger (no window is shorter than the
+    interval batches come at). Batches on time close a window every round(Δ / trigger)
+    batches, as a count would; longer ones close it on time."""
 
     window_s: float
+    trigger_s: float = 0.0
     _t0: float | None = None
     _next: float | None = None  # the open window's end boundary
+    _started: float | None = None  # the last batch's start
     _replay: _Replay = field(default_factory=_Replay)
 
     def __post_init__(self) -> None:
         if not self.window_s > 0:
             raise ValueError(f"controller.window_s: must be > 0, got {self.window_s}")
+        if self.trigger_s < 0:
+            raise ValueError(f"spark.trigger_s: must be >= 0, got {self.trigger_s}")
+
+    @property
+    def delta(self) -> float:
+        return max(self.window_s, self.trigger_s)
 
     def opened(self, batch_id: int, started: float) -> None:
+        self._started = float(started)
         if self._t0 is None:
             self._t0 = float(started)
-            self._next = self._t0 + self.window_s
+            self._next = self._t0 + self.delta
 
     def close_at(self, batch_id: int, ended: float) -> Close | None:
         if self._next is None:  # no batch start was seen: this batch opened the window
@@ -122,13 +136,20 @@ class TimedWindows:
             if not recorded:
                 return None
             # the boundaries go on from the replayed close, as the crashed attempt's did
-            self._next = max(self._next, ended + self.window_s)
+            self._next = max(self._next, ended + self.delta)
             return Close(replayed=True)
-        if ended < self._next:
+        # the earliest the next batch can start: now, or this one's trigger tick
+        reach = max(ended, (self._started if self._started is not None else ended)
+                    + self.trigger_s)
+        # half a trigger of slack: Spark calls the batch a moment after its tick, by a
+        # delay that varies, and a window must not miss its last batch by that delay
+        slack = self.trigger_s / 2 + 1e-6
+        if reach < self._next - slack:
             return None
-        spanned = 1 + math.floor((ended - self._next) / self.window_s)
-        self._next += spanned * self.window_s
-        return Close(spanned=spanned)
+        # the boundaries up to ``reach`` it crossed; the next window ends past it
+        spanned = 1 + max(0, math.floor((reach + slack - self._next) / self.delta))
+        self._next += spanned * self.delta
+        return Close(spanned=spanned, window_s=self.delta)
 
     def replay(self, closing_batches: list[int]) -> None:
         self._replay = _Replay(sorted(closing_batches))
@@ -137,6 +158,10 @@ class TimedWindows:
         return 0 if last_closed is None else min(last_closed + 1, batch_id)
 
 
-def window_clock(window_s: float, per_window: int | None = None) -> WindowClock:
-    """Timed windows of ``window_s``, or windows of ``per_window`` batches where given."""
-    return BatchWindows(per_window) if per_window is not None else TimedWindows(window_s)
+def window_clock(window_s: float, trigger_s: float = 0.0,
+                 per_window: int | None = None) -> WindowClock:
+    """Timed windows of ``window_s`` on a ``trigger_s`` trigger, or windows of
+    ``per_window`` batches where given."""
+    if per_window is not None:
+        return BatchWindows(per_window)
+    return TimedWindows(window_s, trigger_s)

@@ -158,7 +158,7 @@ def test_timed_windows_decide_on_time_and_a_restart_closes_where_the_first_attem
     # 1051 (closes 1050)
     assert sorted(closed) == [2, 3, 4]
     assert [d.window for d in closed.values()] == [0, 1, 2]
-    assert closed[3].reason.startswith("batch 3 spanned 3 windows of 10 s")
+    assert closed[3].reason.endswith("; batch 3 spanned 3 windows of 10 s, decided at its end")
     assert all("spanned" not in r["reason"] for d in (closed[2], closed[4]) for r in d.rows)
     assert [r.batch_id for r in sorted(log.records(), key=lambda r: r.batch_id)] == [2, 3, 4]
 

@@ -66,6 +66,16 @@ def test_at_most_one_restart_a_window_and_none_when_the_bound_does_not_hold_back
     assert quiet.next_limit(BatchLoad(30, 0.01, 1, 0.4, lag=0.0), 1, 50.0) is None
 
 
+def test_a_window_shorter_than_the_fixed_cost_is_not_chased_by_reading_less() -> None:
+    # 0.2-s windows, batches with 0.8 s of fixed cost and 0.2 s of work for 100 records: a
+    # bound of 10 would make every batch ~0.82 s for a tenth of the records
+    a = Admission(AdmissionSettings(window_s=0.2, ceiling=100))
+    a.observe(BatchLoad(100, 0.2, 2, 1.0))  # the cold first one
+    for t in range(5):
+        assert a.next_limit(BatchLoad(100, 0.2, 2, 1.0, lag=500.0), 2, 10.0 * t) is None
+    assert a.wanted(2) >= 100
+
+
 def test_batches_without_events_tell_nothing_and_bad_settings_are_refused() -> None:
     a = Admission(AdmissionSettings(window_s=10.0, ceiling=300))
     assert a.limit == 300  # the initial bound under the user's ceiling

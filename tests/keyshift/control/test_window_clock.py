@@ -67,3 +67,26 @@ def test_batch_windows_keep_the_count_and_bad_values_are_refused() -> None:
         TimedWindows(0.0)
     with pytest.raises(ValueError, match="controller.window_s"):
         BatchWindows(0)
+
+
+def test_batches_on_time_close_a_window_every_delta_over_trigger_batches() -> None:
+    # the trigger's ticks: a window holds the batches that start in it
+    on_time = [(2.0 * i, 2.0 * i + 0.5) for i in range(15)]
+    closes = run(TimedWindows(10.0, trigger_s=2.0), on_time)
+    assert [b for b, c in enumerate(closes) if c] == [4, 9, 14]
+    # a window of one trigger closes at every batch, the first included
+    every = run(TimedWindows(1.0, trigger_s=1.0), [(1.0 * i, i + 0.3) for i in range(4)])
+    assert all(c is not None and c.spanned == 1 for c in every)
+    # a window shorter than the trigger is one trigger long: no batch "spans" 100 of them
+    tiny = run(TimedWindows(0.01, trigger_s=1.0), [(1.0 * i, i + 0.3) for i in range(4)])
+    assert [c.spanned for c in tiny] == [1, 1, 1, 1]
+    # a batch of 35 s on the 2-s trigger closes the boundaries it crossed, once
+    long = run(TimedWindows(10.0, trigger_s=2.0), [(0.0, 0.5), (2.0, 37.0), (37.0, 37.5),
+                                                   (39.0, 39.5)])
+    assert long[0] is None and long[1].spanned == 3
+    # the next batch can start at 39, within half a trigger of the boundary at 40: it closes
+    assert long[2] is not None and long[2].spanned == 1 and long[3] is None
+    # Spark's call comes a little later for some batches than others: no window misses
+    # its last batch by that
+    late = [(0.30, 0.8), (1.02, 1.5), (2.05, 2.4), (3.01, 3.3)]
+    assert all(run(TimedWindows(1.0, trigger_s=1.0), late))
