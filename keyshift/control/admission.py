@@ -82,12 +82,12 @@ class Admission:
 
     def observe(self, b: BatchLoad) -> None:
         """One finished batch's cost (a batch without events tells nothing of it). A
-        process's first batch is cold (Python workers forked, the operator imported, the
-        first Kafka read): its cost counts only when it ran over a window, to shrink."""
+        process's first batch with events is cold (Python workers forked, the operator
+        imported, the first Kafka read) and does not count."""
         if b.events <= 0 or b.critical_s <= 0 or b.engines < 1:
             return
         cold, self._warm = not self._warm, True
-        if cold and b.duration_s <= self.settings.window_s:
+        if cold:  # its time is start-up's; the first bound is small enough to take it
             return
         a = self.settings.smoothing
         k = b.critical_s * b.engines / b.events

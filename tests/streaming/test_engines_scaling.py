@@ -33,6 +33,9 @@ def scaling_config(base, tmp_path, **planner):
     so the planner provisions Δt · N / Lat >= In."""
     return base.model_copy(update={
         "controller": base.controller.model_copy(update={"window_s": WINDOW_S}),
+        # windows shorter than a batch's fixed cost, to decide at every batch: no read bound
+        # can meet them, so the batches keep the sizes the tests feed (admission: its tests)
+        "spark": base.spark.model_copy(update={"admission": "off"}),
         "engines": base.engines.model_copy(update={"initial": 2, "min": 1, "max": 6}),
         "planner": base.planner.model_copy(update={
             "enabled": True, "horizon": 3, "mc": 10.0, "ec": 10.0, "rc": 0.1,
