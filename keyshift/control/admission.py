@@ -79,6 +79,7 @@ class Admission:
         self.overhead_s: float | None = None  # a batch's time outside its critical task
         self.last_change_at: float | None = None
         self._warm = False  # a process's first batch with events was seen
+        self._long = 0  # batches in a row longer than a window
 
     def observe(self, b: BatchLoad) -> None:
         """One finished batch's cost (a batch without events tells nothing of it). A
@@ -113,18 +114,20 @@ class Admission:
     def next_limit(self, b: BatchLoad, engines: int, now: float) -> int | None:
         """After batch ``b``, with ``engines`` live for the next one: the new bound when the
         query should restart with it, else None. Down when the wanted bound is a ``step``
-        below the one in force and the batch read more than it wants; up when it is a
+        below the one in force, the batch read more than it wants and it was the second in a
+        row longer than a window; up when it is a
         ``step`` above and the bound held the batch back (it read all it could, or records
         wait); at most once a window."""
         self.observe(b)
         s = self.settings
+        # one long batch may be a migration's pause or a new executor's cold start
+        self._long = self._long + 1 if b.duration_s > s.window_s else 0
         if self.last_change_at is not None and now - self.last_change_at < s.window_s:
             return None
         want = self.wanted(engines)
         # only a batch longer than its window is shrunk: a shorter one is already what the
         # loop needs, and under a fixed cost that dominates, fewer records shorten nothing
-        shrink = (want * s.step <= self.limit and b.events > want
-                  and b.duration_s > s.window_s)
+        shrink = want * s.step <= self.limit and b.events > want and self._long >= 2
         held = b.events >= 0.9 * self.limit or (b.lag is not None and b.lag > 0)
         grow = want >= self.limit * s.step and held and self.limit < s.ceiling
         if not (shrink or grow):

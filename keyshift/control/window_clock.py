@@ -138,6 +138,13 @@ class TimedWindows:
             # the boundaries go on from the replayed close, as the crashed attempt's did
             self._next = max(self._next, ended + self.delta)
             return Close(replayed=True)
+        if self.window_s <= self.trigger_s:
+            # a window no longer than the trigger: every batch is one (the finest the loop
+            # can decide at); one that ran over several triggers says how many
+            started = self._started if self._started is not None else ended
+            self._next = ended + self.delta
+            return Close(spanned=max(1, math.floor((ended - started) / self.delta)),
+                         window_s=self.delta)
         # the earliest the next batch can start: now, or this one's trigger tick
         reach = max(ended, (self._started if self._started is not None else ended)
                     + self.trigger_s)

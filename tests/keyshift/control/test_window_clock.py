@@ -90,3 +90,11 @@ def test_batches_on_time_close_a_window_every_delta_over_trigger_batches() -> No
     # its last batch by that
     late = [(0.30, 0.8), (1.02, 1.5), (2.05, 2.4), (3.01, 3.3)]
     assert all(run(TimedWindows(1.0, trigger_s=1.0), late))
+
+
+def test_a_window_of_one_trigger_is_every_batch_however_they_are_spaced() -> None:
+    # back-to-back batches behind a backlog, then on ticks again: each one decides
+    spaced = [(0.0, 1.5), (1.55, 2.0), (2.02, 2.3), (3.0, 3.2), (4.4, 7.6)]
+    closes = run(TimedWindows(1.0, trigger_s=1.0), spaced)
+    assert all(c is not None for c in closes)
+    assert [c.spanned for c in closes] == [1, 1, 1, 1, 3]
