@@ -262,6 +262,11 @@ class RunResources:
             self.sample()
         except Exception:  # noqa: BLE001 -- a stopped context: the last sample stands
             pass
+        return self.held()
+
+    def held(self) -> dict[str, Any]:
+        """What has been held up to the last sample, without sampling again (the job writes
+        it after every batch, whose own sample was just taken)."""
         seen = self.executors_seen
         out: dict[str, Any] = {
             "resources": self.mode,

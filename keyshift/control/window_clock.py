@@ -55,6 +55,10 @@ class WindowClock(Protocol):
         """The first batch of the window open at ``batch_id`` after a (re)start, given the
         last batch that closed a window before it (None: none did)."""
 
+    def index(self, first_batch: int, last_window: int | None) -> int:
+        """The number of the window that starts at ``first_batch``, given the number of the
+        last window closed before it (None: none was)."""
+
 
 @dataclass
 class _Replay:
@@ -94,6 +98,9 @@ class BatchWindows:
 
     def first_batch(self, batch_id: int, last_closed: int | None) -> int:
         return batch_id - batch_id % self.per_window
+
+    def index(self, first_batch: int, last_window: int | None) -> int:
+        return first_batch // self.per_window
 
 
 @dataclass
@@ -163,6 +170,9 @@ class TimedWindows:
 
     def first_batch(self, batch_id: int, last_closed: int | None) -> int:
         return 0 if last_closed is None else min(last_closed + 1, batch_id)
+
+    def index(self, first_batch: int, last_window: int | None) -> int:
+        return 0 if last_window is None else last_window + 1
 
 
 def window_clock(window_s: float, trigger_s: float = 0.0,
