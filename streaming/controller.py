@@ -91,6 +91,11 @@ class Controller:
         self.last_decision: ControlDecision | None = None
         # the last close: how many windows its batch spanned (a batch longer than Δ)
         self.last_close: Close | None = None
+        self.closed_batch: int | None = None  # the batch that closed it
+        # the last closed window's loads (dc / wc split on them), or after a restart the
+        # batches [first, end) to read them back from the store
+        self._last_loads: np.ndarray | None = None
+        self._last_range: tuple[int, int] | None = None
         # every decision also as a JSON event on [events] topic (off when ""); a broker
         # that is away never stops the job (keyshift.streaming.events)
         self.events = publisher_for(cfg, say=_say)
@@ -106,12 +111,14 @@ class Controller:
             load()
         self.loop.start(self._initial_plan(), batch_id)
         last = self.loop.last_closed
+        before = self.loop.closed_before_last
+        self._last_loads = None
+        self._last_range = None if last is None else (
+            self.windows.first_batch(last.batch_id, None if before is None else before.batch_id),
+            last.batch_id + 1)
         self.windows.replay(self.loop.recorded_closes())
         start = self.windows.first_batch(batch_id, None if last is None else last.batch_id)
-        if isinstance(self.windows, BatchWindows):
-            index = start // self.windows.per_window
-        else:
-            index = 0 if last is None else last.window + 1
+        index = self.windows.index(start, None if last is None else last.window)
         self._window = WindowStats.empty(index, self.groups, start)
         if start < batch_id:
             self._window.reopen(*self.log.window_loads(start, batch_id, self.groups))
@@ -141,6 +148,13 @@ class Controller:
         start = before if before is not None else w.t0
         window_s = float(self.cfg.controller.window_s)
         return max(now - start, window_s) if start is not None else window_s
+
+    def last_window_loads(self) -> np.ndarray | None:
+        """The per-group loads of the last closed window (None while the first is open):
+        counted in this process, or read back from the store's key loads after a restart."""
+        if self._last_loads is None and self._last_range is not None:
+            self._last_loads = self.log.window_loads(*self._last_range, self.groups)[0]
+        return self._last_loads
 
     @property
     def window_index(self) -> int:
@@ -180,8 +194,9 @@ class Controller:
             return None
         assert self._window is not None
         t0 = time.perf_counter()
-        self.last_close = close
+        self.last_close, self.closed_batch = close, batch_id
         w = self._window
+        self._last_loads, self._last_range = w.loads.copy(), None
         w.last_batch = batch_id
         w.spanned, w.spanned_window_s = close.spanned, close.window_s
         w.span_s = self._span(w)

@@ -329,10 +329,8 @@ class StreamJob:
                                      TimedWindows(float(cfg.controller.window_s),
                                                   self.trigger_s), self.log,
                                      options.policy_params)
-        # dc / wc: the groups each batch splits, from the last window's loads
-        self.split_windows = SplitWindows(
-            self.splitter, self.groups, self.per_window,
-            lambda start, end: self.log.window_loads(start, end, self.groups)[0])
+        # dc / wc: the groups each batch splits, from the last closed window's loads
+        self.split_windows = SplitWindows(self.splitter, self.controller.last_window_loads)
         self._caches: dict[int, str] = {}  # engine → cache id its last task reported
         # a migration's pause, measured for the loop's learned reconfiguration cost
         self.pauses = PauseMeter()
@@ -528,7 +526,7 @@ class StreamJob:
         t_ready = time.perf_counter()
         self._say_scale(self.resources.before_batch(plan.parallelism, batch_id))
         clock.waited_s = time.perf_counter() - t_ready  # a scale-out's wait for executors
-        split = self.split_windows.split_for(batch_id, plan)
+        split = self.split_windows.split_for(self.controller.window_index, plan)
         spec = self._batch_spec(batch_id, plan, migration, slots, split, clock.start_wall)
         self.spark.sparkContext.setLocalProperty(
             "spark.job.description", f"keyshift {self.run_id} batch {batch_id}")
@@ -554,7 +552,6 @@ class StreamJob:
             ran = self._collect_engines(result, batch_id, b.migration)
             clock.engines_s = time.perf_counter() - t_engines
             self._caches = {t["engine"]: t["cache_id"] for t in ran.tasks}
-            self.split_windows.count(batch_id, ran.loads)
             clock.window = self.controller.window_index
             self.controller.collect(batch_id, ran.loads, ran.state, engine_s=ran.engine_s,
                                     started=clock.start_wall, kafka_span=ran.kafka_span)
@@ -615,6 +612,8 @@ class StreamJob:
             "batch_id": batch_id, "slots": b.slots, "recover_s": clock.recover_s,
             "prep_s": clock.prep_s, "engines_s": clock.engines_s,
             "window": clock.window,  # the statistic window the batch counted in
+            # it closed that window (the simulator's calibration replays the run's closes)
+            "window_closed": self.controller.closed_batch == batch_id,
             # the clocks of keyshift.control.batch_cost: where the batch's time went, how
             # long its events waited for their complex events' commit
             "started_at": clock.start_wall.timestamp(),
@@ -802,10 +801,11 @@ class StreamJob:
         if name == "events_out":
             self._outputs_committed_at = time.time()
 
-    def _write_held(self) -> dict[str, Any]:
+    def _write_held(self, sample: bool = False) -> dict[str, Any]:
         """What this process has held so far (core-seconds since the application
-        registered), into the run folder, where the report and ``status`` read it."""
-        held = self.resources.summary()
+        registered), into the run folder, where the report and ``status`` read it; after a
+        batch from the sample the batch took, at the summary from a new one."""
+        held = self.resources.summary() if sample else self.resources.held()
         try:
             write_held(self.run_dir / "resources.json", self.resources.process, held)
         except OSError as exc:  # the report falls back to the metrics rows; said once
@@ -849,7 +849,7 @@ class StreamJob:
             "skipped_offsets": self.skipped_offsets,
             # the records a batch may read at the end, and each restart admission made
             "read_limit": self.read_limit, "source_restarts": list(self.admission_restarts),
-            **self._write_held(),
+            **self._write_held(sample=True),
             # where a batch's time went, how long events waited, what balancing bought
             **run_cost(self.run_dir, self.groups, self.per_window, self.opt.policy,
                        self.controller.plan_for),

@@ -142,6 +142,8 @@ class ControlLoop:
         self._recorded: dict[int, ControlRecord] = {}
         # the last window a previous attempt closed before the restart's first batch
         self.last_closed: ControlRecord | None = None
+        # and the one before it (where the last closed window began)
+        self.closed_before_last: ControlRecord | None = None
         self.last: ControlDecision | None = None
 
     # -- state ----------------------------------------------------------------------------
@@ -160,7 +162,8 @@ class ControlLoop:
         self._changes = [(r.batch_id, r.plan_version) for r in done
                          if r.plan_version is not None and r.plan_version in plans]
         self._recorded = {r.batch_id: r for r in records if r.batch_id >= batch_id}
-        self.last_closed = max(done, key=lambda r: r.batch_id) if done else None
+        self.last_closed = done[-1] if done else None
+        self.closed_before_last = done[-2] if len(done) > 1 else None
         if self.scaler is not None:
             states = [r.scaler for r in done if r.scaler is not None]
             self.scaler.restart([r.sample for r in done if r.sample is not None],

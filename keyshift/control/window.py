@@ -31,8 +31,9 @@ class WindowStats:
     """One statistic window: per-group loads (histogram Y_t) and state sizes for the
     balancer, tuples and engine work for the scaler.
 
-    ``index`` is the window's number (window w holds batches [w·B, (w+1)·B) of the job);
-    ``last_batch`` the batch that closes it, the key of everything recorded about it.
+    ``index`` is the window's number; it holds batches ``first_batch`` to ``last_batch``
+    (keyshift.control.window_clock says where one closes); ``last_batch``, the batch that
+    closes it, is the key of everything recorded about it.
     """
 
     index: int

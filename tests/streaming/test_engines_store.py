@@ -161,6 +161,8 @@ def test_timed_windows_decide_on_time_and_a_restart_closes_where_the_first_attem
     assert closed[3].reason.endswith("; batch 3 spanned 3 windows of 10 s, decided at its end")
     assert all("spanned" not in r["reason"] for d in (closed[2], closed[4]) for r in d.rows)
     assert [r.batch_id for r in sorted(log.records(), key=lambda r: r.batch_id)] == [2, 3, 4]
+    # dc / wc split on the last closed window's loads: batch 4's own window
+    np.testing.assert_array_equal(c.last_window_loads(), skew)
 
     # a driver restarted at batch 3 (the first attempt's records of 3 and 4 kept) closes at
     # 3 and 4 again however long its batches take now, and its open window starts at 3
@@ -168,6 +170,8 @@ def test_timed_windows_decide_on_time_and_a_restart_closes_where_the_first_attem
                        windows=TimedWindows(10.0), log=log, clock=clock)
     again.recover(3)
     assert again.window_index == 1 and again._window.first_batch == 3
+    # the last window closed before the restart (batches 0-2), read back from key loads
+    np.testing.assert_array_equal(again.last_window_loads(), 3 * skew)
     ends = []
     for b in (3, 4, 5):
         again.collect(b, skew, skew, started=datetime.fromtimestamp(clock.t, UTC))

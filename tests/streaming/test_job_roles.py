@@ -21,30 +21,25 @@ class Head:
         return [int(g) for g in np.argsort(-shares) if shares[g] > 0.25], None
 
 
-def test_a_batch_splits_the_head_of_the_last_complete_window() -> None:
-    reads: list[tuple[int, int]] = []
-    sw = SplitWindows(Head(), GROUPS, 2, lambda a, b: reads.append((a, b)) or np.zeros(GROUPS))
+def test_a_window_splits_the_head_of_the_last_closed_window_once_per_plan() -> None:
+    last: list[np.ndarray | None] = [None]
+    reads: list[int] = []
+
+    def last_loads() -> np.ndarray | None:
+        reads.append(1)
+        return last[0]
+
+    sw = SplitWindows(Head(), last_loads)
     plan = Plan.hashed(GROUPS, 2)
     assert sw.split_for(0, plan) == ()  # the first window splits nothing
-    sw.count(0, np.array([9, 1, 0, 0, 0, 0, 0, 0.0]))
-    sw.count(1, np.array([9, 1, 0, 0, 0, 0, 0, 0.0]))
-    assert sw.split_for(2, plan) == (0,) and sw.split_for(3, plan) == (0,)
-    assert reads == []  # the window was counted here, nothing read back
-
-
-def test_a_restart_reads_the_loads_it_did_not_count_and_splits_as_before() -> None:
-    stored = {0: np.array([9, 1, 0, 0, 0, 0, 0, 0.0]), 1: np.array([9, 1, 0, 0, 0, 0, 0, 0.0]),
-              2: np.array([1, 9, 0, 0, 0, 0, 0, 0.0])}
-
-    def read(a: int, b: int) -> np.ndarray:
-        return sum((stored[i] for i in range(a, b)), np.zeros(GROUPS))
-
-    plan = Plan.hashed(GROUPS, 2)
-    sw = SplitWindows(Head(), GROUPS, 2, read)  # a restart at batch 3: window 1 open
-    assert sw.split_for(3, plan) == (0,)  # from window 0, read back
-    sw.count(3, np.array([1, 9, 0, 0, 0, 0, 0, 0.0]))  # joins mid-window: batch 2 read back
-    assert sw.split_for(4, plan) == (1,)
-    assert SplitWindows(None, GROUPS, 2, read).split_for(4, plan) == ()  # no splitter
+    last[0] = np.array([18, 2, 0, 0, 0, 0, 0, 0.0])  # window 0 closed
+    assert sw.split_for(1, plan) == (0,) and sw.split_for(1, plan) == (0,)
+    assert len(reads) == 2  # once per window: the second batch of window 1 reused it
+    last[0] = np.array([2, 18, 0, 0, 0, 0, 0, 0.0])
+    assert sw.split_for(2, plan) == (1,)
+    # a new plan of one engine: nothing to split onto
+    assert sw.split_for(2, Plan.hashed(GROUPS, 1, version=1)) == ()
+    assert SplitWindows(None, last_loads).split_for(4, plan) == ()  # no splitter
 
 
 def test_a_pause_is_the_engine_seconds_beyond_calm_batches_plus_the_wait() -> None:

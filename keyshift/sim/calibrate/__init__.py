@@ -32,7 +32,7 @@ def calibrate(home: Path, run_id: str, engines: list[int] | tuple[int, ...] = DE
     errors (with the held-out half), the prediction of each run of ``others`` (``--against``:
     runs the model never saw) and the projection rows."""
     run = read_run(find_run(home, run_id), cfg)
-    model = fit(run.batches, run.cores, run.per_window)
+    model = fit(run.batches, run.cores)
     cal = calibration(run, model)
     if others:
         cal["against"] = [against(model, run, read_run(find_run(home, o), cfg)) for o in others]

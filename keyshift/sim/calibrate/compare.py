@@ -76,7 +76,7 @@ def holdout(run: Run) -> dict[str, Any]:
     half = n // 2
     if half < 2 or n - half < 2:
         return {"skipped": f"{n} batches: too few to hold half out"}
-    model = fit(run.batches[:half], run.cores, run.per_window, run.batches[0].batch_id)
+    model = fit(run.batches[:half], run.cores, run.batches[0].batch_id)
     work = evolve(run, run.policy, run.engines)
     pred = predict(model, work, run.cores, run.batches[0].batch_id)[half:]
     tail = run.batches[half:]

@@ -136,20 +136,15 @@ def _nnls(columns: list[np.ndarray], y: np.ndarray) -> np.ndarray:
     return x
 
 
-def window_end(batch_id: int, per_window: int) -> bool:
-    return (batch_id + 1) % per_window == 0
-
-
-def predict_batch(model: CostModel, b: Batch, per_window: int, first: bool) -> float:
+def predict_batch(model: CostModel, b: Batch, first: bool) -> float:
     """The model's seconds for a measured batch as it ran (its tasks' events and restores)."""
     secs = model.task_s([t.events for t in b.tasks], [t.restored for t in b.tasks],
                         [t.restored_bytes for t in b.tasks])
     return model.batch_s(model.stage_s(secs, b.events), b.moved_groups, b.moved_bytes,
-                         window_end(b.batch_id, per_window), first, b.commit_behind_s)
+                         b.closes_window, first, b.commit_behind_s)
 
 
-def fit(batches: Sequence[Batch], cores: int, per_window: int,
-        first_batch: int | None = None) -> CostModel:
+def fit(batches: Sequence[Batch], cores: int, first_batch: int | None = None) -> CostModel:
     """Fit the model to ``batches`` (the run's, or a part of them) on ``cores`` cores.
     ``first_batch`` is the run's first batch id (its warm-up); default the first given."""
     if not batches:
@@ -182,7 +177,7 @@ def fit(batches: Sequence[Batch], cores: int, per_window: int,
 
     # 3. the batch beyond its engine stage
     rest = np.array([b.measured_s - b.engines_s for b in steady])
-    ends = np.array([float(window_end(b.batch_id, per_window)) for b in steady])
+    ends = np.array([float(b.closes_window) for b in steady])
     mg = np.array([b.moved_groups for b in steady], dtype=np.float64)
     mb = np.array([b.moved_bytes for b in steady], dtype=np.float64)
     per_group = bool(len({int(g) for g in mg if g > 0}) >= 3)
@@ -199,6 +194,6 @@ def fit(batches: Sequence[Batch], cores: int, per_window: int,
                       s_in_fitted=s_in_fitted, per_group_fitted=per_group)
     warm = [b for b in batches if b.batch_id == first]
     if warm and len(batches) > 1:
-        pred = predict_batch(model, warm[0], per_window, False)
+        pred = predict_batch(model, warm[0], False)
         model = replace(model, warmup_s=max(0.0, warm[0].measured_s - pred))
     return model

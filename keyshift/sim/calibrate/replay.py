@@ -33,7 +33,7 @@ from keyshift.plan import Plan
 from keyshift.policies.base import PolicyInputError, PolicyKind
 from keyshift.policies.registry import policy_kind, policy_names
 
-from .model import CostModel, window_end
+from .model import CostModel
 from .run import CalibrationError, Run
 
 
@@ -129,10 +129,10 @@ def evolve(run: Run, policy: str, engines: int, scale: float = 1.0,
             f"replay knows kg, the online policies ({', '.join(policy_names(['online']))}), "
             "the splitters and spark-200 (a batch-layer plan lives in Delta)")
     window = None
+    w = 0  # the run's windows, as it closed them
     last_window_loads = np.zeros(p)
     prev = plan
     for b in run.batches:
-        w = b.batch_id // run.per_window
         if window is None or window.index != w:
             if window is not None and splitter is not None:
                 last_window_loads = window.loads.copy()
@@ -146,7 +146,7 @@ def evolve(run: Run, policy: str, engines: int, scale: float = 1.0,
         restored = np.bincount(cur.assignment[carried], minlength=slots).astype(float)
         ev = np.bincount(cur.assignment, weights=loads, minlength=slots)
         split_events = 0.0
-        if splitter is not None and b.batch_id // run.per_window > 0:
+        if splitter is not None and w > 0:
             head = np.asarray(hot_groups(splitter, last_window_loads, cur), dtype=np.int64)
             if head.size:
                 split_events = float(loads[head].sum())
@@ -158,12 +158,14 @@ def evolve(run: Run, policy: str, engines: int, scale: float = 1.0,
         seen |= loads > 0
         out.append(BatchWork(b.batch_id, float(loads.sum()), ev, restored, restored * bpg,
                              int(moved.size), float(carried.size * bpg),
-                             window_end(b.batch_id, run.per_window), split_events,
+                             b.closes_window, split_events,
                              commit_s=b.commit_behind_s))
         window.add_batch(b.batch_id, loads, np.where(seen, bpg, 0.0))
-        if loop is not None and window_end(b.batch_id, run.per_window):
+        if b.closes_window:
             window.last_batch = b.batch_id
-            loop.step(window)
+            if loop is not None:
+                loop.step(window)
+            w += 1
         prev = cur
     return out
 

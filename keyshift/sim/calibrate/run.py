@@ -10,7 +10,9 @@ What a calibration needs from it (written by ``streaming/job.py``):
   before those fields existed are refused: nothing could be replayed).
 * ``progress.jsonl`` (written when the query stops): Spark's ``triggerExecution`` of each
   batch, which adds the offsets' bookkeeping to the job's own ``duration_s``; when present
-  it is the measured batch time, else ``duration_s`` is.
+  it is the measured batch time, else ``duration_s`` is. ``window_closed`` says which
+  batches closed a statistic window (the job's windows are timed); older runs' windows
+  were every ``per_window`` batches.
 
 Every refusal is a :class:`CalibrationError` whose message starts with the field at fault.
 """
@@ -27,6 +29,12 @@ from typing import Any
 import numpy as np
 
 from keyshift.run_ids import check_run_id
+
+
+def counted_window_end(batch_id: int, per_window: int) -> bool:
+    """Whether a batch closed its window when windows were counted in batches (the
+    simulator's, and runs recorded before ``window_closed``)."""
+    return (batch_id + 1) % per_window == 0
 
 
 class CalibrationError(ValueError):
@@ -66,6 +74,9 @@ class Batch:
     # this batch (``committed_staged``: seconds per table): it shared the cores with the
     # batch; its seconds (the slowest table's), 0 when none ended
     commit_behind_s: float = 0.0
+    # the controller closed a statistic window at this batch's end (the run's record; runs
+    # from before it counted windows in batches: every per_window-th batch)
+    closes_window: bool = False
 
     @property
     def commit_behind(self) -> bool:
@@ -198,6 +209,17 @@ def read_run(path: Path, cfg: Any | None = None) -> Run:
         raise CalibrationError(
             f"batches.jsonl: run {job['run_id']!r} predates the per-group input "
             "(load_groups/load_counts) of each batch; make a new run to calibrate on")
+    settings_from = "job.json"
+    if "controller" in job and "per_window" in job:
+        controller, per_window = dict(job["controller"]), int(job["per_window"])
+    else:
+        if cfg is None:
+            from keyshift.config import load_config
+
+            cfg = load_config()
+        settings_from = "config"
+        controller = cfg.controller.model_dump()
+        per_window = max(1, round(float(cfg.controller.window_s) / float(job["trigger_s"])))
     progress = _progress(path)
     batches = []
     for b in raw:
@@ -220,22 +242,13 @@ def read_run(path: Path, cfg: Any | None = None) -> Run:
             tasks=tuple(_task(t) for t in b.get("tasks", [])),
             split_groups=tuple(int(g) for g in b.get("split_groups", [])),
             commit_behind_s=_commit_s(b.get("committed_staged")),
+            closes_window=bool(b["window_closed"]) if "window_closed" in b
+            else counted_window_end(bid, per_window),
         ))
     timed_by = "triggerExecution" if all(b.batch_id in progress for b in batches) \
         else "duration_s"
     if timed_by == "duration_s":  # one measure for all batches
         batches = [replace(b, measured_s=b.duration_s) for b in batches]
-    settings_from = "job.json"
-    if "controller" in job and "per_window" in job:
-        controller, per_window = dict(job["controller"]), int(job["per_window"])
-    else:
-        if cfg is None:
-            from keyshift.config import load_config
-
-            cfg = load_config()
-        settings_from = "config"
-        controller = cfg.controller.model_dump()
-        per_window = max(1, round(float(cfg.controller.window_s) / float(job["trigger_s"])))
     if "cores" in job:
         cores = int(job["cores"])
     else:

@@ -27,7 +27,8 @@ from keyshift.sim.calibrate import (
     policies_for,
     read_run,
 )
-from keyshift.sim.calibrate.model import window_end
+from keyshift.sim.calibrate.replay import evolve
+from keyshift.sim.calibrate.run import counted_window_end
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -40,11 +41,13 @@ def write_run(home: Path, run_id: str, *, app: str = "heavy", policy: str = "kg"
               engines: int = 4, cores: int = 2, groups: int = 64, batches: int = 24,
               per_window: int = 2, model: CostModel = TRUE, noise: float = 0.0,
               sizes: list[int] | None = None, migrate_every: int = 0, seed: int = 0,
-              load_fields: bool = True) -> Path:
+              load_fields: bool = True, closes: set[int] | None = None) -> Path:
     """A run folder as ``keyshift run`` writes it, its times made by ``model`` (+ noise):
     Zipf loads over ``groups``, KG's plan, a migration of a few groups every
     ``migrate_every`` batches (driver side only: the plan stays KG's), a background commit
-    of 0.5 s every fifth batch (half of its cost in the engine stage, half after)."""
+    of 0.5 s every fifth batch (half of its cost in the engine stage, half after). With
+    ``closes`` the records say which batches closed a window (a timed clock's), else the
+    windows are every ``per_window`` batches as before that field."""
     rng = np.random.default_rng(seed)
     path = home / "runs" / run_id
     path.mkdir(parents=True)
@@ -72,7 +75,8 @@ def write_run(home: Path, run_id: str, *, app: str = "heavy", policy: str = "kg"
         engines_s = (model.stage_fixed_s + model.stage_event_s * n / cores
                      + list_schedule(task_s, cores)[0] + model.commit_share * commit / 2)
         rest = (model.batch_fixed_s + model.migration_s * (moved > 0)
-                + model.controller_s * window_end(b, per_window)
+                + model.controller_s * (b in closes if closes is not None
+                                        else counted_window_end(b, per_window))
                 + model.commit_share * commit / 2 + (3.0 if b == 0 else 0.0))
         rest *= 1 + noise * rng.standard_normal()
         nz = np.flatnonzero(loads)
@@ -85,6 +89,8 @@ def write_run(home: Path, run_id: str, *, app: str = "heavy", policy: str = "kg"
                        "restored": int(restored[e]), "restored_bytes": int(restored[e] * 100),
                        "fetch_s": float(fetch[e]), "state_bytes": 1000} for e in range(engines)],
         }
+        if closes is not None:
+            rec["window_closed"] = b in closes
         if load_fields:
             rec["load_groups"] = nz.tolist()
             rec["load_counts"] = loads[nz].astype(int).tolist()
@@ -113,7 +119,7 @@ def test_fit_recovers_known_cost_terms(tmp_path) -> None:
     path = write_run(tmp_path, "r", sizes=[1000, 2000, 3000, 1500], migrate_every=4)
     run = read_run(path)
     assert run.cores == 2 and run.per_window == 2 and run.timed_by == "duration_s"
-    m = fit(run.batches, run.cores, run.per_window)
+    m = fit(run.batches, run.cores)
     assert m.s_in_fitted and not m.per_group_fitted
     for name in ("task_fixed_s", "event_s", "restore_group_s", "stage_fixed_s",
                  "stage_event_s", "batch_fixed_s", "migration_s", "controller_s", "commit_share"):
@@ -121,9 +127,25 @@ def test_fit_recovers_known_cost_terms(tmp_path) -> None:
     assert m.warmup_s == pytest.approx(3.0, rel=0.02)
 
 
+def test_the_runs_own_window_closes_are_the_fits_and_the_replays(tmp_path) -> None:
+    """Timed windows close where the batches' times put them, not every per_window-th
+    batch: the fit prices the controller's step at the recorded closes, and the replayed
+    loop decides there, so a replay of an exact model routes as the run did."""
+    closes = {1, 2, 6, 7, 8, 13, 19, 23}
+    path = write_run(tmp_path, "r", sizes=[1000, 2000, 3000, 1500], closes=closes)
+    run = read_run(path)
+    assert {b.batch_id for b in run.batches if b.closes_window} == closes
+    m = fit(run.batches, run.cores)
+    assert m.controller_s == pytest.approx(TRUE.controller_s, rel=0.02)
+    out = calibrate(tmp_path, "r", [8])
+    assert out["calibration"]["batch_p95_rel_err"] < 1e-6
+    work = evolve(run, "dlb-h", run.engines)
+    assert [w.window_end for w in work] == [b.batch_id in closes for b in run.batches]
+
+
 def test_fit_with_noise_stays_close_and_even_batches_fold_the_input_term(tmp_path) -> None:
     run = read_run(write_run(tmp_path, "r", noise=0.05, batches=40, seed=3))
-    m = fit(run.batches, run.cores, run.per_window)
+    m = fit(run.batches, run.cores)
     assert not m.s_in_fitted and m.stage_event_s == 0.0
     assert m.event_s == pytest.approx(TRUE.event_s, rel=0.1)
     # the input stage's per-event work at 2,000 events lands in S0

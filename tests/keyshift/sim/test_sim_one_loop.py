@@ -58,7 +58,7 @@ def replay_run(sim: Simulator, cfg) -> Run:
         loads = sim.driver.loop.store.loads.get(w.index)
         groups = np.flatnonzero(loads)
         batches.append(Batch(w.index, 1.0, 1.0, 1.0, 0.0, sim.plan.slots, 0, 0, groups,
-                             loads[groups], ()))
+                             loads[groups], (), closes_window=True))
     controller = {k: getattr(cfg.controller, k) for k in ("window_s", "theta", "min_gain",
                                                           "mode")}
     return Run("sim", ROOT, "heavy", "dlb-h", GROUPS, ENGINES, WINDOW_S, 1, controller, {},
