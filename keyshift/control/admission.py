@@ -10,19 +10,27 @@ it runs on can do in about one window (``fill`` × Δ, less the batch's fixed co
 backlog is taken over several short batches and a decision comes at the end of each window.
 
 The cost is measured on the batch's critical engine task, the one the batch waits for:
-``critical_s`` seconds for a batch of ``events`` on ``engines`` engines is
-``k = critical_s · engines / events`` engine-seconds per event, skew included; a bound of
-``(fill·Δ − overhead) · engines / k`` then ends the critical task within the window on
-``engines`` engines. Both are smoothed (a batch's time is noisy), and the bound moves only by
-a factor of ``step`` or more: Spark reads the limit when the query starts, so a new bound is
-a restart of the query in place (``keyshift.streaming.query_lifecycle.swap_source``), about
-a second each; at most one a window. The user's ``max_offsets_per_trigger`` stays the
-ceiling.
+``critical_s`` seconds for ``events / engines`` events an engine. The recent batches give a
+line ``critical_s = a + k · events / engines`` (least squares): ``k`` the engine-seconds an
+event costs, skew included, ``a`` the task's fixed part (a Python worker's dispatch, the
+state's fetch), which reading less does not shorten. A cheap operator on a cluster spends
+most of a small batch in ``a``; the ratio ``critical_s · engines / events`` would call it
+costly per event and shrink its batches for nothing. A bound of
+``(fill·Δ − overhead − a) · engines / k`` then ends the critical task within the window.
+While the batches seen all had about one size the line is not determined: the ratio stands
+in for ``k`` (an upper bound), so a shrink is then a probe of one ``step``, and the smaller
+batches it brings determine the line. The bound moves only by a factor of ``step`` or more:
+Spark reads the limit when the query starts, so a new bound is a restart of the query in
+place (``keyshift.streaming.query_lifecycle.swap_source``), about a second each; at most one
+a window. The user's ``max_offsets_per_trigger`` stays the ceiling.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
+
+import numpy as np
 
 
 @dataclass(frozen=True)
@@ -38,7 +46,8 @@ class AdmissionSettings:
     least: int = 10
     fill: float = 0.8
     step: float = 2.0
-    smoothing: float = 0.5  # the weight of the newest batch in the smoothed cost
+    history: int = 8  # the recent batches the cost line is fitted on
+    spread: float = 1.5  # the largest of them at least this × the smallest: a line
 
     def __post_init__(self) -> None:
         if not self.window_s > 0:
@@ -75,9 +84,12 @@ class Admission:
     def __init__(self, settings: AdmissionSettings, limit: int | None = None) -> None:
         self.settings = settings
         self.limit = limit if limit is not None else settings.start  # the bound in force
-        self.cost_s: float | None = None  # engine-seconds per event (k), smoothed
+        self.cost_s: float | None = None  # engine-seconds per event (k)
+        self.task_fixed_s = 0.0  # the critical task's part that does not scale (a)
         self.overhead_s: float | None = None  # a batch's time outside its critical task
+        self.fitted = False  # k and a from a line over batches of different sizes
         self.last_change_at: float | None = None
+        self._seen: deque[tuple[float, float, float]] = deque(maxlen=settings.history)
         self._warm = False  # a process's first batch with events was seen
         self._long = 0  # batches in a row longer than a window
 
@@ -90,26 +102,45 @@ class Admission:
         cold, self._warm = not self._warm, True
         if cold:  # its time is start-up's; the first bound is small enough to take it
             return
-        a = self.settings.smoothing
-        k = b.critical_s * b.engines / b.events
-        over = max(b.duration_s - b.critical_s, 0.0)
-        self.cost_s = k if self.cost_s is None else a * k + (1 - a) * self.cost_s
-        self.overhead_s = over if self.overhead_s is None else a * over + (1 - a) * self.overhead_s
+        self._seen.append((b.events / b.engines, b.critical_s,
+                           max(b.duration_s - b.critical_s, 0.0)))
+        per_engine, critical, over = (np.array(c) for c in zip(*self._seen))
+        self.overhead_s = float(np.median(over))
+        spread = bool(per_engine.max() >= self.settings.spread * per_engine.min())
+        if spread:
+            k, a = np.polyfit(per_engine, critical, 1)
+            if a < 0:  # no fixed part in sight: the line through the origin
+                k, a = float(np.dot(per_engine, critical) / np.dot(per_engine, per_engine)), 0.0
+            # time that does not grow with the events: the smallest cost the data allows
+            # (never 0: the bound stays finite)
+            floor = 1e-3 * float(np.median(critical / per_engine))
+            self.cost_s, self.task_fixed_s = max(float(k), floor), float(max(a, 0.0))
+            self.fitted = True
+            return
+        if self.fitted and self.cost_s is not None:
+            # one size of batch lately: the line fitted before stands while it still
+            # predicts them (a changed operator or input shows as a miss)
+            pred = self.task_fixed_s + self.cost_s * per_engine
+            if float(np.median(np.abs(pred - critical) / critical)) < 0.25:
+                return
+        self.cost_s, self.task_fixed_s = float(np.median(critical / per_engine)), 0.0
+        self.fitted = False
 
     def wanted(self, engines: int) -> int:
         """The bound that ends a batch on ``engines`` engines within ``fill`` of a window."""
         s = self.settings
         if self.cost_s is None:
             return self.limit
-        budget = s.fill * s.window_s - (self.overhead_s or 0.0)
+        fixed = (self.overhead_s or 0.0) + self.task_fixed_s
+        budget = s.fill * s.window_s - fixed
         # a batch's fixed cost near a window leaves little room: still read something
         budget = max(budget, 0.25 * s.fill * s.window_s)
-        n = int(budget * max(engines, 1) / self.cost_s)
+        n = budget * max(engines, 1) / self.cost_s
         # never so few that the batch's fixed cost outweighs its records' work: below that
         # a backlog drains at less than half the engines' speed and only grows (a window
         # shorter than a batch's fixed cost cannot be met by reading less)
-        n = max(n, int((self.overhead_s or 0.0) * max(engines, 1) / self.cost_s))
-        return max(s.least, min(n, s.ceiling))
+        n = max(n, fixed * max(engines, 1) / self.cost_s)
+        return int(max(s.least, min(n, s.ceiling)))
 
     def next_limit(self, b: BatchLoad, engines: int, now: float) -> int | None:
         """After batch ``b``, with ``engines`` live for the next one: the new bound when the
@@ -125,6 +156,8 @@ class Admission:
         if self.last_change_at is not None and now - self.last_change_at < s.window_s:
             return None
         want = self.wanted(engines)
+        if not self.fitted:  # the line unknown: a probe of one step, which determines it
+            want = max(want, int(self.limit / s.step))
         # only a batch longer than its window is shrunk: a shorter one is already what the
         # loop needs, and under a fixed cost that dominates, fewer records shorten nothing
         shrink = want * s.step <= self.limit and b.events > want and self._long >= 2
@@ -139,6 +172,8 @@ class Admission:
         """The bound and what set it, for a line of the run's output."""
         if self.cost_s is None:
             return f"{self.limit} records a batch (no cost measured yet)"
+        how = (f"{self.task_fixed_s:.2g} s fixed a task" if self.fitted
+               else "one size of batch so far: a probe")
         return (f"{self.limit} records a batch ({self.cost_s * 1000:.3g} ms an event on one "
-                f"engine, {self.overhead_s or 0.0:.2g} s fixed a batch, "
+                f"engine, {how}, {self.overhead_s or 0.0:.2g} s fixed a batch, "
                 f"{self.settings.fill:g} of a {self.settings.window_s:g}-s window)")
