@@ -410,7 +410,8 @@ class StreamJob:
         limit = self.admission.next_limit(
             BatchLoad(events=ran.valid + ran.dead, critical_s=clock.engines_s,
                       engines=min(now_live, cores) if cores else now_live,
-                      duration_s=duration, lag=progress_lag(self.query)),
+                      duration_s=duration, lag=progress_lag(self.query),
+                      moved=len(b.migration) > 0),
             min(next_live, cores) if cores else next_live, time.monotonic())
         if limit is None:
             return

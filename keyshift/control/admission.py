@@ -17,9 +17,9 @@ state's fetch), which reading less does not shorten. A cheap operator on a clust
 most of a small batch in ``a``; the ratio ``critical_s · engines / events`` would call it
 costly per event and shrink its batches for nothing. A bound of
 ``(fill·Δ − overhead − a) · engines / k`` then ends the critical task within the window.
-While the batches seen all had about one size the line is not determined: the ratio stands
-in for ``k`` (an upper bound), so a shrink is then a probe of one ``step``, and the smaller
-batches it brings determine the line. The bound moves only by a factor of ``step`` or more:
+Until the line is determined (four recent batches of sizes 1.5× apart that it fits within
+20 %), the ratio stands in for ``k`` (an upper bound), so a shrink is then a probe of one
+``step`` a window, and the smaller batches it brings determine the line. The bound moves only by a factor of ``step`` or more:
 Spark reads the limit when the query starts, so a new bound is a restart of the query in
 place (``keyshift.streaming.query_lifecycle.swap_source``), about a second each; at most one
 a window. The user's ``max_offsets_per_trigger`` stays the ceiling.
@@ -48,6 +48,8 @@ class AdmissionSettings:
     step: float = 2.0
     history: int = 8  # the recent batches the cost line is fitted on
     spread: float = 1.5  # the largest of them at least this × the smallest: a line
+    points: int = 4  # ... from at least this many batches
+    residual: float = 0.2  # ... whose median relative miss is at most this
 
     def __post_init__(self) -> None:
         if not self.window_s > 0:
@@ -68,14 +70,15 @@ class AdmissionSettings:
 @dataclass(frozen=True)
 class BatchLoad:
     """What one batch read and cost: its events, the seconds its critical engine task worked,
-    the live engines it ran on, its whole duration and the records still unread after it
-    (None: unknown)."""
+    the live engines it ran on, its whole duration, the records still unread after it
+    (None: unknown) and whether it moved state (a migration's fetches are in its time)."""
 
     events: int
     critical_s: float
     engines: int
     duration_s: float
     lag: float | None = None
+    moved: bool = False
 
 
 class Admission:
@@ -92,6 +95,9 @@ class Admission:
         self._seen: deque[tuple[float, float, float]] = deque(maxlen=settings.history)
         self._warm = False  # a process's first batch with events was seen
         self._long = 0  # batches in a row longer than a window
+        # a probe in flight: the bound before it, that batch's events an engine and seconds
+        self._probe: tuple[int, float, float] | None = None
+        self._no_less = 0  # a probe showed reading less does not shorten batches of this bound
 
     def observe(self, b: BatchLoad) -> None:
         """One finished batch's cost (a batch without events tells nothing of it). A
@@ -100,25 +106,28 @@ class Admission:
         if b.events <= 0 or b.critical_s <= 0 or b.engines < 1:
             return
         cold, self._warm = not self._warm, True
-        if cold:  # its time is start-up's; the first bound is small enough to take it
+        if cold or b.moved:  # start-up's time, or a migration's: not the events'
             return
         self._seen.append((b.events / b.engines, b.critical_s,
                            max(b.duration_s - b.critical_s, 0.0)))
         per_engine, critical, over = (np.array(c) for c in zip(*self._seen))
         self.overhead_s = float(np.median(over))
-        spread = bool(per_engine.max() >= self.settings.spread * per_engine.min())
+        spread = bool(per_engine.max() >= self.settings.spread * per_engine.min()
+                      and len(self._seen) >= self.settings.points)
         if spread:
             k, a = np.polyfit(per_engine, critical, 1)
             if a < 0:  # no fixed part in sight: the line through the origin
                 k, a = float(np.dot(per_engine, critical) / np.dot(per_engine, per_engine)), 0.0
             # time that does not grow with the events: the smallest cost the data allows
             # (never 0: the bound stays finite)
-            floor = 1e-3 * float(np.median(critical / per_engine))
-            self.cost_s, self.task_fixed_s = max(float(k), floor), float(max(a, 0.0))
-            self.fitted = True
-            return
+            k = max(float(k), 1e-3 * float(np.median(critical / per_engine)))
+            a = float(max(a, 0.0))
+            miss = float(np.median(np.abs(a + k * per_engine - critical) / critical))
+            if miss <= self.settings.residual:  # a line the batches follow: trusted
+                self.cost_s, self.task_fixed_s, self.fitted = k, a, True
+                return
         if self.fitted and self.cost_s is not None:
-            # one size of batch lately: the line fitted before stands while it still
+            # no line from the recent batches: the line fitted before stands while it still
             # predicts them (a changed operator or input shows as a miss)
             pred = self.task_fixed_s + self.cost_s * per_engine
             if float(np.median(np.abs(pred - critical) / critical)) < 0.25:
@@ -145,19 +154,27 @@ class Admission:
     def next_limit(self, b: BatchLoad, engines: int, now: float) -> int | None:
         """After batch ``b``, with ``engines`` live for the next one: the new bound when the
         query should restart with it, else None. Down when the wanted bound is a ``step``
-        below the one in force, the batch read more than it wants and it was the second in a
-        row longer than a window; up when it is a
-        ``step`` above and the bound held the batch back (it read all it could, or records
-        wait); at most once a window."""
+        below the one in force, the batch read more than it wants and it was the second
+        warm batch in a row longer than a window; up when it is a ``step`` above and the
+        bound held the batch back (it read all it could, or records wait); at most once a
+        window. A probe (a shrink on the ratio, the line unknown) that did not shorten the
+        batches is undone, and no later probe goes below the bound it left."""
+        warm = self._warm and not b.moved and b.events > 0
         self.observe(b)
         s = self.settings
-        # one long batch may be a migration's pause or a new executor's cold start
-        self._long = self._long + 1 if b.duration_s > s.window_s else 0
+        # a long cold batch or migration is not the events' doing: it neither counts nor
+        # resets the run of long ones
+        if warm:
+            self._long = self._long + 1 if b.duration_s > s.window_s else 0
+        undo = self._verdict(b) if warm else None
+        if undo is not None:
+            self.limit, self.last_change_at = undo, now
+            return undo
         if self.last_change_at is not None and now - self.last_change_at < s.window_s:
             return None
         want = self.wanted(engines)
         if not self.fitted:  # the line unknown: a probe of one step, which determines it
-            want = max(want, int(self.limit / s.step))
+            want = max(want, int(self.limit / s.step), self._no_less)
         # only a batch longer than its window is shrunk: a shorter one is already what the
         # loop needs, and under a fixed cost that dominates, fewer records shorten nothing
         shrink = want * s.step <= self.limit and b.events > want and self._long >= 2
@@ -165,15 +182,34 @@ class Admission:
         grow = want >= self.limit * s.step and held and self.limit < s.ceiling
         if not (shrink or grow):
             return None
+        if shrink and not self.fitted:
+            self._probe = (self.limit, b.events / b.engines, b.critical_s)
         self.limit, self.last_change_at = want, now
         return want
+
+    def _verdict(self, b: BatchLoad) -> int | None:
+        """The first warm batch after a probe that read fewer events an engine: the bound
+        from before the probe when the batch came out nearer the old time than the time
+        proportional to its events (the fixed part rules), else None."""
+        if self._probe is None or self.fitted:
+            self._probe = None
+            return None
+        before, per_engine, critical = self._probe
+        ratio = (b.events / b.engines) / per_engine
+        if ratio > 0.75:  # not read at the smaller bound yet (or a larger input)
+            return None
+        self._probe = None
+        if b.critical_s > critical * (1 + ratio) / 2:
+            self._no_less = before
+            return before
+        return None
 
     def describe(self) -> str:
         """The bound and what set it, for a line of the run's output."""
         if self.cost_s is None:
             return f"{self.limit} records a batch (no cost measured yet)"
         how = (f"{self.task_fixed_s:.2g} s fixed a task" if self.fitted
-               else "one size of batch so far: a probe")
+               else "no line through the batches yet: a probe of one step")
         return (f"{self.limit} records a batch ({self.cost_s * 1000:.3g} ms an event on one "
                 f"engine, {how}, {self.overhead_s or 0.0:.2g} s fixed a batch, "
                 f"{self.settings.fill:g} of a {self.settings.window_s:g}-s window)")

@@ -109,3 +109,26 @@ def test_a_task_fixed_cost_is_not_taken_for_a_cost_per_event() -> None:
     assert min(bounds) >= 50 and bounds[-1] == 100 and changes <= 2, bounds
     assert a.fitted and a.task_fixed_s == pytest.approx(2.0, rel=0.05)
     assert "fixed a task" in a.describe()
+
+
+def test_with_one_size_of_batch_a_probe_halves_until_the_line_is_known() -> None:
+    """Every batch at its bound from the start (a backlog at 20,000 a batch, 8 ms an event,
+    10-s windows): the ratio is all there is, so each window halves the bound while the
+    batches shorten in proportion; once four batches of different sizes lie on a line the
+    bound jumps to what the line wants."""
+    a = Admission(AdmissionSettings(window_s=10.0, ceiling=20000, initial=20000))
+    bounds = []
+    for t in range(8):
+        n = a.limit
+        a.next_limit(BatchLoad(n, 0.008 * n, 1, 0.008 * n + 1.0, lag=1e6), 1, 100.0 * t)
+        bounds.append(a.limit)
+    assert bounds[:4] == [20000, 20000, 10000, 5000], bounds
+    assert a.fitted and 800 <= bounds[4] <= 900 and bounds[-1] == bounds[4], bounds
+
+
+def test_a_migrations_batch_neither_costs_nor_counts_as_long() -> None:
+    a = Admission(AdmissionSettings(window_s=1.0, ceiling=100))
+    a.observe(BatchLoad(100, 0.2, 2, 0.5))  # cold
+    for t in range(3):  # a scale-out's moves: long, but the state's fetch made them so
+        assert a.next_limit(BatchLoad(100, 4.0, 2, 4.5, moved=True), 2, 10.0 * t) is None
+    assert a.cost_s is None and a.limit == 100
