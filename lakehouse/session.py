@@ -23,6 +23,8 @@ from .logs import jvm_stderr, relayed_logger, session_level
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from keyshift.startup import StartupClock
+
 ROCKSDB_PROVIDER = (
     "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 )
@@ -108,7 +110,8 @@ def session_settings(cfg: Config, app_name: str | None, on_cluster: bool,
 
 
 def get_spark(cfg: Config | None = None, app_name: str | None = None,
-              extra_conf: dict[str, str] | None = None) -> SparkSession:
+              extra_conf: dict[str, str] | None = None,
+              startup: StartupClock | None = None) -> SparkSession:
     """A SparkSession with Kafka, Delta and RocksDB configured (reused when one is active).
 
     Local master by default; ``spark.master`` in config may name a cluster, and then the
@@ -118,6 +121,8 @@ def get_spark(cfg: Config | None = None, app_name: str | None = None,
     the call returns once the first executor has registered (``spark.executor_wait_s``).
     Spark allows one session per JVM, so a second call returns the running session
     unchanged. ``extra_conf`` adds or overrides Spark settings (e.g. for a benchmark).
+    ``startup`` gets the phases' ends (keyshift.startup): the jars and settings, the JVM and
+    its SparkContext (the application registered), the first executor.
     """
     from pyspark.sql import SparkSession
 
@@ -131,14 +136,20 @@ def get_spark(cfg: Config | None = None, app_name: str | None = None,
     if cfg.spark.master.startswith("spark://"):
         check_master(cfg.spark.master, cfg.spark.master_timeout_s)
     settings = session_settings(cfg, app_name, on_cluster, extra_conf)
+    if startup is not None:
+        startup.mark("the master's check, the jars and Spark's settings")
     if jvm_stderr() is not None:
         _launch_driver(settings, jvm_stderr())
     elif relayed_logger() is not None:
         _launch_driver(settings, None, relay=relayed_logger())
     spark = SparkSession.builder.config(map=settings).getOrCreate()
     spark.sparkContext.setLogLevel(session_level())
+    if startup is not None:
+        startup.mark("the driver JVM and its SparkContext")
     if on_cluster and cfg.spark.executor_wait_s > 0:
         wait_for_executors(spark, 1, cfg.spark.executor_wait_s, cfg)
+        if startup is not None:
+            startup.mark("the first executor")
     return spark
 
 

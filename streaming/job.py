@@ -57,6 +57,7 @@ from keyshift.lakehouse.delta import RunAppends, concurrently
 from keyshift.lakehouse.logs import say
 from keyshift.lakehouse.storage import read_if_exists, write_atomically
 from keyshift.metrics import Balance, live_loads
+from keyshift.startup import StartupClock
 from keyshift.plan import Plan
 from keyshift.policies import (
     PolicyInputError,
@@ -256,8 +257,11 @@ class StreamJob:
     its query's life is :class:`QueryLifecycle`'s."""
 
     def __init__(self, spark: SparkSession, cfg: Config, options: JobOptions,
-                 on_batch: Callable[[BatchReport], None] | None = None) -> None:
+                 on_batch: Callable[[BatchReport], None] | None = None,
+                 startup: StartupClock | None = None) -> None:
         self.spark = spark
+        # the phases of the process's start-up to its first batch (keyshift.startup)
+        self.startup = startup
         self.cfg = cfg
         self.opt = options
         self.app = options.app
@@ -348,6 +352,7 @@ class StreamJob:
         staged) and start the query (:meth:`QueryLifecycle.start`)."""
         from keyshift.lakehouse.delta import align_stats_columns, ensure_tables
 
+        self._startup_mark("the job's set-up")
         # the warehouse first: a warehouse that cannot be made is the first thing said
         made = ensure_tables(self.spark, self.cfg, TABLES_WRITTEN)
         if self.query is None:  # a restart in place (ride_out) resumes the topic it checked
@@ -358,6 +363,7 @@ class StreamJob:
             self.skipped_offsets = resume_source(self.cfg, self.run_id, self.topic,
                                                  self.checkpoint, self.run_uri)
         # a run no process started before has written nothing: its first batch need not look
+        self._startup_mark("the warehouse's tables and the topic's resume check")
         marker = f"{self.run_uri}/started"
         self.appends.fresh = read_if_exists(marker) is None
         write_atomically(marker, datetime.now(UTC).isoformat().encode())
@@ -380,7 +386,14 @@ class StreamJob:
             # controller reads the open window's key loads, plans and control state)
             self.staging.recover()
         self._write_job_description()
-        return self.lifecycle.start(self._source(), self.process_batch)
+        self._startup_mark("the control state and the first plan")
+        query = self.lifecycle.start(self._source(), self.process_batch)
+        self._startup_mark("the query's start")
+        return query
+
+    def _startup_mark(self, phase: str) -> None:
+        if self.startup is not None:
+            self.startup.mark(phase)
 
     def _source(self) -> DataFrame:
         """The topic, parsed, read at most the admitted records a batch. Parsed in the query
@@ -510,7 +523,14 @@ class StreamJob:
         the batch's writes (:meth:`_run_batch`), then its metrics row, the run's totals and
         the timing line (:meth:`_book_batch`)."""
         clock = _BatchClock(time.perf_counter(), datetime.now(UTC))
+        starting = self.startup is not None and not self.startup.done
+        self._startup_mark("Kafka's offsets and Spark's planning of the first batch")
         clock.recover_s = self._recover_once(batch_id, clock.t0)
+        if starting and self.startup is not None:
+            if clock.recover_s > 0:  # a resumed run recovers in its first batch
+                self.startup.mark("the resumed run's recovery")
+            self.startup.close()
+            say(f"keyshift: {self.run_id}: {self.startup.line()}")
         planned = self._plan_batch(df, batch_id, clock)
         ran, committed = self._run_batch(batch_id, planned, clock)
         self._book_batch(batch_id, planned, ran, committed, clock)
@@ -850,6 +870,8 @@ class StreamJob:
             "skipped_offsets": self.skipped_offsets,
             # the records a batch may read at the end, and each restart admission made
             "read_limit": self.read_limit, "source_restarts": list(self.admission_restarts),
+            # where the time to the first batch went (keyshift.startup)
+            "startup": self.startup.as_dict() if self.startup is not None else None,
             **self._write_held(sample=True),
             # where a batch's time went, how long events waited, what balancing bought
             **run_cost(self.run_dir, self.groups, self.per_window, self.opt.policy,

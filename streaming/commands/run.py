@@ -33,6 +33,7 @@ from keyshift.config import load_config
 from keyshift.lakehouse.logs import failure_line, log_hint, one_line_failure
 from keyshift.lakehouse.logs import say as say_line
 from keyshift.run_ids import check_run_id, run_id_arg
+from keyshift.startup import StartupClock
 from keyshift.streaming.executors import ResourcesError, resources_mode
 
 SUMMARY = "run your operator on a Kafka topic, kept balanced"
@@ -70,7 +71,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="where a new run starts in the topic (default earliest)")
     p.add_argument("--available-now", action="store_true",
                    help="process what the topic holds now, then exit 0 (backfills, benchmarks)")
-    p.add_argument("--duration", type=float, help="stop after this many seconds (default: run "
+    p.add_argument("--duration", type=float,
+                   help="stop this many seconds after the query started: the start-up before "
+                   "it (said on its own line, 'start-up: ...') is not counted (default: run "
                    "until Ctrl-C or SIGTERM)")
     p.add_argument("--json", action="store_true", help="print one JSON summary at the end")
     add_log_options(p)
@@ -256,12 +259,13 @@ def run_summary(job, ledger: BatchLedger | None, cfg) -> dict[str, Any]:
 
 
 def start_job(cfg, opts, log_level: str | None = None, say=None,
-              ledger: BatchLedger | None = None):
+              ledger: BatchLedger | None = None, startup=None):
     """The speed layer's one way to start: Spark's log to the run's folder (or from
     ``log_level`` up to the terminal), the session, the job with a progress line per batch
     (each also kept in ``ledger``, when given) and live metrics (Prometheus on ``[metrics]
     host:port`` unless the port is 0, :mod:`keyshift.streaming.live_metrics`), the query.
-    ``keyshift run`` and ``keyshift demo`` both use it."""
+    ``keyshift run`` and ``keyshift demo`` both use it. ``startup`` (a
+    :class:`keyshift.startup.StartupClock`) gets the phases up to the first batch."""
     from keyshift.lakehouse.logs import (
         configure_spark_logging,
         log_file,
@@ -274,7 +278,7 @@ def start_job(cfg, opts, log_level: str | None = None, say=None,
     from keyshift.lakehouse.session import get_spark
     from keyshift.streaming.job import StreamJob
 
-    spark = get_spark(cfg, app_name=f"keyshift-{opts.run_id}")
+    spark = get_spark(cfg, app_name=f"keyshift-{opts.run_id}", startup=startup)
     set_session_level(spark, log_level)
     live = live_metrics_for(cfg, opts, say)
     failed: list[str] = []
@@ -292,7 +296,7 @@ def start_job(cfg, opts, log_level: str | None = None, say=None,
                 failed.append(str(exc))
                 say(f"live metrics not updated: {exc}")
 
-    job = StreamJob(spark, cfg, opts, on_batch=on_batch)
+    job = StreamJob(spark, cfg, opts, on_batch=on_batch, startup=startup)
     job.start()
     return job
 
@@ -372,6 +376,8 @@ def stop_job(job, **kwargs: Any) -> str | None:
 
 @one_line_failure("run")
 def run(args: argparse.Namespace) -> int:
+    startup = StartupClock()
+    startup.mark("Python and keyshift's imports")
     cfg = load_config(args.config)  # ConfigError: the CLI's one-line message
     if args.planner:
         cfg = cfg.model_copy(update={"planner": cfg.planner.model_copy(update={"enabled": True})})
@@ -381,9 +387,10 @@ def run(args: argparse.Namespace) -> int:
     except ResourcesError as exc:
         raise UsageError(str(exc)) from None
     check_topic(cfg, opts.topic)
+    startup.mark("the config and the topic's check")
     say = say_line
     ledger = BatchLedger()
-    job = start_job(cfg, opts, args.log_level, say, ledger)
+    job = start_job(cfg, opts, args.log_level, say, ledger, startup=startup)
     mode = "available now" if opts.available_now else (
         f"for {args.duration:g} s" if args.duration else "until Ctrl-C")
     held = ("engines on executors requested and released with the plan"

@@ -141,13 +141,20 @@ def test_a_spike_with_the_shipped_defaults_scales_out_and_in_within_three_window
     print(f"spike: batch p95 {p95:.1f} s (max {durations[-1]:.1f}); scale-out asked "
           f"{out_s} s after the rise; scale-in {in_s} s after the backlog was gone; "
           f"core-seconds {summary['core_seconds']} (master {bill.core_seconds:.1f}); "
-          f"read limit {summary['read_limit']}, restarts {summary['source_restarts']}")
+          f"read limit {summary['read_limit']}, restarts {summary['source_restarts']}; "
+          f"start-up {summary['startup']}")
     assert proc.returncode in (0, 130, 143), log.read_text()[-4000:]
     assert b"terminate called" not in log.read_bytes()
     assert p95 <= 2 * WINDOW_S, durations
     assert out_s is not None and out_s <= 3 * WINDOW_S, (out_s, asked)
     assert in_s is not None and in_s <= 3 * WINDOW_S, (in_s, caught_up, released)
     assert summary["core_seconds"] == pytest.approx(bill.core_seconds, rel=0.05)
+    # where the time to the first batch went, phase by phase, said before the first batch
+    startup = summary["startup"]
+    assert {"the driver JVM and its SparkContext", "the first executor"} <= set(startup)
+    assert startup["total_s"] == pytest.approx(sum(v for k, v in startup.items()
+                                                   if k != "total_s"), abs=0.01)
+    assert b"start-up: " in log.read_bytes()
     wh = cfg.model_copy(update={"warehouse": cfg.warehouse.model_copy(
         update={"root": str(warehouse)})})
     assert outputs(spark, wh, run_id) == reference("heavy", sent, cfg.groups.count, HEAVY)

@@ -98,6 +98,7 @@ def fake_job(tmp_path: Path, query_error: str | None, commit_fails: bool) -> Str
     job.skipped_offsets = {}  # a resume's records kafka.fail_on_data_loss=false skipped
     job.groups, job.per_window = 64, 2  # what the run's cost reads (no batches.jsonl here)
     job.admission, job.admission_restarts = None, []  # max_offsets_per_trigger as given
+    job.startup = None  # not timed here
     job.cfg = load_config(env={})
     return job
 
@@ -106,7 +107,7 @@ def run_with(job: StreamJob, monkeypatch, tmp_path, capsys) -> tuple[int, dict, 
     monkeypatch.setenv("KEYSHIFT_HOME", str(tmp_path / "home"))
     monkeypatch.setattr(run_cmd, "check_topic", lambda cfg, topic: None)
     monkeypatch.setattr(run_cmd, "start_job",
-                        lambda cfg, opts, level=None, say=None, ledger=None: job)
+                        lambda cfg, opts, level=None, say=None, ledger=None, startup=None: job)
     p = argparse.ArgumentParser()
     run_cmd.add_arguments(p)
     args = p.parse_args(["--app", "wordcount", "--topic", "words", "--run-id", "ro",
