@@ -62,14 +62,19 @@ def _word_input(cfg, total: int, bad: int, skew: str) -> tuple[str, list]:
 
 def _kill_mid_migration(cfg, run_id: str, topic: str, log: Path, **start) -> None:
     """Run the job until a migration is in flight (``migrating.json``: the batch realizing a
-    plan change has begun, its release and restore not committed), then SIGKILL its whole
-    process group."""
+    plan change has begun, its release and restore not committed) and SIGKILL its whole
+    process group there: the job's fault point inside the first migration's engine stage
+    (streaming/faults.py). Polling for the file instead misses a migration that takes
+    less than the poll (0.4 s batches here)."""
+    from keyshift.streaming.faults import ENV
+
     run_dir = cfg.home_path / "runs" / run_id
-    first = _start(cfg, run_id, topic, log, **start)
+    extra = {**start.pop("extra_env", {}), ENV: "migration@0"}
+    first = _start(cfg, run_id, topic, log, extra_env=extra, **start)
     try:
-        assert wait_until(lambda: (run_dir / "migrating.json").exists()
-                          or first.poll() is not None, 1200), "no migration started"
-        assert first.poll() is None, log.read_text()[-3000:]
+        assert wait_until(lambda: first.poll() is not None, 1200), "no migration started"
+        assert b"killing the job now" in log.read_bytes(), log.read_text()[-3000:]
+        assert (run_dir / "migrating.json").exists()
     finally:
         _kill_group(first, signal.SIGKILL)
 
