@@ -11,6 +11,9 @@ peak is 70/s). Systems, each a ``keyshift run`` on the cluster but the last:
 
 * **keyshift-planner**: the engine scaler on, engines on executors (``planner.resources =
   "executors"``): the plan's N decides the executors held (requested and released);
+* **keyshift-planner-fixed-reads**: the same with ``spark.admission = "off"``: every batch
+  may read ``max_offsets_per_trigger`` (issue 56's "before": with the shipped 20,000 a
+  backlog becomes one batch of minutes);
 * **static-max** / **static-min**: KG on the most / fewest engines, executors held to match;
 * **spark-da**: KG on the most engines with the planner off and Spark's own dynamic
   allocation (shuffle tracking), its default idle timeout (60 s) and, as
@@ -30,6 +33,11 @@ nothing lost, nothing doubled). The targets and ratios are printed, never assert
     .venv/bin/python bench/bench_elastic_cluster.py                 # 5.5-min ramp, 1 repeat
     .venv/bin/python bench/bench_elastic_cluster.py --repeats 3 --json out.json
     .venv/bin/python bench/bench_elastic_cluster.py --quick         # a 3-min ramp
+    .venv/bin/python bench/bench_elastic_cluster.py --defaults      # the shipped settings
+
+``--defaults`` keeps the shipped trigger (2 s), window (10 s), ``max_offsets_per_trigger``
+(20,000) and admission instead of the bench's tuned 5-s trigger and 800-record batches: what
+a user gets before tuning anything (issue 56).
 
 """
 
@@ -59,11 +67,11 @@ os.environ.setdefault("KEYSHIFT_CACHE", str(ROOT / ".keyshift" / "cache"))
 
 from bench.bench_stream import config_env, keyshift_exe, parse_run_json  # noqa: E402
 
-PLANNER, RUN_ON, STATIC_MAX, STATIC_MIN, SPARK_DA, SPARK_DA5, APWS_DA = (
-    "keyshift-planner", "keyshift-planner-run-on", "static-max", "static-min", "spark-da",
-    "spark-da-idle5", "spark-apws-da")
-SYSTEMS = (PLANNER, RUN_ON, STATIC_MAX, STATIC_MIN, SPARK_DA, SPARK_DA5, APWS_DA)
-PLANNERS = (PLANNER, RUN_ON)
+PLANNER, RUN_ON, FIXED_READS, STATIC_MAX, STATIC_MIN, SPARK_DA, SPARK_DA5, APWS_DA = (
+    "keyshift-planner", "keyshift-planner-run-on", "keyshift-planner-fixed-reads",
+    "static-max", "static-min", "spark-da", "spark-da-idle5", "spark-apws-da")
+SYSTEMS = (PLANNER, RUN_ON, FIXED_READS, STATIC_MAX, STATIC_MIN, SPARK_DA, SPARK_DA5, APWS_DA)
+PLANNERS = (PLANNER, RUN_ON, FIXED_READS)
 PARTITIONS = 4
 WINDOW_S = 10.0  # two micro-batches: the loop decides every 10 s of input
 TRIGGER_S = 5.0
@@ -79,10 +87,13 @@ def system_settings(system: str, workers: int) -> tuple[str, int, dict[str, Any]
     engines = {"min": lo, "initial": lo, "max": hi}
     if system in PLANNERS:
         # run-on: a scale-out's first batch runs at once on the old core, not after the wait
-        return "kg", lo, {"engines": engines, "planner": {
+        settings: dict[str, Any] = {"engines": engines, "planner": {
             "enabled": True, "resources": "executors", "min_engines": lo, "max_engines": hi,
             "overrule_windows": 2, "target_utilisation": 0.8,
-            "wait_for_executors": system == PLANNER}}
+            "wait_for_executors": system != RUN_ON}}
+        if system == FIXED_READS:
+            settings["spark"] = {"admission": "off"}
+        return "kg", lo, settings
     if system in (STATIC_MAX, STATIC_MIN):
         n = hi if system == STATIC_MAX else lo
         return "kg", n, {"engines": {"min": 1, "initial": n, "max": hi},
@@ -173,6 +184,8 @@ class RunResult:
     batch_p95_s: float
     scale_actions: int
     keyshift_core_seconds: float | None
+    source_restarts: int = 0  # the read bound's restarts of the query in place
+    read_limit: int | None = None  # the bound at the end
     check: str = ""
     reaction: dict[str, float] | None = None
 
@@ -275,8 +288,8 @@ def run_system(system: str, repeat: int, *, cluster, overrides: dict[str, Any], 
         run_dir.mkdir(parents=True)
         cmd = [sys.executable, str(ROOT / "bench" / "bench_floor.py"), "peer", "--system",
                "apws", "--topic", topic, "--workdir", str(run_dir), "--overrides",
-               json.dumps(conf), "--trigger", str(TRIGGER_S), "--max-offsets",
-               str(MAX_OFFSETS), "--work-us", str(work_us)]
+               json.dumps(conf), "--trigger", str(cfg.spark.trigger_s), "--max-offsets",
+               str(cfg.spark.max_offsets_per_trigger), "--work-us", str(work_us)]
     log = home / f"{run_id}.log"
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=open(log, "w"), text=True,
                             env=config_env(conf), start_new_session=True)
@@ -360,6 +373,8 @@ def run_system(system: str, repeat: int, *, cluster, overrides: dict[str, Any], 
         lag_max=lag_max, lag_seconds=lag_s, batch_p95_s=float(out["batch_p95_s"]),
         scale_actions=scale_actions(s.cores),
         keyshift_core_seconds=out.get("core_seconds"),
+        source_restarts=len(out.get("source_restarts") or []),
+        read_limit=out.get("read_limit"),
         reaction=reaction(s, rate.steps) if system in PLANNERS else None)
 
 
@@ -481,6 +496,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--drain", type=float, default=120.0,
                     help="seconds a run may take after the ramp to take every event")
     ap.add_argument("--quick", action="store_true", help="a 180-s ramp")
+    ap.add_argument("--defaults", action="store_true",
+                    help="the shipped trigger, window, max_offsets_per_trigger and admission "
+                    "instead of the bench's tuned 5-s trigger and 800-record batches")
     ap.add_argument("--json", dest="json_out", default=None)
     args = ap.parse_args(argv)
     from keyshift.workloads.rate import RateSchedule
@@ -512,18 +530,22 @@ def main(argv: list[str] | None = None) -> int:
             "kafka": {"port": port, "controller_port": cport},
             "spark": {"master": cluster.master_url, "cores_max": args.workers,
                       "executor_cores": 1, "executor_memory": "768m", "driver_memory": "1g",
-                      "driver_host": "127.0.0.1", "trigger_s": TRIGGER_S,
-                      "max_offsets_per_trigger": MAX_OFFSETS,
-                      "shuffle_partitions": args.workers},
-            "controller": {"window_s": args.window},
+                      "driver_host": "127.0.0.1", "shuffle_partitions": args.workers},
             "metrics": {"port": 0},
         }
+        if not args.defaults:
+            overrides["spark"].update({"trigger_s": TRIGGER_S,
+                                       "max_offsets_per_trigger": MAX_OFFSETS})
+            overrides["controller"] = {"window_s": args.window}
         cfg = load_config(env={}, **overrides)
         broker = Broker.from_config(cfg)
         say(f"bench: broker {broker.start()}; cluster {cluster.master_url} "
             f"({args.workers} x 1 core, UI {cluster.ui_url}); home {home}")
         say(f"bench: ramp {rate.text()} for {duration:g} s ({rate.events(duration):,} events), "
-            f"heavy work_us {args.work_us:g}, window {args.window:g} s, trigger {TRIGGER_S:g} s")
+            f"heavy work_us {args.work_us:g}, window {cfg.controller.window_s:g} s, trigger "
+            f"{cfg.spark.trigger_s:g} s, max_offsets_per_trigger "
+            f"{cfg.spark.max_offsets_per_trigger:,}, admission {cfg.spark.admission}"
+            + (" (the shipped settings)" if args.defaults else " (the bench's tuned settings)"))
         try:
             for rep in range(args.repeats):
                 order = systems[rep % len(systems):] + systems[:rep % len(systems)]
@@ -543,7 +565,8 @@ def main(argv: list[str] | None = None) -> int:
                         f"{r.cores_min}-{r.cores_max}, {r.scale_actions} changes), lag max "
                         f"{r.lag_max:,.0f}, lag s {r.lag_seconds:.0f}, p95 {r.batch_p95_s:.2f} s,"
                         f" {r.events_in:,}/{r.events_sent:,} events, {r.complex_events:,} "
-                        f"complex (keyshift's own core-s {r.keyshift_core_seconds})")
+                        f"complex (keyshift's own core-s {r.keyshift_core_seconds}; read bound "
+                        f"{r.read_limit}, {r.source_restarts} restarts)")
         finally:
             broker.stop()
     check_outputs(results)

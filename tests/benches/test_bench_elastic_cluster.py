@@ -7,6 +7,7 @@ import pytest
 
 from bench.bench_elastic_cluster import (
     APWS_DA,
+    FIXED_READS,
     PLANNER,
     RUN_ON,
     SPARK_DA,
@@ -32,14 +33,19 @@ from keyshift.streaming.executors import resources_mode
 
 def test_each_system_is_a_valid_configuration_on_a_cluster() -> None:
     modes = {}
-    for system in (PLANNER, STATIC_MAX, STATIC_MIN, SPARK_DA, "spark-da-idle5", APWS_DA):
+    admission = {}
+    for system in (PLANNER, FIXED_READS, STATIC_MAX, STATIC_MIN, SPARK_DA, "spark-da-idle5",
+                   APWS_DA):
         policy, engines, settings = system_settings(system, workers=3)
         cfg = load_config(env={}, spark={"master": "spark://127.0.0.1:7077",
                                          **settings.get("spark", {})},
                           **{k: v for k, v in settings.items() if k != "spark"})
         assert cfg.engines.min <= engines <= cfg.engines.max == 3
         modes[system] = (resources_mode(cfg), cfg.planner.enabled, engines)
-    assert modes[PLANNER] == ("executors", True, 1)
+        admission[system] = cfg.spark.admission
+    assert modes[PLANNER] == modes[FIXED_READS] == ("executors", True, 1)
+    # issue 56's before: every batch may read max_offsets_per_trigger
+    assert admission[FIXED_READS] == "off" and admission[PLANNER] == "auto"
     assert modes[STATIC_MAX] == ("executors", False, 3)
     assert modes[STATIC_MIN] == ("executors", False, 1)
     assert modes[SPARK_DA] == modes[APWS_DA] == ("fixed", False, 3)
