@@ -186,6 +186,7 @@ class RunResult:
     keyshift_core_seconds: float | None
     source_restarts: int = 0  # the read bound's restarts of the query in place
     read_limit: int | None = None  # the bound at the end
+    startup: dict[str, float] | None = None  # the run's time to its first batch, by phase
     check: str = ""
     reaction: dict[str, float] | None = None
 
@@ -374,7 +375,7 @@ def run_system(system: str, repeat: int, *, cluster, overrides: dict[str, Any], 
         scale_actions=scale_actions(s.cores),
         keyshift_core_seconds=out.get("core_seconds"),
         source_restarts=len(out.get("source_restarts") or []),
-        read_limit=out.get("read_limit"),
+        read_limit=out.get("read_limit"), startup=out.get("startup"),
         reaction=reaction(s, rate.steps) if system in PLANNERS else None)
 
 
@@ -566,7 +567,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"{r.lag_max:,.0f}, lag s {r.lag_seconds:.0f}, p95 {r.batch_p95_s:.2f} s,"
                         f" {r.events_in:,}/{r.events_sent:,} events, {r.complex_events:,} "
                         f"complex (keyshift's own core-s {r.keyshift_core_seconds}; read bound "
-                        f"{r.read_limit}, {r.source_restarts} restarts)")
+                        f"{r.read_limit}, {r.source_restarts} restarts; start-up {r.startup})")
         finally:
             broker.stop()
     check_outputs(results)
