@@ -79,6 +79,7 @@ class Controller:
         self.forecaster = forecaster
         if cfg.planner.enabled and self.forecaster is None:
             self.forecaster = JobForecaster(cfg)
+        self._load_models()  # on its own thread, beside the rest of the start-up
         # an online policy decides in the loop; the others' plans come from the batch
         # layer, a fixed hash or the splitter (recover() installs the first plan)
         self.loop = loop_from_config(cfg, log, policy, self.forecaster, run_id=run_id,
@@ -104,12 +105,11 @@ class Controller:
     def scaler(self):
         return self.loop.scaler
 
-    def recover(self, batch_id: int) -> None:
-        """Load plans, control state and the open window's loads (start / restart)."""
-        load = getattr(self.forecaster, "load_models", None)
-        if load is not None:
-            load()
-        self.loop.start(self._initial_plan(), batch_id)
+    def recover(self, batch_id: int, fresh: bool = False) -> None:
+        """Load plans, control state and the open window's loads (start / restart);
+        ``fresh``: a run no process started before, with nothing in the store to read."""
+        self._load_models()
+        self.loop.start(self._initial_plan(), batch_id, fresh=fresh)
         last = self.loop.last_closed
         before = self.loop.closed_before_last
         self._last_loads = None
@@ -122,6 +122,11 @@ class Controller:
         self._window = WindowStats.empty(index, self.groups, start)
         if start < batch_id:
             self._window.reopen(*self.log.window_loads(start, batch_id, self.groups))
+
+    def _load_models(self) -> None:
+        load = getattr(self.forecaster, "load_models", None)
+        if load is not None:
+            load()
 
     def _initial_plan(self) -> Plan:
         if self.policy_kind is PolicyKind.FROM_PLANS:

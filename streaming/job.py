@@ -371,11 +371,13 @@ class StreamJob:
             # a new run starts at batch 0: set the controller up now (initial plan), as run
             # set-up rather than inside the first batch; a resumed run recovers in its first
             # batch, whose id only Spark's checkpoint knows
-            self.controller.recover(0)
+            self.controller.recover(0, fresh=True)
             self._recovered = True
+            self._startup_mark("the control state and the first plan")
             # the cluster manager gave what the application may take: keep what the first
             # plan needs (streaming/executors.py)
             self._say_scale(self.resources.at_start(self.controller.plan_for(0).parallelism))
+            self._startup_mark("the start-up cores the first plan does not need given back")
             # its only staged rows are that initial plan (batch -1), which nothing reads
             # back while it runs: committed behind the stream, so the query's start and first
             # batch overlap the cold JVM's first Delta commit (3-4 s, issue 25 item 7); a
@@ -385,8 +387,9 @@ class StreamJob:
             # what a predecessor staged goes to Delta before anything reads it (the
             # controller reads the open window's key loads, plans and control state)
             self.staging.recover()
+            self._startup_mark("what the run's predecessor staged, committed")
         self._write_job_description()
-        self._startup_mark("the control state and the first plan")
+        self._startup_mark("the run's description and the staged commit's start")
         query = self.lifecycle.start(self._source(), self.process_batch)
         self._startup_mark("the query's start")
         return query

@@ -172,26 +172,61 @@ class JobForecaster:
         self.versions = versions if versions is not None or loader is not None \
             else champion_versions
         self.background = background
-        self.models: ChampionForecast | None = None
-        self.model_error: str | None = None
+        self._models: ChampionForecast | None = None
+        self._model_error: str | None = None
         self.fallback = FallbackForecaster(self.window_s)
         self._loaded = False
+        self._loading: threading.Thread | None = None  # the start-up's load, on its thread
         self._generation = 0  # a reset() makes checks started before it stale
         self._thread: threading.Thread | None = None
         self._checked: queue.SimpleQueue[_Checked] = queue.SimpleQueue()
 
     def load_models(self) -> None:
         """Load the champions at start (once per process: a restart of the loop keeps
-        them); a failure is kept as the fallback's reason until a check loads them."""
+        them); a failure is kept as the fallback's reason until a check loads them. With
+        ``background`` the load runs on its own thread beside the rest of the start-up (the
+        model layer's import and the registry's answer took seconds of a cluster run's
+        time to its first batch); the first use waits for it (:meth:`_ready`)."""
         if self._loaded:
             return
         self._loaded = True
+        if not self.background:
+            self._load()
+            return
+        self._loading = threading.Thread(target=self._load, daemon=True,
+                                         name="keyshift-champions-load")
+        self._loading.start()
+
+    def _load(self) -> None:
         try:
-            self.models = self.loader(self.cfg)
-            self.model_error = None
+            self._models = self.loader(self.cfg)
+            self._model_error = None
         except Exception as exc:  # noqa: BLE001 -- registry, import, unreadable: fall back
-            self.models = None
-            self.model_error = one_line(exc)
+            self._models = None
+            self._model_error = one_line(exc)
+
+    def _ready(self) -> None:
+        """Wait for the start-up's load, if it is still running."""
+        loading, self._loading = self._loading, None
+        if loading is not None:
+            loading.join()
+
+    @property
+    def loading(self) -> bool:
+        """The start-up's load of the champions is still running."""
+        return self._loading is not None and self._loading.is_alive()
+
+    @property
+    def models(self) -> ChampionForecast | None:
+        """The champions in use (None: the fallback); waits for the start-up's load."""
+        self._ready()
+        return self._models
+
+    @property
+    def model_error(self) -> str | None:
+        """Why no champion is in use; waits for the start-up's load."""
+        self._ready()
+        return self._model_error
 
     # -- following the registry --------------------------------------------------------------
     def follow(self, window: int) -> SourceChange | None:
@@ -199,9 +234,10 @@ class JobForecaster:
         finished check loaded, and start a check every ``check_every`` windows (not while
         one is still running: a slow registry is looked at no more often than it answers).
         Returns what changed, for the decision's reason."""
+        self._ready()
         changes = self._apply_checked()
         if window % self.check_every == 0 and not self.checking:
-            args = (window, self.models.versions if self.models is not None else None,
+            args = (window, self._models.versions if self._models is not None else None,
                     self._generation)
             if self.background:
                 thread = threading.Thread(target=self._check, args=args, daemon=True,
@@ -271,14 +307,14 @@ class JobForecaster:
                                 error=f"GP update of {done.models.label} failed: "
                                       f"{one_line(exc)}")
         if done.error is not None:
-            if self.models is None:  # the fallback's reason says it: "no champion: ..."
-                self.model_error = f"{done.error} ({at})"
+            if self._models is None:  # the fallback's reason says it: "no champion: ..."
+                self._model_error = f"{done.error} ({at})"
                 return None
-            return SourceChange(f"{at} failed, kept {self.models.label}: {done.error}")
+            return SourceChange(f"{at} failed, kept {self._models.label}: {done.error}")
         if done.models is None:
             return None
-        was = self.models.label if self.models is not None else "the fallback"
-        self.models, self.model_error = done.models, None
+        was = self._models.label if self._models is not None else "the fallback"
+        self._models, self._model_error = done.models, None
         return SourceChange(f"{at}: loaded {done.models.label} (was {was})", replan=True)
 
     # -- the loop's forecaster ------------------------------------------------------------------
@@ -293,22 +329,24 @@ class JobForecaster:
         return self.fallback.history
 
     def observe(self, sample: WindowSample) -> None:
+        self._ready()
         self.fallback.observe(sample)
-        if self.models is not None:
+        if self._models is not None:
             try:
-                self.models.observe(sample, self.window_s)
+                self._models.observe(sample, self.window_s)
             except Exception as exc:  # noqa: BLE001 -- the scaler never stops the job
-                self.model_error = f"GP update failed: {one_line(exc)}"
-                self.models = None
+                self._model_error = f"GP update failed: {one_line(exc)}"
+                self._models = None
 
     def forecast(self, window: int, t0: float, horizon: int, k: int) -> tuple[Forecast, str]:
-        if self.models is not None:
+        self._ready()
+        if self._models is not None:
             try:
-                return self.models.forecast(t0, horizon, k, self.window_s), self.models.label
+                return self._models.forecast(t0, horizon, k, self.window_s), self._models.label
             except Exception as exc:  # noqa: BLE001 -- the scaler never stops the job
                 gp_error = f"GP forecast failed: {one_line(exc)}"
         else:
-            gp_error = f"no champion: {self.model_error}"
+            gp_error = f"no champion: {self._model_error}"
         try:
             fc, label = self.fallback.forecast(window, t0, horizon, k)
         except NoForecast as exc:

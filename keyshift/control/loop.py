@@ -147,13 +147,16 @@ class ControlLoop:
         self.last: ControlDecision | None = None
 
     # -- state ----------------------------------------------------------------------------
-    def start(self, initial: Plan, batch_id: int = 0) -> None:
+    def start(self, initial: Plan, batch_id: int = 0, fresh: bool = False) -> None:
         """(Re)start before ``batch_id``: plans, plan changes and the scaler's state from
-        the store; records at >= ``batch_id`` (a crashed attempt's) are kept for replay."""
+        the store; records at >= ``batch_id`` (a crashed attempt's) are kept for replay.
+        ``fresh``: no process of this run has started before, so the store holds nothing
+        of it and is not read (on a cluster its reads took seconds of the start-up)."""
         groups = initial.groups
-        plans = {p.version: p for p in self.store.plans(groups)} if batch_id > 0 else {}
+        plans = {p.version: p for p in self.store.plans(groups)} \
+            if batch_id > 0 and not fresh else {}
         records = sorted(self.store.records(), key=lambda r: r.batch_id) \
-            if batch_id > 0 or self.scaler is not None else []
+            if not fresh and (batch_id > 0 or self.scaler is not None) else []
         if initial.version not in plans:
             self.store.write_plan(initial, self.policy_name, "initial plan", -1)
             plans[initial.version] = initial
@@ -171,7 +174,7 @@ class ControlLoop:
         if self.guard is not None:
             guards = [r.guard for r in done if r.guard is not None]
             self.guard.state = GuardState.from_json(guards[-1] if guards else None)
-        if self.reconfiguration is not None:
+        if self.reconfiguration is not None and not fresh:
             self.reconfiguration.observe(self.store.migration_costs())
 
     def recorded_closes(self) -> list[int]:

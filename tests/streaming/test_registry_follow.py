@@ -250,3 +250,26 @@ def test_a_path_restored_after_a_restart_names_the_models_of_its_later_windows(t
     assert rerun[0]["reason"].startswith(
         f"following the path planned from a forecast made before a restart, later windows "
         f"from {V1}; "), rerun[0]["reason"]
+
+
+def test_the_start_up_load_runs_beside_the_rest_and_the_first_use_waits(tmp_path) -> None:
+    """The champions' load at start runs on its own thread (the model layer's import and
+    the registry's answer took seconds of a cluster run's start-up); the controller's
+    construction starts it, and the first forecast waits for it."""
+    import threading
+
+    reg, gate = FakeRegistry(), threading.Event()
+
+    def slow_load(cfg):
+        gate.wait(10)
+        return reg.load(cfg)
+
+    cfg = config(tmp_path, registry_check_windows=K)
+    forecaster = JobForecaster(cfg, slow_load, reg.versions, background=True)
+    c = Controller(cfg, "r", "kg", groups=24, initial_engines=2, windows=1,
+                   log=MemoryControlLog(), forecaster=forecaster, clock=Clock())
+    c.recover(0, fresh=True)  # returns while the load waits
+    assert forecaster.loading and not reg.loaded
+    gate.set()
+    rows, _ = run_windows(c, [300, 300])
+    assert reg.loaded and all(V1 in r["reason"] for r in rows)

@@ -173,6 +173,32 @@ def test_memory_store_is_idempotent_like_delta() -> None:
     assert [r["action"] for r in s.decisions] == ["none"]
 
 
+class _UnreadStore(MemoryControlStore):
+    """A store whose reads fail: a fresh run must not read it."""
+
+    def plans(self, groups):
+        raise AssertionError("plans read")
+
+    def records(self):
+        raise AssertionError("records read")
+
+    def migration_costs(self):
+        raise AssertionError("migration costs read")
+
+
+def test_a_fresh_run_starts_without_reading_the_store() -> None:
+    """No process of the run started before: nothing of it is in the store, and its reads
+    (Delta on a cluster: seconds of the start-up) are skipped; the initial plan is written."""
+    cfg = load_config(env={}, planner={"enabled": True, "rc_source": "learned"})
+    store = _UnreadStore()
+    loop = loop_from_config(cfg, store, "dlb-h", _always(100.0), run_id="r")
+    assert loop.scaler is not None and loop.reconfiguration is not None
+    loop.start(Plan.hashed(8, 2), 0, fresh=True)
+    assert [p.version for p in store.plans_written] == [0] and loop.last_closed is None
+    with pytest.raises(AssertionError, match="records read"):
+        loop.start(Plan.hashed(8, 2), 0)  # a resumed run at batch 0 reads its records
+
+
 def test_loop_rejects_nothing_it_cannot_explain() -> None:
     """A fixed plan: every window has one row saying so, nothing stored."""
     store = MemoryControlStore()
