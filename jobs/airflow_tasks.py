@@ -125,19 +125,21 @@ def report(result: dict[str, Any]) -> str:
                      f"that owes nothing to KG's hash moves about (1 - 1/{engines}) of them, "
                      f"{round(groups * (1 - 1 / engines))})")
     else:
-        models = (result.get("models") or {}).get("models") or {}
         parts = []
-        for which, m in models.items():
-            metrics = m.get("metrics", {})
-            moved = "moved" if m.get("champion_moved") else "kept"
-            label = f"v{m['version']}" if m.get("version") else "no new version"
-            parts.append(
-                f"{which} {m.get('name')} {label} ({m.get('forecaster') or m.get('kernel')}): "
-                f"CC {metrics.get('cc', float('nan')):.3f}, RMSE {metrics.get('rmse', float('nan')):.4g}"
-                f" on the held-out tail; champion {moved} ({m.get('reason')})"
-            )
+        for workload, outcome in (result.get("workloads") or {}).items():
+            models = (outcome.get("models") or {}).get("models") or {}
+            said = []
+            for which, m in models.items():
+                metrics = m.get("metrics", {})
+                moved = "moved" if m.get("champion_moved") else "kept"
+                label = f"v{m['version']}" if m.get("version") else "no new version"
+                said.append(
+                    f"{which} {m.get('name')} {label} ({m.get('forecaster') or m.get('kernel')}): "
+                    f"CC {metrics.get('cc', float('nan')):.3f}, RMSE {metrics.get('rmse', float('nan')):.4g}"
+                    f" on the held-out tail; champion {moved} ({m.get('reason')})")
+            parts.append(f"{workload}: " + ("; ".join(said) or outcome.get("reason", "")))
         line = (f"retrain on {result['range']} ({result['windows']} windows): "
-                + ("; ".join(parts) or str(result.get("models"))))
+                + (" | ".join(parts) or str(result.get("reason"))))
     log.info("%s", line)
     return line
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from keyshift.cli import add_config_option
-from keyshift.config import Config
+from keyshift.config import Config, config_workload
 from keyshift.control.floor import FLOOR_COLUMNS, key_group_floor
 from keyshift.groups import groups_of
 from keyshift.metrics import load_variance, rstd
@@ -396,6 +396,7 @@ def synthetic_frames(
         metrics[col] = pd.array([None] * m, dtype="Int32")
     for col in ("e2e_p50_s", "e2e_p95_s"):  # nor a latency from Kafka to Delta
         metrics[col] = np.full(m, np.nan)
+    metrics["workload"] = config_workload(cfg)  # the history stands for the config's workload
     w, g = np.nonzero(group_loads)
     load = group_loads[w, g]
     key_loads = pd.DataFrame({

@@ -133,23 +133,34 @@ def run(
         return {**summary, "status": "skipped",
                 "reason": f"metrics holds no windows in {days}: nothing to train on"}
     from keyshift.models.review import DeltaSource
-    from keyshift.models.training import train_and_register
+    from keyshift.models.training import split_workloads, train_and_register
 
     kwargs: dict[str, Any] = {"test_fraction": test_fraction, "kernel": kernel,
                               "source": DeltaSource("metrics", cfg.table_path("metrics"),
                                                     version)}
     if min_rows is not None:
         kwargs["min_rows"] = min_rows
-    result = _jsonable(train_and_register(metrics, cfg, **kwargs))
-    if isinstance(result, dict) and result.get("skipped"):
-        return {**summary, "status": "skipped", "reason": str(result["skipped"]),
-                "models": result}
+    # each workload's forecasters from its own rows only (keyshift.workload_names)
+    workloads = {w: _workload_outcome(train_and_register(rows, cfg, workload=w, **kwargs))
+                 for w, rows in split_workloads(metrics, cfg).items()}
+    summary["workloads"] = workloads
+    if any(o["status"] == "trained" for o in workloads.values()):
+        return {**summary, "status": "trained"}
+    # nothing new in any workload: no version, so no asset event (Airflow: skipped)
+    return {**summary, "status": "skipped",
+            "reason": "; ".join(f"{w}: {o['reason']}" for w, o in workloads.items())}
+
+
+def _workload_outcome(result: dict[str, Any]) -> dict[str, Any]:
+    """One workload's training as ``trained`` or ``skipped`` with the reason."""
+    result = _jsonable(result)
+    if result.get("skipped"):
+        return {"status": "skipped", "reason": str(result["skipped"]), "models": result}
     models = result.get("models") or {}
     if models and not any(m.get("registered") for m in models.values()):
-        # nothing new: no version, so no asset event (Airflow: the task is skipped)
-        return {**summary, "status": "skipped", "models": result,
+        return {"status": "skipped", "models": result,
                 "reason": "; ".join(f"{w}: {m['reason']}" for w, m in models.items())}
-    return {**summary, "status": "trained", "models": result}
+    return {"status": "trained", "models": result}
 
 
 def _jsonable(value: Any) -> Any:
@@ -182,7 +193,7 @@ def print_summary(result: dict[str, Any]) -> None:
                     f"version {result['metrics_version']}) → {result['tracking_uri']}")
     t.add_column("field")
     t.add_column("value")
-    for key, value in _flatten(result["models"]):
+    for key, value in _flatten(result["workloads"]):
         t.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
     console.print(t)
 

@@ -24,7 +24,7 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from keyshift.config import Config
+from keyshift.config import Config, config_workload
 from keyshift.jobs.history import (
     DayRange,
     SyntheticHistory,
@@ -80,6 +80,7 @@ def seed_champions(spark: SparkSession, cfg: Config, rate: float,
     first, last = metrics.window_start.iloc[0], metrics.window_end.iloc[-1]
     days = DayRange(first.date(), last.date())
     result = retrain_models.run(cfg, days, spark=spark, kernel=KERNEL)
+    result["workload"] = config_workload(cfg)
     result["history"] = {"run_id": RUN_ID, "rows": rows, "window_s": spec.window_s,
                          "from": first.isoformat(), "to": last.isoformat(),
                          "rate": float(metrics.input_rate.tail(60).mean()),
@@ -97,8 +98,9 @@ def champion_line(result: dict[str, Any]) -> str:
     if result["status"] != "trained":
         return f"{head}: skipped, {result['reason']}"
     parts = []
+    models = seeded_models(result)
     for which in ("input_rate", "latency"):
-        m = result["models"]["models"][which]  # the retrain's summary holds training's
+        m = models[which]
         if m["champion_moved"]:
             parts.append(f"{m['name']} v{m['version']}")
         else:
@@ -107,4 +109,10 @@ def champion_line(result: dict[str, Any]) -> str:
     return f"{head}: champions {', '.join(parts)}"
 
 
-__all__ = ["RUN_ID", "champion_line", "demo_history", "seed_champions"]
+def seeded_models(result: dict[str, Any]) -> dict[str, Any]:
+    """The seeded workload's models in the retrain's summary (training's entry per model)."""
+    (outcome,) = [o for w, o in result["workloads"].items() if w == result["workload"]]
+    return outcome["models"]["models"]
+
+
+__all__ = ["RUN_ID", "champion_line", "demo_history", "seed_champions", "seeded_models"]

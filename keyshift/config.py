@@ -35,6 +35,8 @@ from pydantic import (
 )
 
 from keyshift.errors import ConfigError
+from keyshift.workload_names import check_workload as _check_workload
+from keyshift.workload_names import workload_of as _workload_of
 
 ENV_PREFIX = "KEYSHIFT_"
 CONFIG_ENV = "KEYSHIFT_CONFIG"
@@ -302,6 +304,14 @@ class MlflowConfig(_Section):
     latency_model: str = Field("keyshift-latency",
                                description="registered model of the latency model")
     alias: str = Field("champion", description="the registry alias the job loads a model by")
+    workload: str = Field(
+        "", description="the workload whose champions a run follows and its metrics rows "
+                        "train; \"\" = <operator>.<topic> of the run (docs/models.md)")
+
+    @field_validator("workload")
+    @classmethod
+    def _workload(cls, value: str) -> str:
+        return _check_workload(value) if value else value
 
 
 class EnginesConfig(_Section):
@@ -721,3 +731,16 @@ def load_config(
         return Config.model_validate(data, context={"home_base": home_base, "env": env})
     except ValidationError as exc:
         raise ConfigError(_format(exc, " + ".join(sources))) from None
+
+
+def config_workload(cfg: Config) -> str:
+    """The workload ``cfg`` stands for: ``mlflow.workload``, else its default operator and
+    topic's (``controller.app``, ``kafka.topic``). A job sets ``mlflow.workload`` to its own
+    at start (``keyshift.streaming.job``), so what it reads and writes is its run's."""
+    return _workload_of(cfg.controller.app, cfg.kafka.topic, cfg.mlflow.workload)
+
+
+def with_workload(cfg: Config, app: str, topic: str) -> Config:
+    """``cfg`` with ``mlflow.workload`` resolved for a run of ``app`` on ``topic``."""
+    name = _workload_of(app, topic, cfg.mlflow.workload)
+    return cfg.model_copy(update={"mlflow": cfg.mlflow.model_copy(update={"workload": name})})

@@ -20,14 +20,16 @@ History: version 2 added the floor of each batch and window (``floor_ratio``,
 (``guard``; ``keyshift.control.guard``). Version 4 added what a run held to ``metrics``
 (``executors``, ``cores_held``; ``keyshift.streaming.executors``). Version 5 added how long
 a batch's events waited for their complex events' commit to ``metrics`` (``e2e_p50_s``,
-``e2e_p95_s``; ``keyshift.control.batch_cost``).
+``e2e_p95_s``; ``keyshift.control.batch_cost``). Version 6 added the run's workload to
+``metrics`` (``workload``; ``keyshift.workload_names``): the retrain fits each workload's
+forecasters on its own rows.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 
 @dataclass(frozen=True)
@@ -168,6 +170,9 @@ TABLES: dict[str, TableSchema] = {
             _c("e2e_p50_s", "DOUBLE", True, "median seconds from an event's Kafka append to "
                "the Delta commit of the complex event it produced (null: none)", since=5),
             _c("e2e_p95_s", "DOUBLE", True, "their 95th percentile", since=5),
+            _c("workload", "STRING", True, "the run's workload (mlflow.workload, else "
+               "<operator>@<topic>): whose forecasters the row trains (null: a row of before "
+               "version 6, the retrain's own workload)", since=6),
         ),
         "one row per statistic window: the batch layer's history for the GPs",
     ),

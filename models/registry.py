@@ -34,8 +34,9 @@ from mlflow import MlflowClient
 from mlflow.exceptions import MlflowException
 from mlflow.models import infer_signature
 
-from keyshift.config import Config
+from keyshift.config import Config, config_workload
 from keyshift.models.gp import GPForecaster, ModelInputError
+from keyshift.workload_names import registered_name, workload_from_name
 
 EXPERIMENT = "keyshift-forecasters"
 Which = Literal["input_rate", "latency"]
@@ -72,10 +73,21 @@ class LoadedModel:
         return f"LoadedModel({self.name!r}, version={self.version})"
 
 
-def model_name(cfg: Config, which: str) -> str:
+WORKLOAD_TAG = "workload"
+"""The tag each version carries: the workload its history was, checked again at each load."""
+
+
+def base_name(cfg: Config, which: str) -> str:
     if which not in WHICH:
         raise RegistryError(f"which: {which!r} is not one of {WHICH}")
     return cfg.mlflow.input_rate_model if which == "input_rate" else cfg.mlflow.latency_model
+
+
+def model_name(cfg: Config, which: str, workload: str | None = None) -> str:
+    """The registered model of ``which`` for ``workload`` (default: ``cfg``'s, see
+    :func:`keyshift.config.config_workload`): one per workload, so a job never finds another
+    workload's champion under its own name."""
+    return registered_name(base_name(cfg, which), workload or config_workload(cfg))
 
 
 @contextlib.contextmanager
@@ -203,23 +215,52 @@ def _load(uri: str, name: str, version: str) -> LoadedModel:
     return LoadedModel(gp, name, version)
 
 
-def load_version(cfg: Config, which: Which, version: str) -> LoadedModel:
-    name = model_name(cfg, which)
+def load_version(cfg: Config, which: Which, version: str,
+                 workload: str | None = None) -> LoadedModel:
+    name = model_name(cfg, which, workload)
     with tracking(cfg):
         return _load(f"models:/{name}/{version}", name, str(version))
 
 
-def _champion_version(client: MlflowClient, cfg: Config, name: str) -> str:
-    alias = cfg.mlflow.alias
+def registered_workloads(client: MlflowClient, cfg: Config, which: str) -> list[str]:
+    """The workloads the registry holds a model of ``which`` for, sorted."""
+    base = base_name(cfg, which)
+    try:
+        found = client.search_registered_models(filter_string=f"name LIKE '{base}.%'")
+    except MlflowException:
+        return []
+    return sorted(w for m in found if (w := workload_from_name(base, m.name)) is not None)
+
+
+def _champion_version(client: MlflowClient, cfg: Config, which: str) -> tuple[str, str]:
+    """The champion's (registered name, version) of ``cfg``'s workload. Another workload's
+    champion is never taken in its place: the error names the ones there are and how to
+    follow one of them on purpose (``mlflow.workload``)."""
+    alias, workload = cfg.mlflow.alias, config_workload(cfg)
+    name = model_name(cfg, which)
     try:
         client.get_registered_model(name)
     except MlflowException:
-        raise RegistryError(f"no registered model {name!r} at {cfg.mlflow_tracking_uri}; "
-                            "run the nightly retrain first") from None
+        others = registered_workloads(client, cfg, which)
+        hint = (f"; the registry holds champions of {', '.join(others[:5])}"
+                f"{' ...' if len(others) > 5 else ''}, not followed: another workload's "
+                "forecast is not this one's (set mlflow.workload to follow one on purpose)"
+                if others else "")
+        raise RegistryError(f"no {which} forecaster of workload {workload!r} (registered model "
+                            f"{name!r}) at {cfg.mlflow_tracking_uri}: run `keyshift job "
+                            f"retrain` on its history first{hint}") from None
     version = alias_version(client, name, alias)
     if version is None:
         raise RegistryError(f"registered model {name!r} has no alias {alias!r}")
-    return version
+    try:
+        trained_on = client.get_model_version(name, version).tags.get(WORKLOAD_TAG)
+    except MlflowException as exc:
+        raise RegistryError(f"{name} v{version}: {_first_line(exc)}") from None
+    if trained_on is not None and trained_on != workload:
+        # the alias was moved by hand onto a version of another workload's history
+        raise RegistryError(f"{name}@{alias} is v{version}, trained on workload "
+                            f"{trained_on!r}, not {workload!r}: not followed")
+    return name, version
 
 
 def load_champion(cfg: Config, which: Which) -> LoadedModel:
@@ -228,9 +269,8 @@ def load_champion(cfg: Config, which: Which) -> LoadedModel:
     Raises RegistryError when the store is unreachable, the model is not registered, the
     alias is not set, or the artifact cannot be read — the caller falls back.
     """
-    name = model_name(cfg, which)
     with tracking(cfg) as client:
-        version = _champion_version(client, cfg, name)
+        name, version = _champion_version(client, cfg, which)
         # the version just read, not the alias again: the alias may move in between, and
         # the label of every decision must name the version that made it
         return _load(f"models:/{name}/{version}", name, version)
@@ -241,4 +281,4 @@ def champion_versions(cfg: Config) -> tuple[str, ...]:
     the running job's cheap look at whether the champions moved (the same RegistryError as
     :func:`load_champion` when it cannot tell)."""
     with tracking(cfg) as client:
-        return tuple(_champion_version(client, cfg, model_name(cfg, w)) for w in WHICH)
+        return tuple(_champion_version(client, cfg, w)[1] for w in WHICH)

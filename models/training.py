@@ -23,12 +23,13 @@ import mlflow
 import numpy as np
 import pandas as pd
 
-from keyshift.config import Config
+from keyshift.config import Config, config_workload
 from keyshift.models.evaluation import score, split_tail
 from keyshift.models.features import TIMESTAMP_COLUMN, build_features
 from keyshift.models.gp import GPForecaster, InputRateGP, LatencyGP
 from keyshift.models.registry import (
     EXPERIMENT,
+    WORKLOAD_TAG,
     RegistryError,
     alias_version,
     ensure_experiment,
@@ -48,14 +49,14 @@ DEFAULT_MIN_ROWS = 48
 
 
 def _champion_decision(cfg: Config, client, which: str, new_rmse: float,
-                       X_test: np.ndarray, y_test: np.ndarray) -> dict[str, Any]:
-    name = model_name(cfg, which)
+                       X_test: np.ndarray, y_test: np.ndarray, workload: str) -> dict[str, Any]:
+    name = model_name(cfg, which, workload)
     current = alias_version(client, name, cfg.mlflow.alias)
     if current is None:
         return {"move": True, "previous": None, "champion_rmse": None,
                 "reason": f"no {cfg.mlflow.alias} yet"}
     try:
-        champion = load_version(cfg, which, current)
+        champion = load_version(cfg, which, current, workload)
         champion_rmse = score(y_test, champion.predict(X_test)[0])["rmse"]
     except RegistryError as exc:
         return {"move": True, "previous": current, "champion_rmse": None,
@@ -85,8 +86,11 @@ def train_and_register(
     iters: int = 60,
     experiment: str = EXPERIMENT,
     source: DeltaSource | None = None,
+    workload: str | None = None,
 ) -> dict[str, Any]:
-    """Fit, log, register and maybe promote both forecasters; return a summary.
+    """Fit, log, register and maybe promote both forecasters of one workload (default:
+    ``cfg``'s, :func:`keyshift.config.config_workload`) on its ``metrics`` rows; return a
+    summary. Each version is tagged with its workload (``keyshift.models.registry``).
 
     ``source`` names the Delta table version ``metrics`` was read at; the run logs it as
     its input dataset, and each version's description cites it.
@@ -99,23 +103,26 @@ def train_and_register(
         raise ValueError(f"test_fraction: must be in (0, 1), got {test_fraction!r}")
     if min_rows < 4:
         raise ValueError(f"min_rows: must be >= 4, got {min_rows!r}")
+    workload = workload or config_workload(cfg)
     X_rate, y_rate, X_lat, y_lat = build_features(metrics, cfg.controller.window_s)
     usable = min(len(y_rate), len(y_lat))
     if usable < min_rows:
         return {"skipped": f"{usable} usable metrics rows, need at least {min_rows}",
-                "rows": len(metrics)}
+                "rows": len(metrics), "workload": workload}
     jobs: list[tuple[str, type[GPForecaster], np.ndarray, np.ndarray]] = [
         ("input_rate", InputRateGP, X_rate, y_rate),
         ("latency", LatencyGP, X_lat, y_lat),
     ]
-    summary: dict[str, Any] = {"rows": len(metrics), "models": {}}
+    summary: dict[str, Any] = {"rows": len(metrics), "workload": workload, "models": {}}
     with tracking(cfg) as client:
         experiment_id = ensure_experiment(client, cfg, experiment)
-        run_name = f"retrain-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+        run_name = f"retrain-{workload}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
         with mlflow.start_run(experiment_id=experiment_id, run_name=run_name) as run:
             summary["run_id"] = run.info.run_id
             mlflow.log_params({"test_fraction": test_fraction, "rows": len(metrics),
-                               "kernel_requested": kernel, "iters": iters})
+                               "kernel_requested": kernel, "iters": iters,
+                               "workload": workload})
+            mlflow.set_tag(WORKLOAD_TAG, workload)
             log_training_data(metrics, source)
             for which, cls, X, y in jobs:
                 cut = split_tail(len(y), test_fraction, min_train=3, min_test=2)
@@ -154,9 +161,9 @@ def train_and_register(
                 mlflow.log_metrics({f"{which}_{k}": float(v) for k, v in held_out.items()})
                 mlflow.log_metrics({f"{which}_hp_{k}": v
                                     for k, v in gp.hyperparameters().items()})
-                name = model_name(cfg, which)
+                name = model_name(cfg, which, workload)
                 decision = _champion_decision(cfg, client, which, held_out["rmse"],
-                                              X[cut:], y[cut:])
+                                              X[cut:], y[cut:], workload)
                 if decision["champion_rmse"] is not None:
                     mlflow.log_metric(f"{which}_champion_rmse", decision["champion_rmse"])
                 entry = {"name": name, "metrics": held_out, "kernel": gp.kernel_,
@@ -173,6 +180,7 @@ def train_and_register(
                 version = log_forecaster(gp, which, name, X[cut:])
                 if decision["move"]:
                     client.set_registered_model_alias(name, cfg.mlflow.alias, version)
+                client.set_model_version_tag(name, version, WORKLOAD_TAG, workload)
                 client.set_model_version_tag(name, version, "holdout_rmse",
                                              f"{held_out['rmse']:.6g}")
                 client.set_model_version_tag(name, version, "champion_decision",
@@ -184,3 +192,14 @@ def train_and_register(
                 summary["models"][which] = {**entry, "version": version, "registered": True}
     return summary
 
+
+
+def split_workloads(metrics: pd.DataFrame, cfg: Config) -> dict[str, pd.DataFrame]:
+    """``metrics`` by workload, each workload's rows in their order. Rows without one
+    (written before runs recorded their workload) count as ``cfg``'s own workload: the
+    config's default operator and topic are what those runs most likely were."""
+    own = config_workload(cfg)
+    if "workload" not in metrics.columns:
+        return {own: metrics} if len(metrics) else {}
+    names = metrics["workload"].astype(object).where(metrics["workload"].notna(), own)
+    return {str(w): metrics[names == w] for w in dict.fromkeys(names)}

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from keyshift.apps import event_schema, make_operator, resolve_operator
-from keyshift.config import Config
+from keyshift.config import Config, with_workload
 from keyshift.control import policy_from_config
 from keyshift.control.admission import Admission, AdmissionSettings, BatchLoad
 from keyshift.control.batch_cost import batch_e2e, run_cost
@@ -262,6 +262,10 @@ class StreamJob:
         self.spark = spark
         # the phases of the process's start-up to its first batch (keyshift.startup)
         self.startup = startup
+        # the workload whose champions the run follows and whose history its metrics rows
+        # are (keyshift.workload_names): resolved once, so every part reads the same one
+        cfg = with_workload(cfg, options.app, options.topic or cfg.kafka.topic)
+        self.workload = cfg.mlflow.workload
         self.cfg = cfg
         self.opt = options
         self.app = options.app
@@ -456,7 +460,7 @@ class StreamJob:
         (self.run_dir / "job.json").write_text(json.dumps(
             {"run_id": self.run_id, "app": self.app, "policy": self.opt.policy,
              "groups": self.groups, "engines": self.initial_engines, "topic": self.topic,
-             "trigger_s": self.trigger_s, "app_params": self.opt.app_params,
+             "workload": self.workload, "trigger_s": self.trigger_s, "app_params": self.opt.app_params,
              "checkpoint": self.checkpoint, "engine_state": self.state_uri,
              "per_window": self.per_window, "policy_params": self.opt.policy_params,
              "controller": self.cfg.controller.model_dump(),
@@ -751,7 +755,8 @@ class StreamJob:
             bal = Balance.of(live_loads(plan.assignment, ran.loads, plan.live))
         valid = ran.valid
         metrics = {
-            "run_id": self.run_id, "batch_id": batch_id, "window_start": started,
+            "run_id": self.run_id, "workload": self.workload, "batch_id": batch_id,
+            "window_start": started,
             "window_end": datetime.now(UTC), "events_in": valid, "dead_letter": ran.dead,
             "processed": valid, "out_events": ran.outs, "missed": 0,
             "selectivity": ran.outs / valid if valid else 0.0, "engines": plan.parallelism,
@@ -866,7 +871,7 @@ class StreamJob:
             out = {k: v for k, v in asdict(t).items() if k != "durations"}
         out.update({
             "run_id": self.run_id, "app": self.app, "policy": self.opt.policy,
-            "topic": self.topic, "busy_s": busy,
+            "topic": self.topic, "workload": self.workload, "busy_s": busy,
             "events_per_s": out["events_in"] / busy if busy else 0.0,
             "batch_p50_s": _quantile(d, 0.5), "batch_p95_s": _quantile(d, 0.95),
             "run_dir": str(self.run_dir), "checkpoint": self.checkpoint,

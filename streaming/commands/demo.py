@@ -23,7 +23,7 @@ import uuid
 from typing import Any
 
 from keyshift.cli import UsageError, add_log_options
-from keyshift.config import load_config
+from keyshift.config import load_config, with_workload
 from keyshift.lakehouse.logs import one_line_failure
 from keyshift.lakehouse.logs import say as say_line
 
@@ -111,6 +111,9 @@ def run(args: argparse.Namespace) -> int:
     policy, app = _validate(args, cfg)
     if args.planner or args.seed_history:
         cfg = cfg.model_copy(update={"planner": cfg.planner.model_copy(update={"enabled": True})})
+    # each demo has a topic of its own: one workload for all of them, so the champions a
+    # --seed-history demo trained are the next demo's too (keyshift.workload_names)
+    cfg = with_workload(cfg, app, f"{cfg.kafka.topic}-demo")
     say = say_line if args.json else functools.partial(say_line, file=sys.stdout)
     run_id = time.strftime("demo-%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:4]
 
@@ -224,7 +227,7 @@ def _seed(cfg, run_id: str, rate: float, log_level: str | None, say) -> dict[str
     import warnings
 
     from keyshift.control.scaling import one_line
-    from keyshift.jobs.seed import champion_line, seed_champions
+    from keyshift.jobs.seed import champion_line, seed_champions, seeded_models
     from keyshift.lakehouse.logs import (
         configure_spark_logging,
         log_file,
@@ -255,7 +258,7 @@ def _seed(cfg, run_id: str, rate: float, log_level: str | None, say) -> dict[str
            "history": result["history"]}
     if result["status"] == "trained":
         out["models"] = {which: m["version"] if m["champion_moved"] else m["previous_champion"]
-                         for which, m in result["models"]["models"].items()}
+                         for which, m in seeded_models(result).items()}
     else:
         out["reason"] = result["reason"]
     return out

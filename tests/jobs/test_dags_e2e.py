@@ -123,7 +123,10 @@ def test_retrain_registers_versions_and_a_tie_registers_none(e2e: dict) -> None:
     cfg = load_config(env={"KEYSHIFT_HOME": str(e2e["home"])})
     client = MlflowClient(tracking_uri=cfg.mlflow_tracking_uri,
                           registry_uri=cfg.mlflow_tracking_uri)
-    for name in (cfg.mlflow.input_rate_model, cfg.mlflow.latency_model):
+    from keyshift.models.registry import model_name
+
+    # the synthetic history is the config's own workload's
+    for name in (model_name(cfg, "input_rate"), model_name(cfg, "latency")):
         versions = client.search_model_versions(f"name='{name}'")
         assert [str(v.version) for v in versions] == ["1"], name
         assert str(client.get_model_version_by_alias(name, cfg.mlflow.alias).version) == "1"

@@ -314,11 +314,14 @@ def test_report_line_for_a_retrain_names_versions_and_the_champion_decision() ->
 
     line = report({
         "job": "retrain_models", "range": "2026-11-22..2026-11-24", "windows": 432,
-        "models": {"models": {"input_rate": {
-            "name": "keyshift-input-rate", "version": "2", "kernel": "ard+daily",
+        "workloads": {"fsd.events": {"status": "trained", "models": {"models": {"input_rate": {
+            "name": "keyshift-input-rate.fsd.events", "version": "2", "kernel": "ard+daily",
             "metrics": {"cc": 0.97, "rmse": 13.3}, "champion_moved": False,
-            "reason": "champion RMSE 12.9 is better"}}},
+            "reason": "champion RMSE 12.9 is better"}}}},
+            "heavy.pay": {"status": "skipped", "reason": "9 usable metrics rows, need at least 48"}},
     })
-    assert "keyshift-input-rate v2 (ard+daily): CC 0.970, RMSE 13.3" in line
+    assert "fsd.events: input_rate keyshift-input-rate.fsd.events v2 (ard+daily): CC 0.970, " \
+           "RMSE 13.3" in line
     assert "champion kept (champion RMSE 12.9 is better)" in line
+    assert "heavy.pay: 9 usable metrics rows, need at least 48" in line
 

@@ -107,7 +107,8 @@ def test_the_delta_scan_finds_an_access(tmp_path: Path) -> None:
 # module or a package with everything under it. The order is `farm-studio look keyshift`'s.
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("keyshift", "keyshift.schemas", "keyshift.errors", "keyshift.groups", "keyshift.plan",
-     "keyshift.metrics", "keyshift.sketch", "keyshift.quantiles", "keyshift.datasets"),
+     "keyshift.metrics", "keyshift.sketch", "keyshift.quantiles", "keyshift.datasets",
+     "keyshift.workload_names"),
     ("keyshift.apps", "keyshift.split", "keyshift.policies", "keyshift.elastic"),
     ("keyshift.config", "keyshift.cli", "keyshift.workloads", "keyshift.control"),
     ("keyshift.sim",),                                                # drives the loop

@@ -18,6 +18,7 @@ from keyshift.models.registry import (
     RegistryError,
     load_champion,
     load_version,
+    model_name,
     tracking,
 )
 from keyshift.models.training import train_and_register
@@ -71,7 +72,7 @@ def test_train_register_champion_and_load(cfg, tmp_path):
 
     client = MlflowClient(tracking_uri=cfg.mlflow_tracking_uri,
                           registry_uri=cfg.mlflow_tracking_uri)
-    for name in (cfg.mlflow.input_rate_model, cfg.mlflow.latency_model):
+    for name in (model_name(cfg, "input_rate"), model_name(cfg, "latency")):
         assert sorted(int(v.version) for v in
                       client.search_model_versions(f"name='{name}'")) == [1, 2], name
     run = client.get_run(third["run_id"])  # the night is still on record, with the decision
@@ -92,7 +93,7 @@ def test_train_register_champion_and_load(cfg, tmp_path):
     import mlflow
 
     with tracking(cfg):
-        pyfunc = mlflow.pyfunc.load_model("models:/keyshift-input-rate@champion")
+        pyfunc = mlflow.pyfunc.load_model(f"models:/{model_name(cfg, 'input_rate')}@champion")
         out = pyfunc.predict(pd.DataFrame(rate_features(ts),
                                           columns=["timestamp", "time_of_day", "day_of_week"]))
     assert list(out.columns) == ["mean", "std"]
@@ -105,14 +106,14 @@ def test_too_little_history_is_a_skip(cfg):
 
 
 def test_missing_model_and_alias_are_clear_errors(cfg):
-    with pytest.raises(RegistryError, match="no registered model"):
+    with pytest.raises(RegistryError, match="no latency forecaster of workload"):
         load_champion(cfg, "latency")
     with pytest.raises(RegistryError, match="which"):
         load_champion(cfg, "throughput")
     from mlflow import MlflowClient
 
     with tracking(cfg):
-        MlflowClient().create_registered_model(cfg.mlflow.latency_model)
+        MlflowClient().create_registered_model(model_name(cfg, "latency"))
     with pytest.raises(RegistryError, match="no alias 'champion'"):
         load_champion(cfg, "latency")
 
@@ -163,3 +164,4 @@ def test_auto_kernel_logs_requested_and_chosen_kernels(cfg):
     assert len(candidates["marginal_log_likelihood"]) > 1
     assert candidates["interval_scale"] > 0
     assert out["models"]["input_rate"]["profile_stat"] == params["input_rate.profile_stat_chosen"]
+

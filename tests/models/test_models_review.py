@@ -129,7 +129,12 @@ def test_the_retrain_job_logs_the_delta_version_it_read(spark, spark_config,
     assert out["status"] == "trained" and out["metrics_version"] == version
     write_synthetic_history(spark, cfg, date(2026, 11, 24), spec)  # a newer version
     assert read_pinned(spark, cfg, "metrics")[1] > version
-    dataset, tags = _training_input(_client(cfg), out["models"]["run_id"])
+    from keyshift.config import config_workload
+
+    # the history's rows carry the config's workload, read back through Delta
+    assert set(out["workloads"]) == {config_workload(cfg)}, out["workloads"].keys()
+    trained = out["workloads"][config_workload(cfg)]["models"]
+    dataset, tags = _training_input(_client(cfg), trained["run_id"])
     assert tags["delta_table_version"] == str(version)
     assert tags["delta_path"] == cfg.table_path("metrics")
     assert dataset.name == f"metrics@v{version}"

@@ -120,15 +120,15 @@ def test_seeded_champions_change_n_and_the_report_shows_the_forecast(tmp_path: P
     assert seeded["status"] == "trained", seeded
     assert seeded["models"] == {"input_rate": "1", "latency": "1"}
     assert seeded["history"]["rows"] > 100
-    assert re.search(r"^seeded \d+ windows .* champions keyshift-input-rate v1, "
-                     r"keyshift-latency v1$", proc.stderr, re.MULTILINE), proc.stderr[-3000:]
+    assert re.search(r"^seeded \d+ windows .* champions keyshift-input-rate\.\S+ v1, "
+                     r"keyshift-latency\.\S+ v1$", proc.stderr, re.MULTILINE), proc.stderr[-3000:]
     assert summary["processed"] + summary["dead_letters"] == summary["records"] == 1500
     assert summary["scale_actions"] >= 1 and summary["first_scale_s"] is not None, summary
     page = (Path(summary["run_dir"]) / "report.html").read_text()
     scaled = _scaler_rows(page)
     # the input-rate version names its forecaster when training kept one without a GP
     # ("v1 (the smoothed level (no cycle) alone)", issue 44); both are named either way
-    named = re.compile(r"champion GPs keyshift-input-rate v1( \(.*\))?, keyshift-latency v1;")
+    named = re.compile(r"champion GPs keyshift-input-rate\.\S+ v1( \(.*\))?, keyshift-latency\.\S+ v1;")
     assert scaled and all(named.search(r) for r in scaled), [r[-400:] for r in scaled]
     assert "forecast.png" in page
     assert (Path(summary["run_dir"]) / "forecast.png").stat().st_size > 1000

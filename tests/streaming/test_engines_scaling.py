@@ -40,9 +40,11 @@ def scaling_config(base, tmp_path, **planner):
         "planner": base.planner.model_copy(update={
             "enabled": True, "horizon": 3, "mc": 10.0, "ec": 10.0, "rc": 0.1,
             "theta2": 0.5, **planner}),
+        # each test's topic is new: one workload named for all, so the champions trained
+        # here are the ones its jobs follow
         "mlflow": base.mlflow.model_copy(update={
             "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
-            "artifact_root": str(tmp_path / "mlartifacts")}),
+            "artifact_root": str(tmp_path / "mlartifacts"), "workload": "scaling-test"}),
     })
 
 
@@ -122,7 +124,8 @@ def test_ramp_scales_out_and_in_with_the_champion(spark, platform_config, tmp_pa
     for r in rows:
         print(r.batch_id, r.action, r.engines_before, r.engines_after, r.reason[:600])
     assert rows, "no scaler decisions"
-    champion = ("champion GPs keyshift-input-rate v1, keyshift-latency v1",
+    champion = ("champion GPs keyshift-input-rate.scaling-test v1, "
+                "keyshift-latency.scaling-test v1",
                 "following the path planned from champion")
     # the latency GP works on log seconds, so no online-conditioned forecast can be negative
     # (one on raw seconds was, in CI, and forced a fallback): every decision uses the
@@ -165,7 +168,7 @@ def test_no_champion_falls_back_and_keeps_running(spark, platform_config, tmp_pa
     for r in before:
         print(r.batch_id, r.action, r.engines_before, r.engines_after, r.reason[:400])
     assert len(before) >= 4
-    assert all("no registered model 'keyshift-input-rate'" in r.reason for r in before
+    assert all("no input_rate forecaster of workload 'scaling-test'" in r.reason for r in before
                if "following the path" not in r.reason)
     assert "too little history" in before[0].reason and before[0].action == "none"
     assert any("fallback SeasonalProfile+EngineLatency" in r.reason for r in before)

@@ -25,12 +25,12 @@ def new_champion_versions(cfg) -> tuple[str, str]:
     version does)."""
     from mlflow import MlflowClient
 
-    from keyshift.models.registry import tracking
+    from keyshift.models.registry import model_name, tracking
 
     versions = []
     with tracking(cfg):
         client = MlflowClient()
-        for name in (cfg.mlflow.input_rate_model, cfg.mlflow.latency_model):
+        for name in (model_name(cfg, "input_rate"), model_name(cfg, "latency")):
             old = client.get_model_version_by_alias(name, cfg.mlflow.alias)
             new = client.create_model_version(name, old.source, run_id=old.run_id,
                                               model_id=old.model_id)
@@ -69,8 +69,8 @@ def test_alias_moves_mid_run_and_the_next_decisions_name_it(spark, platform_conf
     rows = scaler_rows(spark, cfg, job.run_id)
     for r in rows:
         print(r.batch_id, r.action, r.engines_before, r.engines_after, r.reason[:300])
-    v1 = "champion GPs keyshift-input-rate v1, keyshift-latency v1"
-    v2 = "champion GPs keyshift-input-rate v2, keyshift-latency v2"
+    v1 = "champion GPs keyshift-input-rate.scaling-test v1, keyshift-latency.scaling-test v1"
+    v2 = "champion GPs keyshift-input-rate.scaling-test v2, keyshift-latency.scaling-test v2"
     swapped = [i for i, r in enumerate(rows) if "loaded" in r.reason]
     assert len(swapped) == 1, [r.reason for r in rows]
     assert rows[swapped[0]].reason.startswith("registry check at window ")

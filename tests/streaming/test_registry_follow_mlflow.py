@@ -13,6 +13,7 @@ import pytest
 from engines_support import MemoryControlLog
 from test_scaling_adapters import Clock, config, run_windows, synthetic_metrics
 
+from keyshift.config import config_workload, load_config
 from keyshift.streaming.controller import Controller
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -44,12 +45,12 @@ def register(cfg, tmp_path: Path, night: int = 0) -> set[Path]:
 def point_alias(cfg, rate: str, latency: str) -> None:
     from mlflow import MlflowClient
 
-    from keyshift.models.registry import tracking
+    from keyshift.models.registry import model_name, tracking
 
     with tracking(cfg):
         client = MlflowClient()
-        client.set_registered_model_alias(cfg.mlflow.input_rate_model, "champion", rate)
-        client.set_registered_model_alias(cfg.mlflow.latency_model, "champion", latency)
+        client.set_registered_model_alias(model_name(cfg, "input_rate"), "champion", rate)
+        client.set_registered_model_alias(model_name(cfg, "latency"), "champion", latency)
 
 
 def controller(cfg) -> Controller:
@@ -81,7 +82,8 @@ def saying(rows: list[dict], words: str, start: str) -> dict:
 
 
 def label(rate: str, latency: str) -> str:
-    return f"champion GPs keyshift-input-rate v{rate}, keyshift-latency v{latency}"
+    w = config_workload(load_config(env={}))
+    return f"champion GPs keyshift-input-rate.{w} v{rate}, keyshift-latency.{w} v{latency}"
 
 
 def test_alias_moves_corrupt_champion_and_registry_down_mid_run(tmp_path) -> None:
@@ -112,7 +114,7 @@ def test_alias_moves_corrupt_champion_and_registry_down_mid_run(tmp_path) -> Non
     point_alias(cfg, "3", "3")
     rows = windows(c, 6, 3)  # window 8 checks, 9 says it failed
     saying(rows, "failed", f"registry check at window 8 failed, kept {label('2', '1')}: "
-                           "cannot load models:/keyshift-input-rate/3")
+                           "cannot load models:/keyshift-input-rate.")
     assert all(label("2", "1") in r["reason"] for r in rows)
     assert c.forecaster.models.versions == ("2", "1")
 
@@ -140,7 +142,7 @@ def test_registry_down_at_start_is_loaded_at_the_next_check(tmp_path) -> None:
         in rows[0]["reason"]
     c.forecaster.cfg = cfg  # up again, but nothing registered yet: the fallback goes on
     rows = windows(c, 1, 2)  # window 2 retries, 3 hears of it
-    assert "no champion: no registered model 'keyshift-input-rate'" in rows[1]["reason"]
+    assert "no champion: no input_rate forecaster of workload" in rows[1]["reason"]
     assert "(registry check at window 2)" in rows[1]["reason"]
     register(cfg, tmp_path)  # the first nightly retrain
     rows = windows(c, 3, 3)  # window 4 checks, 5 swaps

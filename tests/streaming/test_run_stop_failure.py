@@ -79,7 +79,7 @@ def fake_job(tmp_path: Path, query_error: str | None, commit_fails: bool) -> Str
     """A StreamJob without Spark: the fields stop(), flush() and summary() use."""
     job = StreamJob.__new__(StreamJob)
     job.opt = JobOptions(app="wordcount", policy="dlb-h", run_id="ro", topic="words")
-    job.run_id, job.app, job.topic = "ro", "wordcount", "words"
+    job.run_id, job.app, job.topic, job.workload = "ro", "wordcount", "words", "wordcount.words"
     job.run_dir = tmp_path / "runs" / "ro"
     job.run_dir.mkdir(parents=True)
     job.checkpoint = str(tmp_path / "checkpoint")

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from engines_support import MemoryControlLog
 
-from keyshift.config import load_config
+from keyshift.config import config_workload, load_config, with_workload
 from keyshift.control import MIN_FALLBACK_WINDOWS, WindowSample, fallback_forecast
 from keyshift.control import scale_plan as realize
 from keyshift.plan import Plan
@@ -203,14 +203,15 @@ def test_missing_registry_falls_back_and_says_so(tmp_path) -> None:
     cfg = config(tmp_path, overrule_windows=0)
     c = controller(cfg)  # a fresh SQLite store: no registered model
     assert c.forecaster.models is None
-    assert "no registered model 'keyshift-input-rate'" in c.forecaster.model_error
+    assert "no input_rate forecaster of workload" in c.forecaster.model_error
     rows, plans = run_windows(c, [40] * (MIN_FALLBACK_WINDOWS + 2))
     first = rows[0]
     assert first["component"] == "scaler" and first["action"] == "none"
-    assert "too little history" in first["reason"] and "no registered model" in first["reason"]
+    assert "too little history" in first["reason"]
+    assert "no input_rate forecaster" in first["reason"]
     later = rows[-1]
     assert "fallback SeasonalProfile+EngineLatency" in later["reason"]
-    assert "no registered model" in later["reason"]
+    assert "no input_rate forecaster" in later["reason"]
     # 40 tuples x 20 ms = 0.8 engine-seconds per 10-s window: one engine is enough, and the
     # fallback's forecast says so once it has the history
     scaled = [r for r in rows if r["action"] == "scale_in"]
@@ -327,10 +328,46 @@ def test_load_champions_reports_a_missing_alias(tmp_path) -> None:
     summary = train_and_register(synthetic_metrics(), cfg, min_rows=20, kernel="ard", iters=5)
     assert summary["models"]["latency"]["champion_moved"]
     loaded = load_champions(cfg)
-    assert loaded.label == "champion GPs keyshift-input-rate v1, keyshift-latency v1"
+    w = config_workload(cfg)
+    assert loaded.label == f"champion GPs keyshift-input-rate.{w} v1, keyshift-latency.{w} v1"
     with tracking(cfg):
-        MlflowClient().delete_registered_model_alias("keyshift-latency", "champion")
+        MlflowClient().delete_registered_model_alias(f"keyshift-latency.{w}", "champion")
     with pytest.raises(RegistryError, match="has no alias 'champion'"):
         load_champions(cfg)
     rows, _ = run_windows(controller(cfg), [40])
-    assert "registered model 'keyshift-latency' has no alias 'champion'" in rows[0]["reason"]
+    assert f"registered model 'keyshift-latency.{w}' has no alias 'champion'" in rows[0]["reason"]
+
+
+def test_a_champion_of_another_workload_is_not_followed(tmp_path) -> None:
+    """Champions are per workload: a job of another operator or topic finds none of its own
+    and is told which there are; an alias moved by hand onto another workload's version is
+    refused; naming that workload follows it on purpose."""
+    from mlflow import MlflowClient
+
+    from keyshift.models.registry import RegistryError, model_name, tracking
+    from keyshift.models.training import train_and_register
+
+    cfg = config(tmp_path)
+    train_and_register(synthetic_metrics(), cfg, min_rows=20, kernel="ard", iters=5,
+                       workload="fsd.payments")
+    other = with_workload(cfg, "heavy", "clicks")
+    with pytest.raises(RegistryError, match=r"no input_rate forecaster of workload "
+                                            r"'heavy.clicks'.*holds champions of fsd.payments, "
+                                            r"not followed"):
+        load_champions(other)
+    c = controller(other)
+    assert c.forecaster.models is None and "fsd.payments" in c.forecaster.model_error
+    asked = cfg.model_copy(update={"mlflow": cfg.mlflow.model_copy(
+        update={"workload": "fsd.payments"})})
+    assert load_champions(asked).versions == ("1", "1")
+    # a version of fsd.payments registered under heavy.clicks's name by hand
+    train_and_register(synthetic_metrics(), cfg, min_rows=20, kernel="ard", iters=5,
+                       workload="heavy.clicks")
+    with tracking(cfg):
+        client = MlflowClient()
+        for which in ("input_rate", "latency"):
+            client.set_model_version_tag(model_name(other, which), "1", "workload",
+                                         "fsd.payments")
+    with pytest.raises(RegistryError, match="trained on workload 'fsd.payments', not "
+                                            "'heavy.clicks': not followed"):
+        load_champions(other)
