@@ -515,6 +515,30 @@ class AirflowConfig(_Section):
         return self
 
 
+_CYCLE = r"(none|daily|weekly|daily\+weekly|[0-9]+(\.[0-9]+)?[smhd])"
+
+
+class ModelsConfig(_Section):
+    """What the nightly retrain fits the forecasters with (docs/models.md)."""
+
+    cycle: str = Field(
+        "auto",
+        description="the seasonal cycle of the forecasters' profile: \"auto\" = the one "
+                    "that forecasts held-out cycles best among the calendar's and the "
+                    "periods the history repeats with; a name (none, daily, weekly, "
+                    "daily+weekly) or a period (\"5m\", \"300s\", \"1h\"), several joined "
+                    "by '|' to choose among")
+
+    @field_validator("cycle")
+    @classmethod
+    def _cycle(cls, value: str) -> str:
+        if value != "auto" and not all(re.fullmatch(_CYCLE, c) for c in value.split("|")):
+            raise ValueError(f"{value!r}: 'auto', or none, daily, weekly, daily+weekly or a "
+                             "period (a number and s, m, h or d: '5m', '300s', '1h'), several "
+                             "joined by '|'")
+        return value
+
+
 class MetricsConfig(_Section):
     """The running job's Prometheus endpoint (keyshift.streaming.live_metrics)."""
 
@@ -542,6 +566,7 @@ class Config(_Section):
     spark: SparkConfig = SparkConfig()
     warehouse: WarehouseConfig = WarehouseConfig()
     mlflow: MlflowConfig = MlflowConfig()
+    models: ModelsConfig = ModelsConfig()
     engines: EnginesConfig = EnginesConfig()
     controller: ControllerConfig = ControllerConfig()
     planner: PlannerConfig = PlannerConfig()

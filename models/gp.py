@@ -49,7 +49,8 @@ from keyshift.models.gp_predictor import (
 )
 from keyshift.models.selection import Candidate, choose
 from keyshift.models.seasonal import (
-    CYCLES,
+    CYCLE_SYNTAX,
+    DAY_S,
     HALF_LIFE_CYCLES,
     HALF_LIVES,
     NAIVE,
@@ -57,10 +58,13 @@ from keyshift.models.seasonal import (
     PROFILE_STATS,
     ProfileChoice,
     SlotProfile,
+    canonical_cycle,
     choose_profile,
+    cycle_supported,
+    detected_cycles,
     regular_step,
-    supported_cycles,
     resample,
+    supported_cycles,
 )
 
 KERNELS = ("ard", "ard+local", "ard+load", "ard+load+local", "ard+daily", "ard+weekly",
@@ -548,14 +552,18 @@ class GPForecaster:
 
     def _cycles(self) -> list[str] | None:
         """The profile's cycles to choose among: ``"auto"`` (None) is every one the history
-        supports, ``"a|b"`` those listed, one name that one."""
+        supports, the calendar's and the periods its autocorrelation proposes
+        (:func:`keyshift.models.seasonal.detected_cycles`); ``"a|b"`` those listed, one name
+        that one. A name is one of CYCLES or a period (``"5m"``, ``"300s"``, ``"1h"``),
+        kept in its one spelling (``"300s"`` is ``"5m"``)."""
         if self.cycle == "auto":
             return None
-        names = list(dict.fromkeys(str(self.cycle).split("|")))
-        if any(c not in CYCLES for c in names):
-            raise ModelInputError("cycle", f"{self.cycle!r}: 'auto' or each of {CYCLES}, "
-                                           "joined by '|'")
-        return names
+        try:
+            names = [canonical_cycle(c) for c in str(self.cycle).split("|")]
+        except ValueError:
+            raise ModelInputError("cycle", f"{self.cycle!r}: 'auto' or each {CYCLE_SYNTAX}, "
+                                           "joined by '|'") from None
+        return list(dict.fromkeys(names))
 
     def _half_lives(self) -> list[float]:
         """The profile's half-lives (in cycles) to choose among: ``"auto"`` is HALF_LIVES,
@@ -599,11 +607,20 @@ class GPForecaster:
         and a shorter one the daily profile, whatever the series; issue 27 reported the GP
         at 1.4x seasonal naive's MAE on an hourly series of four months that repeats every
         week. The half-life is chosen only when ``half_life`` names several (see
-        :meth:`_half_lives` for why the default does not)."""
+        :meth:`_half_lives` for why the default does not).
+
+        Under ``cycle="auto"`` the periods the history's autocorrelation proposes join the
+        calendar's (``_detected``, whose seasonal naive is a rival too): a job that lands
+        every five minutes has no day or week to be found in, and an hour of its windows
+        none to hold out, so such cycles are judged on held-out cycles of their own."""
         step = regular_step(t)
         if step is not None:
             t, y = resample(t, y, step)
-        choice, self.cycle_errors_ = choose_profile(t, y, self._profile_stats(), self._cycles(),
+        cycles = self._cycles()
+        self._detected = detected_cycles(t, y) if cycles is None else []
+        if cycles is None:
+            cycles = supported_cycles(t) + self._detected
+        choice, self.cycle_errors_ = choose_profile(t, y, self._profile_stats(), cycles,
                                                     self._half_lives(), slot_s=step,
                                                     naive=NAIVE in self._half_lives())
         return choice, step, t, y
@@ -668,7 +685,7 @@ class GPForecaster:
         else:
             sub = np.unique(np.linspace(0, n - 1, keep).round().astype(int))
         self._fit_rows = int(X.shape[0])
-        blocks = self._held_out_blocks(X)
+        blocks = self._held_out_blocks(X, None if profile is None else profile.period_s)
         # the profile alone and seasonal naive are candidates too (issue 44): one GP fit
         # with a profile has something to be compared with on its held-out blocks
         self._profile = profile
@@ -773,15 +790,15 @@ class GPForecaster:
              dict(stat=chosen.stat, cycle=chosen.cycle_name, slot_s=chosen.slot_s,
                   half_life=chosen.half_life))]
         allowed = self._cycles()
-        supported = supported_cycles(t)
         # The naive of the cycle the profile choice found, on a week of held-out days (a
-        # weekly profile: last week's value); both naives only where it found none. Both
-        # at every fit, the five blocks picked yesterday's value on 7 of the bikes' 20
-        # December origins where last week's was the one (MASE 1.073 against 0.956).
-        own = {"daily": ("daily",), "weekly": ("weekly",), "daily+weekly": ("weekly",)}.get(
-            chosen.cycle_name, NAIVE_CYCLES)
+        # weekly profile: last week's value); both naives, and that of each period the
+        # history's autocorrelation proposed, only where it found none. Both at every fit,
+        # the five blocks picked yesterday's value on 7 of the bikes' 20 December origins
+        # where last week's was the one (MASE 1.073 against 0.956).
+        own = {"none": (*NAIVE_CYCLES, *getattr(self, "_detected", ())),
+               "daily+weekly": ("weekly",)}.get(chosen.cycle_name, (chosen.cycle_name,))
         for cycle in own:
-            if (chosen.naive and chosen.cycle_name == cycle) or cycle not in supported or (
+            if (chosen.naive and chosen.cycle_name == cycle) or not cycle_supported(t, cycle) or (
                     allowed is not None and cycle not in allowed):
                 continue
             kw = dict(stat=chosen.stat, cycle=cycle, slot_s=grid[2], half_life=NAIVE)
@@ -908,14 +925,24 @@ class GPForecaster:
                 k.outputscale = k.outputscale * factor
             self._likelihood.noise = self._likelihood.noise * factor
 
-    def _held_out_blocks(self, X: np.ndarray) -> list[tuple[int, int]]:
+    def _held_out_blocks(self, X: np.ndarray, period_s: float | None = None
+                         ) -> list[tuple[int, int]]:
         """Row ranges [lo, hi) of the last ``_HELD_OUT_BLOCKS`` blocks of the training
         tail, most recent first: a day each (at least 48 rows, at most a fifth of them), fewer
-        blocks when they would take more than half the history, none under 10 rows."""
+        blocks when they would take more than half the history, none under 10 rows.
+
+        Under two days of history with a profile whose ``period_s`` is shorter than a day
+        (as :func:`keyshift.models.seasonal.cycle_blocks`), a block is whole cycles instead
+        (the fewest that make 48 rows, one if a fifth of the history holds no more): a block
+        of 72 rows on a five-minute cycle of 10-second windows would end mid-cycle."""
         n = X.shape[0]
-        step = float(np.median(np.diff(X[:, TIMESTAMP_COLUMN]))) if n > 1 else 0.0
-        day = round(86_400.0 / step) if step > 0 else 0
+        t = X[:, TIMESTAMP_COLUMN]
+        step = float(np.median(np.diff(t))) if n > 1 else 0.0
+        day = round(DAY_S / step) if step > 0 else 0
         h = min(max(day, 48), n // 5)  # a 90 % quantile of fewer errors is mostly noise
+        if period_s and 0 < period_s < DAY_S and step > 0 and t[-1] - t[0] < 2 * DAY_S:
+            cycle = max(round(period_s / step), 1)
+            h = cycle * max(1, min(-(-48 // cycle), (n // 5) // cycle))
         if h < 2:
             return []
         return [(n - (b + 1) * h, n - b * h)
@@ -1206,7 +1233,7 @@ class GPForecaster:
         torch = _torch()
         torch.set_num_threads(self.threads)
         y_log = self._log(y)
-        blocks = self._held_out_blocks(X)
+        blocks = self._held_out_blocks(X, None if self._profile is None else self._profile.period_s)
         rows, targets = self._X, self._y
         posterior, inducing = getattr(self, "_posterior", None), getattr(self, "_inducing_z", None)
         self._inducing_z = None  # a sparse block's inducing rows are its history's, as in fit

@@ -12,7 +12,12 @@ the predictive interval widens at busy hours and narrows at quiet ones.
 
 Which cycle (issue 27): ``none``, ``daily``, ``weekly`` or ``daily+weekly`` (a daily shape plus
 one level per day of the week, 24 + 7 numbers an hourly series estimates from every day where
-the weekly profile's 168 slots each see one hour a week). :func:`choose_profile` picks among
+the weekly profile's 168 slots each see one hour a week), or a cycle of any period named by
+it, a number and a unit: ``"300s"``, ``"5m"``, ``"15m"``, ``"1h"``, ``"2d"``
+(:func:`cycle_period`; a job upstream that lands every five minutes, devices that report
+every quarter of an hour). :func:`candidate_periods` finds such periods in a history by its
+autocorrelation, and :func:`choose_profile` can put them beside the calendar's
+(``detect``). :func:`choose_profile` picks among
 those the history supports by forecasting its own last days with each (the GP's held-out
 blocks), with the slot statistic and how far back the profile looks (its half-life);
 without a choice the cycle is a week when the history covers two weeks (as seasonal
@@ -29,6 +34,7 @@ a near-zero spread.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import NamedTuple
@@ -61,10 +67,64 @@ whatever profile it sits on (``keyshift.models.gp.GPForecaster``, ``rivals``).""
 NAIVE_CYCLES = ("daily", "weekly")
 _SMOOTH_SLOTS = 2  # the spread of a slot is pooled with this many neighbours on each side
 CYCLES = ("none", "daily", "weekly", "daily+weekly")
+"""The calendar's cycles; any other period is named by :func:`cycle_period`'s syntax."""
 _CYCLE_PERIOD_S = {"none": 0.0, "daily": DAY_S, "weekly": WEEK_S, "daily+weekly": WEEK_S}
+_UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": DAY_S}
+_PERIOD_NAME = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
+CYCLE_SYNTAX = ("one of " + ", ".join(CYCLES) + ", or a period: a number and s, m, h or d "
+                "('300s', '5m', '15m', '1h')")
 _NICE_STEPS_S = (1.0, 5.0, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1200.0, 1800.0,
                  3600.0, 7200.0, 10_800.0, 14_400.0, 21_600.0, 43_200.0, DAY_S)
 """Steps an irregular series is resampled to (each divides a day, so slots line up with it)."""
+
+
+def cycle_period(cycle: str) -> float:
+    """The period in seconds of a cycle name: one of CYCLES, or a number and a unit (``s``,
+    ``m``, ``h``, ``d``) such as ``"5m"``. A ValueError that quotes the name otherwise, so
+    that a typo ("5 min", "hourly") is refused where it is given, not fitted as no cycle."""
+    if cycle in _CYCLE_PERIOD_S:
+        return _CYCLE_PERIOD_S[cycle]
+    match = _PERIOD_NAME.fullmatch(str(cycle).strip())
+    period = float(match.group(1)) * _UNIT_S[match.group(2)] if match else 0.0
+    if not period > 0:
+        raise ValueError(f"cycle: {cycle!r} is not {CYCLE_SYNTAX}")
+    return period
+
+
+def period_cycle(period_s: float) -> str:
+    """The one name of a period: ``daily`` and ``weekly`` for a day and a week (``"24h"`` is
+    the daily cycle, whatever it was called), else the largest whole unit, ``"5m"`` for
+    300 s, so that a stored or chosen cycle reads the same however it was written."""
+    period_s = float(period_s)
+    if period_s <= 0:
+        return "none"
+    named = {DAY_S: "daily", WEEK_S: "weekly"}.get(period_s)
+    if named:
+        return named
+    for unit in ("h", "m", "s"):
+        count = period_s / _UNIT_S[unit]
+        if abs(count - round(count)) < 1e-9:
+            return f"{round(count)}{unit}"
+    return f"{period_s:g}s"
+
+
+def canonical_cycle(cycle: str) -> str:
+    """The cycle name as stored and compared: CYCLES' own, else :func:`period_cycle` of its
+    period (``"300s"`` and ``"5m"`` are one cycle)."""
+    return cycle if cycle in _CYCLE_PERIOD_S else period_cycle(cycle_period(cycle))
+
+
+def cycle_supported(t: np.ndarray, cycle: str) -> bool:
+    """Whether a history spanning ``t`` can estimate ``cycle``: :func:`supported_cycles` for
+    the calendar's; a period needs ``MIN_CYCLES`` whole cycles and at least two slots of the
+    history's spacing (a cycle of one slot is no shape)."""
+    if cycle in _CYCLE_PERIOD_S:
+        return cycle in supported_cycles(t)
+    t = np.asarray(t, dtype=np.float64)
+    span = float(t[-1] - t[0]) if t.size else 0.0
+    slot = float(np.median(np.diff(t))) if t.size > 1 else 0.0
+    period = cycle_period(cycle)
+    return span >= MIN_CYCLES * period and 0 < 2 * slot <= period
 
 
 _ALPHAS = np.linspace(0.05, 1.0, 20)
@@ -115,12 +175,12 @@ class SlotProfile:
     mean: np.ndarray
     spread: np.ndarray
     stat: str = "mean"
-    cycle: str = ""  # one of CYCLES; "" (a stored profile of an older form): from period_s
+    cycle: str = ""  # a cycle name (CYCLES or a period); "" (an older stored form): period_s
     half_life: float | None = HALF_LIFE_CYCLES  # in cycles; None: every cycle weighs alike
 
     @property
     def cycle_name(self) -> str:
-        return self.cycle or {0.0: "none", DAY_S: "daily"}.get(float(self.period_s), "weekly")
+        return self.cycle or period_cycle(self.period_s)
 
     @property
     def naive(self) -> bool:
@@ -141,15 +201,15 @@ class SlotProfile:
         single days; the bikes' Christmas fortnight is a level the median ignores), so the
         GP chooses on held-out blocks (:class:`keyshift.models.gp.GPForecaster`).
 
-        ``cycle`` (one of CYCLES) sets the period; ``daily+weekly`` is a weekly profile whose
-        slot means are the daily slot's plus the day of the week's level. ``slot_s`` pins the
-        slot length (default: the median spacing)."""
+        ``cycle`` (one of CYCLES, or a period such as ``"5m"``, :func:`cycle_period`) sets the
+        period; ``daily+weekly`` is a weekly profile whose slot means are the daily slot's
+        plus the day of the week's level. ``slot_s`` pins the slot length (default: the median
+        spacing, so a five-minute cycle of 10-second windows has 30 slots)."""
         if stat not in PROFILE_STATS:
             raise ValueError(f"stat: {stat!r} is not one of {PROFILE_STATS}")
         if cycle is not None:
-            if cycle not in CYCLES:
-                raise ValueError(f"cycle: {cycle!r} is not one of {CYCLES}")
-            period_s = _CYCLE_PERIOD_S[cycle]
+            cycle = canonical_cycle(cycle)
+            period_s = cycle_period(cycle)
         t = np.asarray(t, dtype=np.float64)
         y = np.asarray(y, dtype=np.float64)
         span = float(t[-1] - t[0]) if t.size else 0.0
@@ -159,7 +219,7 @@ class SlotProfile:
             period_s = next((p for p, cycles in ((WEEK_S, 2), (DAY_S, MIN_CYCLES))
                              if span >= cycles * p and p >= slot), 0.0)
         if cycle is None:
-            cycle = {0.0: "none", DAY_S: "daily", WEEK_S: "weekly"}.get(float(period_s), "")
+            cycle = period_cycle(period_s)
         n_slots = max(int(round(period_s / slot)), 1) if period_s > 0 else 1
         probe = cls(float(period_s), slot, np.zeros(n_slots), np.ones(n_slots))
         idx = probe.slot(t)
@@ -344,23 +404,164 @@ def supported_cycles(t: np.ndarray) -> list[str]:
     return out
 
 
-def cycle_blocks(t: np.ndarray, days: int = 7) -> list[tuple[int, int]]:
+def cycle_blocks(t: np.ndarray, days: int = 7, period_s: float | None = None
+                 ) -> list[tuple[int, int]]:
     """Row ranges [lo, hi) of the last ``days`` whole days of ``t``, most recent first, each
     forecast from the rows before it; fewer when they would take over half the history.
-    A week of them: five weekdays cannot tell a daily cycle from a weekly one."""
-    t = np.asarray(t, dtype=np.float64)
+    A week of them: five weekdays cannot tell a daily cycle from a weekly one.
+
+    A history too short for one day block (under two days) holds out whole cycles of
+    ``period_s`` instead (the shortest cycle compared), as many as ``days`` and again never
+    more than half of it: hours of history still have minutes-long cycles to forecast."""
+    out = _tail_blocks(np.asarray(t, dtype=np.float64), DAY_S, days)
+    if out or not period_s or not 0 < period_s < DAY_S:
+        return out
+    return _tail_blocks(np.asarray(t, dtype=np.float64), float(period_s), days)
+
+
+def _tail_blocks(t: np.ndarray, length_s: float, count: int) -> list[tuple[int, int]]:
+    """The last ``count`` spans of ``length_s`` seconds of ``t`` as row ranges, most recent
+    first, none starting in the history's first half."""
     if t.size < 4:
         return []
     end = t[-1]
     out = []
-    for d in range(days):
-        hi_t, lo_t = end - d * DAY_S, end - (d + 1) * DAY_S
+    for d in range(count):
+        hi_t, lo_t = end - d * length_s, end - (d + 1) * length_s
         lo = int(np.searchsorted(t, lo_t, side="right"))
         hi = int(np.searchsorted(t, hi_t, side="right"))
         if lo < t.size // 2 or hi - lo < 1:
             break
         out.append((lo, hi))
     return out
+
+
+DETECT_MIN_CYCLES = 4
+"""Whole cycles a history must hold for its autocorrelation to propose the period: twice
+MIN_CYCLES, so that half of it (the most :func:`cycle_blocks` holds out) still has two."""
+DETECT_MIN_ACF = 0.3
+"""The least autocorrelation at a proposed period (of the detrended series): below it the
+shape repeats too faintly for a profile to forecast it."""
+DETECT_MIN_SLOTS = 4
+"""The fewest rows a proposed cycle spans: below it a "cycle" is alternation, not a shape."""
+_DETECT_PROMINENCE = 0.1
+_HARMONIC_MARGIN = 0.1  # a multiple of a period is a period of its own only this much higher
+
+
+def _acf(x: np.ndarray) -> np.ndarray:
+    """The autocorrelation of ``x`` at every lag (the unbiased one: each lag's sum over its
+    own count of pairs, so that long lags are not shrunk towards zero)."""
+    from scipy.signal import correlate
+
+    n = x.size
+    acov = correlate(x, x, mode="full", method="fft")[n - 1:] / np.arange(n, 0, -1)
+    return acov / acov[0]
+
+
+def _refined_lag(acf: np.ndarray, lag: int) -> float:
+    """The period in rows behind an autocorrelation peak at ``lag``, from the peaks at its
+    multiples: each located to a fraction of a row (a parabola through its three highest
+    values), the period their least-squares slope. The k-th multiple pins the period k times
+    more finely than the first, which one noisy peak would leave a row off."""
+    ks, lags = [], []
+    for k in range(1, 9):
+        centre, reach = k * lag, max(1, k // 2 + 1)
+        lo, hi = centre - reach, centre + reach + 1
+        if hi + 1 >= acf.size // 2:
+            break
+        j = lo + int(np.argmax(acf[lo:hi]))
+        a, b, c = acf[j - 1], acf[j], acf[j + 1]
+        curve = a - 2 * b + c
+        shift = 0.5 * (a - c) / curve if curve < 0 else 0.0
+        ks.append(k)
+        lags.append(j + float(np.clip(shift, -0.5, 0.5)))
+    if not ks:
+        return float(lag)
+    ks, lags = np.array(ks, dtype=np.float64), np.array(lags)
+    return float(ks @ lags / (ks @ ks))
+
+
+def _round_period(period_s: float, step_s: float) -> float:
+    """``period_s`` rounded to the coarsest of ``_NICE_STEPS_S`` (or the step) that moves it
+    by at most half a row or 0.5 %: estimates of 299.4 s and 300.8 s are both "5m", so a
+    refit does not rename the cycle, and no rounding shifts the phase by more than a slot
+    over the cycles a profile averages."""
+    tol = max(0.5 * step_s, 0.005 * period_s)
+    units = sorted({step_s, *(u for u in (*_NICE_STEPS_S, WEEK_S) if u >= step_s)},
+                   reverse=True)
+    for unit in units:
+        rounded = round(period_s / unit) * unit
+        if rounded > 0 and abs(rounded - period_s) <= tol:
+            return float(rounded)
+    return float(max(round(period_s / step_s), 1) * step_s)
+
+
+def candidate_periods(t: np.ndarray, y: np.ndarray, count: int = 3,
+                      min_cycles: int = DETECT_MIN_CYCLES) -> list[float]:
+    """Up to ``count`` periods (seconds) the history repeats, the strongest first: peaks of
+    the autocorrelation of the regularised, linearly detrended series of at least
+    DETECT_MIN_ACF, with ``min_cycles`` whole cycles in the history, rounded
+    (:func:`_round_period`). A peak at a multiple of a shorter one is that one's echo and is
+    dropped, unless it is clearly higher (a week over its days). A day and a week are found
+    like any period; :func:`detected_cycles` leaves them to the calendar's cycles."""
+    from scipy.signal import detrend, find_peaks
+
+    t = np.asarray(t, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    if t.size < 2 * DETECT_MIN_SLOTS * min_cycles:
+        return []
+    step = regular_step(t)
+    if step is not None:
+        t, y = resample(t, y, step)
+    else:
+        step = float(np.median(np.diff(t)))
+    x = detrend(y)
+    if step <= 0 or not np.isfinite(x).all() or float(np.std(x)) <= 1e-12 * (1 + abs(y).max()):
+        return []
+    acf = _acf(x)
+    max_lag = (y.size - 1) // min_cycles
+    if max_lag < DETECT_MIN_SLOTS:
+        return []
+    peaks, props = find_peaks(acf[:max_lag + 1], height=DETECT_MIN_ACF,
+                              prominence=_DETECT_PROMINENCE)
+    keep = peaks >= DETECT_MIN_SLOTS
+    peaks, heights = peaks[keep], props["peak_heights"][keep]
+    accepted: list[tuple[int, float]] = []
+    for lag, height in zip(peaks, heights):  # ascending lag: fundamentals come first
+        echo = any(abs(lag - round(lag / f) * f) <= max(1, 0.02 * lag) and round(lag / f) >= 2
+                   and height < h + _HARMONIC_MARGIN for f, h in accepted)
+        if not echo:
+            accepted.append((int(lag), float(height)))
+    accepted.sort(key=lambda a: -a[1])
+    out: list[float] = []
+    for lag, _ in accepted:
+        period = _round_period(_refined_lag(acf, lag) * step, step)
+        if all(abs(period - p) > 0.02 * p for p in out):
+            out.append(period)
+    return out[:count]
+
+
+def detected_cycles(t: np.ndarray, y: np.ndarray, count: int = 3) -> list[str]:
+    """The names of :func:`candidate_periods` of at most half a day that the history supports
+    (:func:`cycle_supported`); when a day is among the candidates, only those that divide it.
+
+    From half a day up the calendar's cycles are what a load series has, and the other
+    peaks there are their echoes or a misplaced daily peak: a weekly rhythm whose peak hour
+    moves by an hour a day peaks at 25 h and 143 h, tweets over a few days at 23.5 h. Beside
+    a daily cycle, a period that does not divide the day is its shape's echo (a morning and
+    an evening peak nine hours apart), while one that does (an hour, five minutes) is a
+    cycle the daily profile holds too, estimated from far fewer rows per slot."""
+    periods = candidate_periods(t, y, count + 1)
+    daily = any(abs(p - DAY_S) <= 0.02 * DAY_S for p in periods)
+    names = []
+    for period in periods:
+        turns = DAY_S / period
+        if period > DAY_S / 2 or (daily and abs(turns - round(turns)) > 0.02 * turns):
+            continue
+        name = period_cycle(period)
+        if name not in names and cycle_supported(t, name):
+            names.append(name)
+    return names[:count]
 
 
 class ProfileChoice(NamedTuple):
@@ -386,7 +587,7 @@ class ProfileChoice(NamedTuple):
 def choose_profile(t: np.ndarray, y: np.ndarray, stats: tuple[str, ...] | list[str] = ("mean",),
                    cycles: list[str] | None = None,
                    half_lives: tuple[float, ...] | list[float] = (HALF_LIFE_CYCLES,),
-                   slot_s: float | None = None, naive: bool = False
+                   slot_s: float | None = None, naive: bool = False, detect: bool = False
                    ) -> tuple[ProfileChoice, dict[str, float]]:
     """The profile (cycle × statistic × half-life) that, fitted on the rows before each of
     the last days (:func:`cycle_blocks`), forecast those days with the least mean absolute
@@ -399,14 +600,21 @@ def choose_profile(t: np.ndarray, y: np.ndarray, stats: tuple[str, ...] | list[s
     half-life of 0.1) and a profile averaged over weeks: the first follows a level or a
     shape that moved (the bikes' Christmas fortnight, the WorldCup98 match days), the second
     ignores one odd day. Which one forecasts better depends on the series and the season
-    (bench/results/forecast_before_issue44.md, "How far back the profile looks"). With ``naive`` the daily and weekly
-    naive profiles (:data:`NAIVE`) are settings too."""
+    (bench/results/forecast_before_issue44.md, "How far back the profile looks"). With
+    ``naive`` the naive profile (:data:`NAIVE`) of each periodic cycle compared is a setting
+    too.
+
+    With ``detect`` (and no ``cycles``) the periods the history's autocorrelation proposes
+    (:func:`detected_cycles`) join the calendar's and are judged the same way; a history
+    under two days holds out whole cycles of the shortest of them (:func:`cycle_blocks`)."""
     t = np.asarray(t, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
     stats, half_lives = list(dict.fromkeys(stats)), list(dict.fromkeys(half_lives))
-    possible = supported_cycles(t)
-    names = [c for c in (cycles or possible) if c in possible] or ["none"]
-    blocks = cycle_blocks(t)
+    possible = supported_cycles(t) + (detected_cycles(t, y) if detect and not cycles else [])
+    asked = [canonical_cycle(c) for c in cycles] if cycles else possible
+    names = list(dict.fromkeys(c for c in asked if cycle_supported(t, c))) or ["none"]
+    periods = [cycle_period(c) for c in names if cycle_period(c) > 0]
+    blocks = cycle_blocks(t, period_s=min(periods, default=None))
     default_hl = HALF_LIFE_CYCLES if HALF_LIFE_CYCLES in half_lives else next(
         (h for h in half_lives if h != NAIVE), HALF_LIFE_CYCLES)
     # "none" is one slot, the smoothed level: neither a statistic nor a half-life to vary
@@ -415,7 +623,8 @@ def choose_profile(t: np.ndarray, y: np.ndarray, stats: tuple[str, ...] | list[s
                                else [(st, hl) for st in stats for hl in half_lives
                                      if hl != NAIVE])]
     if naive or NAIVE in half_lives:  # the naive profile of each cycle (see NAIVE)
-        settings += [ProfileChoice(c, stats[0], NAIVE) for c in NAIVE_CYCLES if c in names]
+        settings += [ProfileChoice(c, stats[0], NAIVE) for c in names
+                     if c not in ("none", "daily+weekly")]
     if len(settings) == 1 or not blocks:
         cycle = next((c for c in ("weekly", "daily") if c in names), names[0])
         return ProfileChoice(cycle, stats[0], default_hl), {}

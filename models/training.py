@@ -126,7 +126,8 @@ def train_and_register(
             log_training_data(metrics, source)
             for which, cls, X, y in jobs:
                 cut = split_tail(len(y), test_fraction, min_train=3, min_test=2)
-                gp = cls(kernel=kernel, iters=iters).fit(X[:cut], y[:cut])
+                gp = cls(kernel=kernel, iters=iters, cycle=cfg.models.cycle).fit(X[:cut],
+                                                                                 y[:cut])
                 mean = gp.predict(X[cut:])[0]
                 held_out = score(y[cut:], mean)
                 held_out["train_s"] = gp.train_seconds_

@@ -87,3 +87,10 @@ def test_airflow_log_server_ports_are_config_and_must_differ():
         load_config(env={"KEYSHIFT_AIRFLOW__TRIGGER_LOG_SERVER_PORT": "0"})
     with pytest.raises(ConfigError, match="must differ"):
         load_config(env={"KEYSHIFT_AIRFLOW__TRIGGER_LOG_SERVER_PORT": "8793"})
+
+
+def test_the_models_cycle_is_named_or_refused_with_the_syntax() -> None:
+    assert load_config(env={}, models={"cycle": "5m|none"}).models.cycle == "5m|none"
+    assert load_config(env={}).models.cycle == "auto"
+    with pytest.raises(ConfigError, match=r"models.cycle.*'hourly'.*a period"):
+        load_config(env={}, models={"cycle": "hourly"})

@@ -43,3 +43,4 @@ def test_the_config_key_is_checked_and_a_run_resolves_its_own() -> None:
     assert with_workload(cfg, "heavy", "clicks").mlflow.workload == "heavy.clicks"
     named = load_config(env={}, mlflow={"workload": "mine"})
     assert with_workload(named, "heavy", "clicks").mlflow.workload == "mine"
+
