@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+import pandas as pd
+
 from keyshift.config import Config, load_config
 from keyshift.jobs.history import (
     DayRange,
@@ -126,23 +128,39 @@ def run(
         from keyshift.lakehouse.session import get_spark
 
         spark = get_spark(cfg, app_name="keyshift-retrain-models")
-    metrics, version = read_metrics(spark, cfg, days)
+    from keyshift.jobs.topic_rates import read_rates
+
+    rates = read_rates(spark, cfg, days.start, days.end)
+    try:
+        metrics, version = read_metrics(spark, cfg, days)
+    except HistoryError:
+        if rates.empty:
+            raise
+        # no run wrote metrics yet: the topic's past alone trains the input-rate model
+        from keyshift.schemas import TABLES
+
+        metrics, version = pd.DataFrame(columns=TABLES["metrics"].names), None
     summary["windows"] = len(metrics)
+    summary["topic_windows"] = len(rates)
     summary["metrics_version"] = version
-    if metrics.empty:
+    if metrics.empty and rates.empty:
         return {**summary, "status": "skipped",
-                "reason": f"metrics holds no windows in {days}: nothing to train on"}
+                "reason": f"metrics holds no windows in {days} and no topic's past was "
+                          "derived for it (keyshift job history --topic): nothing to train on"}
     from keyshift.models.review import DeltaSource
     from keyshift.models.training import split_workloads, train_and_register
 
     kwargs: dict[str, Any] = {"test_fraction": test_fraction, "kernel": kernel,
-                              "source": DeltaSource("metrics", cfg.table_path("metrics"),
-                                                    version)}
+                              "source": None if version is None else DeltaSource(
+                                  "metrics", cfg.table_path("metrics"), version)}
     if min_rows is not None:
         kwargs["min_rows"] = min_rows
     # each workload's forecasters from its own rows only (keyshift.workload_names)
-    workloads = {w: _workload_outcome(train_and_register(rows, cfg, workload=w, **kwargs))
-                 for w, rows in split_workloads(metrics, cfg).items()}
+    topic_past = {str(w): r for w, r in rates.groupby("workload", sort=False)}
+    runs = split_workloads(metrics, cfg)
+    workloads = {w: _workload_outcome(train_and_register(
+        runs.get(w, metrics.iloc[:0]), cfg, workload=w, rate_history=topic_past.get(w),
+        **kwargs)) for w in dict.fromkeys([*runs, *topic_past])}
     summary["workloads"] = workloads
     if any(o["status"] == "trained" for o in workloads.values()):
         return {**summary, "status": "trained"}

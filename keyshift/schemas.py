@@ -333,6 +333,20 @@ TABLES: dict[str, TableSchema] = {
         "each realized migration as measured, what the learned reconfiguration cost is "
         "fitted on (keyshift.elastic.reconfiguration; read back on restart)",
     ),
+    "input_rates": TableSchema(
+        "input_rates", 1,
+        _RUN + (
+            _c("workload", "STRING", False, "whose input-rate forecaster the rows train"),
+            _c("topic", "STRING", False, "the topic whose record timestamps were counted"),
+            _c("window_start", "TIMESTAMP", False),
+            _c("window_end", "TIMESTAMP", False),
+            _c("events_in", "BIGINT", False, "records whose Kafka timestamp fell in the window"),
+            _c("input_rate", "DOUBLE", False, "events per second"),
+            _c("derived_at", "TIMESTAMP", False, "when the topic was read"),
+        ),
+        "a topic's own past as input rates, one row per window of its records' timestamps "
+        "(keyshift.jobs.topic_rates): the input-rate forecaster's history before any run",
+    ),
 }
 
 

@@ -166,3 +166,26 @@ def window_latency(rows: pd.DataFrame, window_s: float) -> pd.DataFrame:
     windows = windows[windows["events_in"] > 0]
     windows = windows.assign(latency_s=windows["_work"] / windows["events_in"])
     return windows.sort_values("_t", kind="stable").reset_index(drop=True)
+
+
+def with_topic_rates(X_rate: np.ndarray, y_rate: np.ndarray, history: pd.DataFrame
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """The input-rate rows with the topic's own past added (``input_rates``: a row per
+    window of record timestamps, ``keyshift.jobs.topic_rates``), oldest first. Where a run
+    measured a window itself its ``metrics`` row stands and the topic's row of that window is
+    left out: one window, one row, whichever source is nearer the job's own measure."""
+    for col in ("window_start", "window_end", "input_rate"):
+        if col not in history.columns:
+            raise FeatureError(col, "missing from the input_rates rows")
+    start = to_epoch_seconds(history["window_start"], "window_start")
+    end = to_epoch_seconds(history["window_end"], "window_end")
+    rate = pd.to_numeric(history["input_rate"], errors="coerce").to_numpy(np.float64)
+    ok = np.isfinite(rate) & (end > start)
+    measured = np.sort(X_rate[:, TIMESTAMP_COLUMN]) if len(y_rate) else np.empty(0)
+    covered = np.searchsorted(measured, end, side="left") > np.searchsorted(measured, start,
+                                                                             side="left")
+    keep = ok & ~covered
+    X = np.vstack([X_rate.reshape(-1, len(RATE_FEATURES)), rate_features(start[keep])])
+    y = np.concatenate([y_rate, rate[keep]])
+    order = np.argsort(X[:, TIMESTAMP_COLUMN], kind="stable")
+    return X[order], y[order]

@@ -25,7 +25,7 @@ import pandas as pd
 
 from keyshift.config import Config, config_workload
 from keyshift.models.evaluation import score, split_tail
-from keyshift.models.features import TIMESTAMP_COLUMN, build_features
+from keyshift.models.features import TIMESTAMP_COLUMN, build_features, with_topic_rates
 from keyshift.models.gp import GPForecaster, InputRateGP, LatencyGP
 from keyshift.models.registry import (
     EXPERIMENT,
@@ -87,6 +87,7 @@ def train_and_register(
     experiment: str = EXPERIMENT,
     source: DeltaSource | None = None,
     workload: str | None = None,
+    rate_history: pd.DataFrame | None = None,
 ) -> dict[str, Any]:
     """Fit, log, register and maybe promote both forecasters of one workload (default:
     ``cfg``'s, :func:`keyshift.config.config_workload`) on its ``metrics`` rows; return a
@@ -95,7 +96,9 @@ def train_and_register(
     ``source`` names the Delta table version ``metrics`` was read at; the run logs it as
     its input dataset, and each version's description cites it.
 
-    Too little history (fewer than ``min_rows`` usable windows for either model) returns
+    ``rate_history`` (rows of ``input_rates``: the topic's own past) joins the input-rate
+    model's rows where no run measured the window. A model with fewer than ``min_rows``
+    usable windows is not fitted (its entry says so, ``skipped``); both so returns
     ``{"skipped": reason}``: a fresh deployment is not a failure. An unreachable store raises
     :class:`RegistryError` before any model is fitted.
     """
@@ -105,15 +108,26 @@ def train_and_register(
         raise ValueError(f"min_rows: must be >= 4, got {min_rows!r}")
     workload = workload or config_workload(cfg)
     X_rate, y_rate, X_lat, y_lat = build_features(metrics, cfg.controller.window_s)
-    usable = min(len(y_rate), len(y_lat))
-    if usable < min_rows:
-        return {"skipped": f"{usable} usable metrics rows, need at least {min_rows}",
-                "rows": len(metrics), "workload": workload}
+    if rate_history is not None and len(rate_history):
+        X_rate, y_rate = with_topic_rates(X_rate, y_rate, rate_history)
+    usable = {"input_rate": len(y_rate), "latency": len(y_lat)}
+    if max(usable.values()) < min_rows:
+        return {"skipped": f"{min(usable.values())} usable metrics rows, need at least "
+                           f"{min_rows}", "rows": len(metrics), "workload": workload}
+    # each model on its own rows: the topic's past gives the input rate days of history
+    # before the operator ever ran, while the latency model waits for runs of it
     jobs: list[tuple[str, type[GPForecaster], np.ndarray, np.ndarray]] = [
-        ("input_rate", InputRateGP, X_rate, y_rate),
-        ("latency", LatencyGP, X_lat, y_lat),
-    ]
-    summary: dict[str, Any] = {"rows": len(metrics), "workload": workload, "models": {}}
+        (which, cls, X, y) for which, cls, X, y in (
+            ("input_rate", InputRateGP, X_rate, y_rate),
+            ("latency", LatencyGP, X_lat, y_lat)) if usable[which] >= min_rows]
+    summary: dict[str, Any] = {"rows": len(metrics), "workload": workload, "models": {
+        which: {"name": model_name(cfg, which, workload), "version": None, "registered": False,
+                "champion_moved": False, "previous_champion": None, "champion_rmse": None,
+                "skipped": True, "metrics": {},
+                "reason": f"{n} usable rows, need at least {min_rows}"}
+        for which, n in usable.items() if n < min_rows}}
+    if rate_history is not None:
+        summary["topic_rows"] = len(rate_history)
     with tracking(cfg) as client:
         experiment_id = ensure_experiment(client, cfg, experiment)
         run_name = f"retrain-{workload}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
@@ -121,7 +135,8 @@ def train_and_register(
             summary["run_id"] = run.info.run_id
             mlflow.log_params({"test_fraction": test_fraction, "rows": len(metrics),
                                "kernel_requested": kernel, "iters": iters,
-                               "workload": workload})
+                               "workload": workload,
+                               "topic_rows": 0 if rate_history is None else len(rate_history)})
             mlflow.set_tag(WORKLOAD_TAG, workload)
             log_training_data(metrics, source)
             for which, cls, X, y in jobs:

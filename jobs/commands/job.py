@@ -39,11 +39,20 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     m.set_defaults(func=run, job_run=table_maintenance.run_from_args,
                    job_print=table_maintenance.print_summary,
                    job_errors=lambda: table_maintenance.RUNTIME_ERRORS)
-    h = jobs.add_parser("history", help="write a synthetic metrics + key_loads history")
+    h = jobs.add_parser("history", help="a topic's own past as input rates (--topic), or a "
+                                         "synthetic metrics + key_loads history")
+    h.add_argument("--topic", default=None,
+                   help="count this topic's records per window since --days ago into "
+                        "input_rates: the input-rate forecaster's history before any run")
+    h.add_argument("--workload", default="",
+                   help="with --topic: whose history it is (default: mlflow.workload, else "
+                        "controller.app on the topic, <operator>.<topic>)")
     h.add_argument("--to", dest="last", metavar="YYYY-MM-DD",
-                   help="last day of the history (default: yesterday, UTC)")
-    h.add_argument("--days", type=int, default=3, help="days of history (default 3)")
-    h.add_argument("--window-s", type=int, default=600, help="statistic window length, seconds (default 600)")
+                   help="synthetic: last day of the history (default: yesterday, UTC)")
+    h.add_argument("--days", type=float, default=None,
+                   help="days of history (default 3; with --topic 7)")
+    h.add_argument("--window-s", type=int, default=None,
+                   help="window length, seconds (default 600; with --topic controller.window_s)")
     h.add_argument("--engines", type=int, default=None, help="default: engines.initial")
     h.add_argument("--seed", type=int, default=7,
                    help="random seed of the synthetic loads and keys (default 7)")
@@ -64,14 +73,34 @@ def _history(args: argparse.Namespace) -> dict:
     from keyshift.lakehouse.session import get_spark
 
     cfg = load_config(args.config)
+    if args.topic is not None:
+        from keyshift.jobs import topic_rates
+
+        if args.last:
+            raise ValueError("to: the topic's history ends now (--to is the synthetic one's)")
+        workload = args.workload or cfg.mlflow.workload
+        if workload:
+            from keyshift.workload_names import check_workload
+
+            check_workload(workload)
+        return topic_rates.run(cfg, args.topic, days=args.days or topic_rates.DEFAULT_DAYS,
+                               workload=workload, window_s=args.window_s)
     last = (parse_day(args.last, "to") if args.last
             else datetime.now(UTC).date() - timedelta(days=1))
-    spec = SyntheticHistory(days=args.days, window_s=args.window_s, seed=args.seed,
+    days = 3 if args.days is None else args.days
+    if days != int(days) or days < 1:
+        raise ValueError(f"days: whole days >= 1 for a synthetic history, got {days!r}")
+    spec = SyntheticHistory(days=int(days), window_s=args.window_s or 600, seed=args.seed,
                             engines=args.engines or cfg.engines.initial)
     return write_synthetic_history(get_spark(cfg, app_name="keyshift-history"), cfg, last, spec)
 
 
 def _print_history(result: dict) -> None:
+    if result.get("job") == "topic_rates":
+        from keyshift.jobs.topic_rates import print_summary
+
+        print_summary(result)
+        return
     print(f"wrote {result['metrics_rows']} metrics and {result['key_loads_rows']} key_loads rows "
           f"for {result['days']} into {result['warehouse']}")
 

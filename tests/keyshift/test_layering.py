@@ -110,7 +110,8 @@ FLOORS: tuple[tuple[str, ...], ...] = (
      "keyshift.metrics", "keyshift.sketch", "keyshift.quantiles", "keyshift.datasets",
      "keyshift.workload_names"),
     ("keyshift.apps", "keyshift.split", "keyshift.policies", "keyshift.elastic"),
-    ("keyshift.config", "keyshift.cli", "keyshift.workloads", "keyshift.control"),
+    ("keyshift.config", "keyshift.cli", "keyshift.workloads", "keyshift.control",
+     "keyshift.kafka_security"),
     ("keyshift.sim",),                                                # drives the loop
     ("keyshift.drivers",),              # the loop over the elastic replay and the simulator
     ("keyshift.experiments",),
